@@ -1,1 +1,8 @@
+mod config;
+mod errors;
+mod limits;
+mod output;
+mod policy;
+mod strict;
+
 fn main() {}

@@ -1,0 +1,95 @@
+//! The built-in defaults: the demo profiles (the only commands a default config approves)
+//! and a config rooted at one directory.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use super::{Config, Limits, Profile};
+
+/// Demo profiles: id, `demo-process` mode, description.
+const DEMO_PROFILES: &[(&str, &str)] = &[
+    (
+        "stream",
+        "prints 5 numbered lines on stdout and on stderr, then exits 0",
+    ),
+    (
+        "interactive",
+        "prints `ready`, echoes each stdin line as `echo: <line>`, prints `bye` and exits 0 on EOF",
+    ),
+    ("long", "prints `running` and runs until it is terminated"),
+    (
+        "unicode",
+        "prints multi-byte text (CJK, emoji, combining marks), then exits 0",
+    ),
+    (
+        "flood",
+        "prints 20000 lines of 100 bytes, then `flood total: 2000000 code points`",
+    ),
+    ("exit7", "prints `exiting with 7` and exits with code 7"),
+    ("empty", "prints nothing and exits 0"),
+    (
+        "children",
+        "starts same-group descendants, prints `child <pid>` for each and `ready`, exits on stdin EOF",
+    ),
+    (
+        "closed-stdin",
+        "closes its own stdin, prints `stdin closed`, keeps running",
+    ),
+    (
+        "split-utf8",
+        "writes multi-byte characters one byte per flushed write, then `done`",
+    ),
+    (
+        "invalid-utf8",
+        "writes invalid UTF-8 sequences and an incomplete one at EOF",
+    ),
+    ("eof", "reads stdin to EOF and prints `read <n> bytes`"),
+    (
+        "ignore-term",
+        "ignores SIGTERM (prints `ignoring SIGTERM`), so only SIGKILL ends it",
+    ),
+];
+
+/// Where `demo-process` is: the sibling of this executable (both are installed together).
+pub fn demo_process_path() -> PathBuf {
+    let exe = std::env::current_exe()
+        .and_then(|p| p.canonicalize())
+        .unwrap_or_else(|_| PathBuf::from("/usr/local/bin/mcp-terminal"));
+    exe.with_file_name("demo-process")
+}
+
+fn demo_profiles() -> BTreeMap<String, Profile> {
+    let demo = demo_process_path().display().to_string();
+    DEMO_PROFILES
+        .iter()
+        .map(|(id, description)| {
+            let argv = vec![demo.clone(), (*id).to_owned()];
+            ((*id).to_owned(), Profile::new(argv, description))
+        })
+        .collect()
+}
+
+/// The default config with `root` (canonical) as the only allowed root and default cwd.
+pub fn default_config(root: &Path) -> Config {
+    Config {
+        allowed_roots: vec![root.to_path_buf()],
+        default_cwd: root.to_path_buf(),
+        commands: demo_profiles(),
+        limits: Limits::default(),
+        audit_log: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_config_round_trips_through_the_validator() {
+        let root = std::env::temp_dir().canonicalize().unwrap();
+        let config = default_config(&root);
+        assert_eq!(config.commands.len(), 13);
+        let parsed = super::super::parse_config(&config.to_json(), &root).unwrap();
+        assert_eq!(parsed, config);
+    }
+}

@@ -1,0 +1,214 @@
+//! The owner's config: which commands a client may start, where, with what limits.
+//!
+//! Responsibilities: the validated in-memory form (`Config`), loading and validating the
+//! JSON file rule by rule (`parse`), the built-in demo profiles and the defaults
+//! (`defaults`), and writing a config back out with every field present (`to_json`).
+//! Nothing here starts processes or knows about MCP.
+
+mod defaults;
+mod parse;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde_json::{Value, json};
+
+pub use defaults::{default_config, demo_process_path};
+pub use parse::parse_config;
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    /// Canonical (symlink-free) absolute directories.
+    pub allowed_roots: Vec<PathBuf>,
+    /// Canonical, inside an allowed root.
+    pub default_cwd: PathBuf,
+    pub commands: BTreeMap<String, Profile>,
+    pub limits: Limits,
+    pub audit_log: Option<PathBuf>,
+}
+
+/// The owner-tunable limits (SPEC §3), already checked against their ranges and each other.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Limits {
+    pub max_sessions: usize,
+    pub max_records: usize,
+    pub buffer_bytes: usize,
+    pub buffer_records: usize,
+    pub default_timeout_ms: u64,
+    pub max_timeout_ms: u64,
+    pub retention_seconds: u64,
+    pub max_input_bytes: usize,
+    pub max_wait_ms: u64,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_sessions: 8,
+            max_records: 32,
+            buffer_bytes: 1_048_576,
+            buffer_records: 65_536,
+            default_timeout_ms: 30_000,
+            max_timeout_ms: 300_000,
+            retention_seconds: 300,
+            max_input_bytes: 65_536,
+            max_wait_ms: 60_000,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    Pipe,
+    Pty,
+}
+
+impl Mode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::Pipe => "pipe",
+            Mode::Pty => "pty",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Shell {
+    Posix,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnFull {
+    Evict,
+    Pause,
+}
+
+impl OnFull {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OnFull::Evict => "evict",
+            OnFull::Pause => "pause",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Profile {
+    pub argv: Vec<String>,
+    /// Fixed variables applied over the base environment.
+    pub env: BTreeMap<String, String>,
+    /// Names the client may set.
+    pub allowed_env: Vec<String>,
+    pub mode: Mode,
+    pub rows: u16,
+    pub cols: u16,
+    pub shell: Option<Shell>,
+    pub on_full: OnFull,
+    pub description: Option<String>,
+}
+
+impl Profile {
+    pub fn new(argv: Vec<String>, description: &str) -> Self {
+        Profile {
+            argv,
+            env: BTreeMap::new(),
+            allowed_env: Vec::new(),
+            mode: Mode::Pipe,
+            rows: 24,
+            cols: 80,
+            shell: None,
+            on_full: OnFull::Evict,
+            description: Some(description.to_owned()),
+        }
+    }
+
+    fn to_json(&self) -> Value {
+        json!({
+            "argv": self.argv,
+            "env": self.env,
+            "allowed_env": self.allowed_env,
+            "mode": self.mode.as_str(),
+            "rows": self.rows,
+            "cols": self.cols,
+            "shell": self.shell.map(|Shell::Posix| "posix"),
+            "on_full": self.on_full.as_str(),
+            "description": self.description,
+        })
+    }
+}
+
+impl Config {
+    /// The config as the owner would write it, every field present.
+    pub fn to_json(&self) -> Value {
+        let l = &self.limits;
+        let commands: serde_json::Map<String, Value> = self
+            .commands
+            .iter()
+            .map(|(id, p)| (id.clone(), p.to_json()))
+            .collect();
+        json!({
+            "allowed_roots": self.allowed_roots,
+            "default_cwd": self.default_cwd,
+            "commands": commands,
+            "max_sessions": l.max_sessions,
+            "max_records": l.max_records,
+            "buffer_bytes": l.buffer_bytes,
+            "buffer_records": l.buffer_records,
+            "default_timeout_ms": l.default_timeout_ms,
+            "max_timeout_ms": l.max_timeout_ms,
+            "retention_seconds": l.retention_seconds,
+            "max_input_bytes": l.max_input_bytes,
+            "max_wait_ms": l.max_wait_ms,
+            "audit_log": self.audit_log,
+        })
+    }
+
+    /// Load and validate a config file; the error names the field and the rule.
+    pub fn load(path: &Path) -> Result<Config, String> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| format!("cannot read config `{}`: {e}", path.display()))?;
+        let value: Value = serde_json::from_str(&text)
+            .map_err(|e| format!("config `{}` is not valid JSON: {e}", path.display()))?;
+        let cwd = std::env::current_dir()
+            .map_err(|e| format!("cannot read the current directory: {e}"))?;
+        parse_config(&value, &cwd)
+    }
+
+    /// A one-screen summary for `check-config`.
+    pub fn summary(&self) -> String {
+        let l = &self.limits;
+        let mut out = String::new();
+        let roots: Vec<String> = self
+            .allowed_roots
+            .iter()
+            .map(|r| r.display().to_string())
+            .collect();
+        out.push_str(&format!("allowed_roots: {}\n", roots.join(", ")));
+        out.push_str(&format!("default_cwd:   {}\n", self.default_cwd.display()));
+        out.push_str(&format!(
+            "sessions: {} running, {} retained for {} s; buffer {} bytes / {} records each\n",
+            l.max_sessions, l.max_records, l.retention_seconds, l.buffer_bytes, l.buffer_records
+        ));
+        out.push_str(&format!(
+            "timeouts: default {} ms, max {} ms; waits up to {} ms; input up to {} bytes\n",
+            l.default_timeout_ms, l.max_timeout_ms, l.max_wait_ms, l.max_input_bytes
+        ));
+        if let Some(audit) = &self.audit_log {
+            out.push_str(&format!("audit_log: {}\n", audit.display()));
+        }
+        out.push_str(&format!("commands ({}):\n", self.commands.len()));
+        for (id, p) in &self.commands {
+            let env = if p.allowed_env.is_empty() {
+                String::new()
+            } else {
+                format!(" env:{}", p.allowed_env.join(","))
+            };
+            out.push_str(&format!(
+                "  {id:<16} {:<4} {}{env}\n",
+                p.mode.as_str(),
+                p.argv.join(" ")
+            ));
+        }
+        out
+    }
+}

@@ -1,0 +1,581 @@
+//! Validation of the owner's JSON config, rule by rule (SPEC §3). The first failure is
+//! reported as `` `field.path`: rule ``.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde_json::{Map, Value};
+
+use super::{Config, Limits, Mode, OnFull, Profile, Shell};
+use crate::limits::{COMMAND_ID_MAX_CHARS, MAX_PROFILES};
+use crate::policy::{denied_env_name, inside_roots, invalid_env_name};
+use crate::strict::{Fields, type_name};
+
+/// `max_records × buffer_records` and `max_records × buffer_bytes` may not exceed these.
+const CAP_TOTAL_RECORDS: u64 = 2_097_152;
+const CAP_TOTAL_BYTES: u64 = 67_108_864;
+
+/// Validate a parsed config document. Missing `allowed_roots` / `default_cwd` default to
+/// `default_root`.
+pub fn parse_config(value: &Value, default_root: &Path) -> Result<Config, String> {
+    if !cfg!(unix) {
+        return Err("mcp-terminal needs a POSIX system with process groups".into());
+    }
+    let mut f = Fields::new(value, "")?;
+    let defaults = Limits::default();
+    let limits = Limits {
+        max_sessions: int(&mut f, "max_sessions", 1, 64, defaults.max_sessions as u64)? as usize,
+        max_records: int(&mut f, "max_records", 1, 1024, defaults.max_records as u64)? as usize,
+        buffer_bytes: int(
+            &mut f,
+            "buffer_bytes",
+            4,
+            16_777_216,
+            defaults.buffer_bytes as u64,
+        )? as usize,
+        buffer_records: int(
+            &mut f,
+            "buffer_records",
+            1,
+            1_048_576,
+            defaults.buffer_records as u64,
+        )? as usize,
+        default_timeout_ms: int(
+            &mut f,
+            "default_timeout_ms",
+            100,
+            3_600_000,
+            defaults.default_timeout_ms,
+        )?,
+        max_timeout_ms: int(
+            &mut f,
+            "max_timeout_ms",
+            100,
+            3_600_000,
+            defaults.max_timeout_ms,
+        )?,
+        retention_seconds: int(
+            &mut f,
+            "retention_seconds",
+            1,
+            86_400,
+            defaults.retention_seconds,
+        )?,
+        max_input_bytes: int(
+            &mut f,
+            "max_input_bytes",
+            1,
+            1_048_576,
+            defaults.max_input_bytes as u64,
+        )? as usize,
+        max_wait_ms: int(&mut f, "max_wait_ms", 100, 3_600_000, defaults.max_wait_ms)?,
+    };
+    check_limits(&limits)?;
+
+    let allowed_roots = match f.array("allowed_roots")? {
+        None => vec![canonical_dir(default_root, "allowed_roots")?],
+        Some(items) if items.is_empty() => {
+            return Err("`allowed_roots`: must list at least one directory".into());
+        }
+        Some(items) => items
+            .iter()
+            .enumerate()
+            .map(|(i, item)| {
+                let path = format!("allowed_roots[{i}]");
+                canonical_dir(Path::new(absolute_str(item, &path)?), &path)
+            })
+            .collect::<Result<Vec<_>, _>>()?,
+    };
+    let default_cwd = match f.get("default_cwd") {
+        None => canonical_dir(default_root, "default_cwd")?,
+        Some(v) => canonical_dir(Path::new(absolute_str(v, "default_cwd")?), "default_cwd")?,
+    };
+    if !inside_roots(&default_cwd, &allowed_roots) {
+        return Err(format!(
+            "`default_cwd`: `{}` is not inside any of allowed_roots",
+            default_cwd.display()
+        ));
+    }
+
+    let commands = match f.object("commands")? {
+        None => super::default_config(&default_cwd).commands,
+        Some(map) => parse_commands(map)?,
+    };
+
+    let audit_log = match f.get("audit_log") {
+        None => None,
+        Some(v) => Some(audit_path(absolute_str(v, "audit_log")?)?),
+    };
+    f.finish()?;
+
+    let config = Config {
+        allowed_roots,
+        default_cwd,
+        commands,
+        limits,
+        audit_log,
+    };
+    refuse_unsupported(&config)?;
+    Ok(config)
+}
+
+fn int(f: &mut Fields, key: &'static str, min: u64, max: u64, default: u64) -> Result<u64, String> {
+    Ok(f.uint(key, min, max)?.unwrap_or(default))
+}
+
+fn check_limits(l: &Limits) -> Result<(), String> {
+    if l.max_records < l.max_sessions {
+        return Err(format!(
+            "`max_records`: must be at least max_sessions ({}), got {}",
+            l.max_sessions, l.max_records
+        ));
+    }
+    if l.default_timeout_ms > l.max_timeout_ms {
+        return Err(format!(
+            "`default_timeout_ms`: must not exceed max_timeout_ms ({}), got {}",
+            l.max_timeout_ms, l.default_timeout_ms
+        ));
+    }
+    let records = (l.max_records * l.buffer_records) as u64;
+    if records > CAP_TOTAL_RECORDS {
+        return Err(format!(
+            "`buffer_records`: max_records × buffer_records must be at most {CAP_TOTAL_RECORDS}, \
+             got {} × {} = {records}",
+            l.max_records, l.buffer_records
+        ));
+    }
+    let bytes = (l.max_records * l.buffer_bytes) as u64;
+    if bytes > CAP_TOTAL_BYTES {
+        return Err(format!(
+            "`buffer_bytes`: max_records × buffer_bytes must be at most {CAP_TOTAL_BYTES}, \
+             got {} × {} = {bytes}",
+            l.max_records, l.buffer_bytes
+        ));
+    }
+    Ok(())
+}
+
+fn absolute_str<'a>(value: &'a Value, path: &str) -> Result<&'a str, String> {
+    match value {
+        Value::String(s) if s.starts_with('/') && !s.contains('\0') => Ok(s),
+        Value::String(s) => Err(format!("`{path}`: must be an absolute path, got `{s}`")),
+        other => Err(format!(
+            "`{path}`: must be an absolute path string, got {}",
+            type_name(other)
+        )),
+    }
+}
+
+fn canonical_dir(path: &Path, field: &str) -> Result<PathBuf, String> {
+    let canonical = path
+        .canonicalize()
+        .map_err(|_| format!("`{field}`: `{}` does not exist", path.display()))?;
+    if !canonical.is_dir() {
+        return Err(format!(
+            "`{field}`: `{}` is not a directory",
+            path.display()
+        ));
+    }
+    Ok(canonical)
+}
+
+fn audit_path(s: &str) -> Result<PathBuf, String> {
+    let path = PathBuf::from(s);
+    match path.parent() {
+        Some(dir) if dir.is_dir() => Ok(path),
+        _ => Err(format!("`audit_log`: the directory of `{s}` must exist")),
+    }
+}
+
+fn parse_commands(map: &Map<String, Value>) -> Result<BTreeMap<String, Profile>, String> {
+    if map.len() > MAX_PROFILES {
+        return Err(format!(
+            "`commands`: at most {MAX_PROFILES} profiles, got {}",
+            map.len()
+        ));
+    }
+    map.iter()
+        .map(|(id, value)| {
+            check_command_id(id)?;
+            Ok((id.clone(), parse_profile(id, value)?))
+        })
+        .collect()
+}
+
+pub fn check_command_id(id: &str) -> Result<(), String> {
+    let valid_chars = id
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'));
+    let len = id.chars().count();
+    if (1..=COMMAND_ID_MAX_CHARS).contains(&len) && valid_chars {
+        Ok(())
+    } else {
+        Err(format!(
+            "`commands.{id}`: a command id is 1–{COMMAND_ID_MAX_CHARS} characters of \
+             [A-Za-z0-9._-]"
+        ))
+    }
+}
+
+fn parse_profile(id: &str, value: &Value) -> Result<Profile, String> {
+    let base = format!("commands.{id}");
+    let mut f = Fields::new(value, &base)?;
+
+    let argv = match f.array("argv")? {
+        None => return Err(format!("`{base}.argv`: is required")),
+        Some(items) if items.is_empty() => {
+            return Err(format!("`{base}.argv`: must not be empty"));
+        }
+        Some(items) => items
+            .iter()
+            .enumerate()
+            .map(|(i, item)| match item {
+                Value::String(s) if s.contains('\0') => {
+                    Err(format!("`{base}.argv[{i}]`: must not contain NUL"))
+                }
+                Value::String(s) => Ok(s.clone()),
+                other => Err(format!(
+                    "`{base}.argv[{i}]`: must be a string, got {}",
+                    type_name(other)
+                )),
+            })
+            .collect::<Result<Vec<_>, _>>()?,
+    };
+    if !argv[0].starts_with('/') {
+        return Err(format!(
+            "`{base}.argv[0]`: must be an absolute path, got `{}`",
+            argv[0]
+        ));
+    }
+
+    let mut env = BTreeMap::new();
+    for (name, v) in f.object("env")?.into_iter().flatten() {
+        if let Some(why) = invalid_env_name(name) {
+            return Err(format!("`{base}.env`: variable name `{name}` {why}"));
+        }
+        match v {
+            Value::String(s) if !s.contains('\0') => {
+                env.insert(name.clone(), s.clone());
+            }
+            Value::String(_) => {
+                return Err(format!("`{base}.env.{name}`: must not contain NUL"));
+            }
+            other => {
+                return Err(format!(
+                    "`{base}.env.{name}`: must be a string, got {}",
+                    type_name(other)
+                ));
+            }
+        }
+    }
+
+    let mut allowed_env = Vec::new();
+    for (i, item) in f.array("allowed_env")?.into_iter().flatten().enumerate() {
+        let name = item.as_str().ok_or_else(|| {
+            format!(
+                "`{base}.allowed_env[{i}]`: must be a string, got {}",
+                type_name(item)
+            )
+        })?;
+        if let Some(why) = invalid_env_name(name) {
+            return Err(format!("`{base}.allowed_env[{i}]`: `{name}` {why}"));
+        }
+        if let Some(why) = denied_env_name(name) {
+            return Err(format!(
+                "`{base}.allowed_env[{i}]`: {why}; clients may never set it (set a fixed \
+                 value in `env` instead)"
+            ));
+        }
+        allowed_env.push(name.to_owned());
+    }
+
+    let mode = match f.string("mode")? {
+        None | Some("pipe") => Mode::Pipe,
+        Some("pty") => Mode::Pty,
+        Some(other) => {
+            return Err(format!(
+                "`{base}.mode`: must be \"pipe\" or \"pty\", got \"{other}\""
+            ));
+        }
+    };
+    let rows = f.uint("rows", 1, 1000)?.unwrap_or(24) as u16;
+    let cols = f.uint("cols", 1, 1000)?.unwrap_or(80) as u16;
+    let shell = match f.string("shell")? {
+        None => None,
+        Some("posix") => Some(Shell::Posix),
+        Some(other) => {
+            return Err(format!(
+                "`{base}.shell`: must be null or \"posix\", got \"{other}\""
+            ));
+        }
+    };
+    let on_full = match f.string("on_full")? {
+        None | Some("evict") => OnFull::Evict,
+        Some("pause") => OnFull::Pause,
+        Some(other) => {
+            return Err(format!(
+                "`{base}.on_full`: must be \"evict\" or \"pause\", got \"{other}\""
+            ));
+        }
+    };
+    let description = f.string("description")?.map(str::to_owned);
+    f.finish()?;
+
+    Ok(Profile {
+        argv,
+        env,
+        allowed_env,
+        mode,
+        rows,
+        cols,
+        shell,
+        on_full,
+        description,
+    })
+}
+
+/// Fields that parse and validate but whose behaviour this build does not have yet: a
+/// config that asks for them is refused rather than silently run without them.
+fn refuse_unsupported(config: &Config) -> Result<(), String> {
+    let unsupported = |field: String, what: &str| {
+        Err(format!(
+            "`{field}`: {what} is not supported yet by this version of mcp-terminal; remove it"
+        ))
+    };
+    for (id, p) in &config.commands {
+        if p.mode == Mode::Pty {
+            return unsupported(format!("commands.{id}.mode"), "\"pty\"");
+        }
+        if p.shell.is_some() {
+            return unsupported(format!("commands.{id}.shell"), "\"posix\"");
+        }
+        if p.on_full == OnFull::Pause {
+            return unsupported(format!("commands.{id}.on_full"), "\"pause\"");
+        }
+    }
+    if config.audit_log.is_some() {
+        return unsupported("audit_log".into(), "an audit log");
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn root() -> PathBuf {
+        std::env::temp_dir().canonicalize().unwrap()
+    }
+
+    fn with(overrides: Value) -> Value {
+        let mut base = json!({
+            "commands": {"echo": {"argv": ["/bin/echo", "hi"]}}
+        });
+        for (k, v) in overrides.as_object().unwrap() {
+            base[k] = v.clone();
+        }
+        base
+    }
+
+    fn err(overrides: Value) -> String {
+        parse_config(&with(overrides), &root()).unwrap_err()
+    }
+
+    #[test]
+    fn minimal_config_gets_defaults() {
+        let c = parse_config(&with(json!({})), &root()).unwrap();
+        assert_eq!(c.limits, Limits::default());
+        assert_eq!(c.allowed_roots, vec![root()]);
+        assert_eq!(c.default_cwd, root());
+        assert_eq!(c.commands["echo"].mode, Mode::Pipe);
+        assert_eq!((c.commands["echo"].rows, c.commands["echo"].cols), (24, 80));
+    }
+
+    #[test]
+    fn unknown_fields_are_refused_at_every_level() {
+        assert!(err(json!({"max_sesions": 3})).starts_with("`max_sesions`: unknown field"));
+        let e = parse_config(
+            &json!({"commands": {"x": {"argv": ["/bin/true"], "args": []}}}),
+            &root(),
+        )
+        .unwrap_err();
+        assert!(e.starts_with("`commands.x.args`: unknown field"), "{e}");
+    }
+
+    #[test]
+    fn integers_are_strict_and_ranged() {
+        for (field, bad) in [
+            ("max_sessions", json!(0)),
+            ("max_sessions", json!(65)),
+            ("max_sessions", json!("8")),
+            ("max_sessions", json!(8.0)),
+            ("max_sessions", json!(true)),
+            ("max_records", json!(1025)),
+            ("buffer_bytes", json!(3)),
+            ("buffer_records", json!(0)),
+            ("default_timeout_ms", json!(99)),
+            ("max_timeout_ms", json!(3_600_001)),
+            ("retention_seconds", json!(86_401)),
+            ("max_input_bytes", json!(0)),
+            ("max_wait_ms", json!(50)),
+        ] {
+            let e = err(json!({ field: bad }));
+            assert!(
+                e.starts_with(&format!("`{field}`: must be an integer from")),
+                "{e}"
+            );
+        }
+    }
+
+    #[test]
+    fn cross_field_rules() {
+        let e = err(json!({"max_sessions": 8, "max_records": 4}));
+        assert!(e.contains("at least max_sessions"), "{e}");
+        let e = err(json!({"default_timeout_ms": 5000, "max_timeout_ms": 1000}));
+        assert!(e.contains("must not exceed max_timeout_ms"), "{e}");
+    }
+
+    #[test]
+    fn global_caps() {
+        let e = err(json!({"max_records": 64, "buffer_records": 65_536}));
+        assert!(e.contains("max_records × buffer_records"), "{e}");
+        let e = err(json!({"max_records": 8, "buffer_bytes": 16_777_216}));
+        assert!(e.contains("max_records × buffer_bytes"), "{e}");
+        assert!(
+            parse_config(
+                &with(json!({"max_records": 32, "buffer_records": 65_536})),
+                &root()
+            )
+            .is_ok()
+        );
+    }
+
+    #[test]
+    fn roots_must_be_absolute_existing_directories() {
+        assert!(err(json!({"allowed_roots": []})).contains("at least one"));
+        assert!(err(json!({"allowed_roots": ["relative"]})).contains("absolute path"));
+        assert!(err(json!({"allowed_roots": ["/no/such/dir"]})).contains("does not exist"));
+        assert!(err(json!({"allowed_roots": ["/etc/hostname"]})).contains("not a directory"));
+        let e = err(json!({"allowed_roots": [root()], "default_cwd": "/"}));
+        assert!(
+            e.contains("`default_cwd`") && e.contains("not inside"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn roots_are_resolved_through_symlinks() {
+        let dir = tempfile::tempdir().unwrap();
+        let real = dir.path().canonicalize().unwrap().join("real");
+        std::fs::create_dir(&real).unwrap();
+        let link = dir.path().join("link");
+        std::os::unix::fs::symlink(&real, &link).unwrap();
+        let c = parse_config(
+            &with(json!({"allowed_roots": [link], "default_cwd": link})),
+            &root(),
+        )
+        .unwrap();
+        assert_eq!(c.allowed_roots, vec![real.clone()]);
+        assert_eq!(c.default_cwd, real);
+    }
+
+    #[test]
+    fn profile_rules() {
+        let cases = [
+            (json!({"argv": []}), "`commands.p.argv`: must not be empty"),
+            (json!({}), "`commands.p.argv`: is required"),
+            (
+                json!({"argv": ["echo"]}),
+                "`commands.p.argv[0]`: must be an absolute path",
+            ),
+            (
+                json!({"argv": ["/bin/echo", 3]}),
+                "`commands.p.argv[1]`: must be a string",
+            ),
+            (
+                json!({"argv": ["/bin/echo"], "mode": "tty"}),
+                "`commands.p.mode`",
+            ),
+            (
+                json!({"argv": ["/bin/echo"], "rows": 0}),
+                "`commands.p.rows`",
+            ),
+            (
+                json!({"argv": ["/bin/echo"], "cols": 1001}),
+                "`commands.p.cols`",
+            ),
+            (
+                json!({"argv": ["/bin/echo"], "shell": "bash"}),
+                "`commands.p.shell`",
+            ),
+            (
+                json!({"argv": ["/bin/echo"], "on_full": "drop"}),
+                "`commands.p.on_full`",
+            ),
+            (
+                json!({"argv": ["/bin/echo"], "env": {"A": 1}}),
+                "`commands.p.env.A`",
+            ),
+            (
+                json!({"argv": ["/bin/echo"], "env": {"A=B": "x"}}),
+                "`commands.p.env`",
+            ),
+            (
+                json!({"argv": ["/bin/echo"], "allowed_env": ["LD_PRELOAD"]}),
+                "`commands.p.allowed_env[0]`: `LD_PRELOAD` starts with the denied prefix",
+            ),
+            (
+                json!({"argv": ["/bin/echo"], "allowed_env": ["GITHUB_TOKEN"]}),
+                "`commands.p.allowed_env[0]`: `GITHUB_TOKEN` contains the denied word",
+            ),
+        ];
+        for (profile, expected) in cases {
+            let e = err(json!({"commands": {"p": profile}}));
+            assert!(e.starts_with(expected), "expected {expected:?}, got {e:?}");
+        }
+    }
+
+    #[test]
+    fn owner_env_may_set_any_name() {
+        let c = parse_config(
+            &with(json!({"commands": {"p": {"argv": ["/bin/env"], "env": {"HOME": "/x", "PATH": "/a:/b"}}}})),
+            &root(),
+        )
+        .unwrap();
+        assert_eq!(c.commands["p"].env["HOME"], "/x");
+    }
+
+    #[test]
+    fn command_ids_are_checked() {
+        assert!(
+            err(json!({"commands": {"bad id": {"argv": ["/bin/true"]}}}))
+                .contains("[A-Za-z0-9._-]")
+        );
+        let long = "a".repeat(129);
+        assert!(err(json!({"commands": {long: {"argv": ["/bin/true"]}}})).contains("1–128"));
+        let many: Map<String, Value> = (0..129)
+            .map(|i| (format!("c{i}"), json!({"argv": ["/bin/true"]})))
+            .collect();
+        assert!(err(json!({"commands": many})).contains("at most 128 profiles"));
+    }
+
+    #[test]
+    fn features_not_built_yet_are_refused_not_ignored() {
+        for (profile_field, value) in [
+            ("mode", json!("pty")),
+            ("shell", json!("posix")),
+            ("on_full", json!("pause")),
+        ] {
+            let e = err(json!({"commands": {"p": {"argv": ["/bin/sh"], profile_field: value}}}));
+            assert!(e.contains("not supported yet"), "{e}");
+            assert!(
+                e.starts_with(&format!("`commands.p.{profile_field}`")),
+                "{e}"
+            );
+        }
+        let audit = root().join("audit.jsonl");
+        assert!(err(json!({"audit_log": audit})).contains("not supported yet"));
+        assert!(err(json!({"audit_log": "/no/such/dir/a.jsonl"})).contains("must exist"));
+    }
+}

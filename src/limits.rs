@@ -1,0 +1,43 @@
+//! Every fixed limit of the server in one place. Owner-tunable limits live in the config
+//! (`config::Limits`); these are the bounds the SPEC fixes.
+
+use std::time::Duration;
+
+/// A JSON-RPC line over this many bytes (newline included) is refused unread.
+pub const MAX_FRAME_BYTES: usize = 1024 * 1024;
+
+/// Largest cursor a client may pass (2^63 - 1).
+pub const MAX_CURSOR: u64 = i64::MAX as u64;
+/// `terminal_read.max_bytes` range and default.
+pub const READ_MIN_BYTES: u64 = 4;
+pub const READ_MAX_BYTES: u64 = 65_536;
+/// Entries (same-stream runs) in one read page.
+pub const PAGE_MAX_ENTRIES: usize = 1024;
+/// `terminal_read.wait_ms` upper bound.
+pub const READ_MAX_WAIT_MS: u64 = 2_000;
+/// `terminal_terminate.grace_ms` default and upper bound.
+pub const GRACE_DEFAULT_MS: u64 = 500;
+pub const GRACE_MAX_MS: u64 = 2_000;
+/// How long after SIGKILL the controller waits for the leader before calling it lost.
+pub const KILL_CONFIRM: Duration = Duration::from_secs(5);
+
+/// A write that cannot be drained into the child's stdin within this time fails with
+/// `INPUT_BACKPRESSURE` and closes stdin.
+pub const WRITE_DRAIN_TIMEOUT: Duration = Duration::from_secs(1);
+/// After the process ended, how long the readers may take to reach EOF before the output
+/// is declared incomplete (a descendant escaped the group and holds the pipe).
+pub const DRAIN_DEADLINE: Duration = Duration::from_millis(500);
+/// Bytes read from a child's pipe per read call.
+pub const READ_CHUNK_BYTES: usize = 64 * 1024;
+
+/// Client-supplied environment variables per start.
+pub const MAX_CLIENT_ENV: usize = 32;
+/// `command_id` length bounds.
+pub const COMMAND_ID_MAX_CHARS: usize = 128;
+/// Profiles per config.
+pub const MAX_PROFILES: usize = 128;
+
+/// How often final sessions are checked against their retention TTL.
+pub const RETENTION_SWEEP: Duration = Duration::from_millis(250);
+/// Bound on terminating every session at server shutdown.
+pub const SHUTDOWN_GRACE: Duration = Duration::from_millis(500);

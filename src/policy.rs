@@ -1,0 +1,162 @@
+//! The owner's policy rules that both the config loader and the tools apply: which
+//! environment variable names a client may ever set, and which working directories are
+//! inside the allowed roots.
+
+use std::path::{Path, PathBuf};
+
+/// Names a client may never set, whatever the profile allows (case-insensitive).
+const DENIED_NAMES: &[&str] = &[
+    "PATH",
+    "HOME",
+    "SHELL",
+    "ENV",
+    "BASH_ENV",
+    "IFS",
+    "CDPATH",
+    "NODE_OPTIONS",
+    "PERL5OPT",
+    "RUBYOPT",
+    "GCONV_PATH",
+    "JAVA_TOOL_OPTIONS",
+    "_JAVA_OPTIONS",
+    "JDK_JAVA_OPTIONS",
+];
+const DENIED_PREFIXES: &[&str] = &["PYTHON", "LD_", "DYLD_"];
+const DENIED_PARTS: &[&str] = &[
+    "TOKEN",
+    "SECRET",
+    "PASSWORD",
+    "CREDENTIAL",
+    "API_KEY",
+    "PRIVATE_KEY",
+];
+
+/// The environment every child starts from; the server's own is never inherited.
+pub const BASE_ENV: &[(&str, &str)] = &[
+    ("PATH", "/usr/bin:/bin"),
+    ("LANG", "C.UTF-8"),
+    ("LC_ALL", "C.UTF-8"),
+];
+
+/// Why a variable name is not a valid name at all, if it is not.
+pub fn invalid_env_name(name: &str) -> Option<&'static str> {
+    if name.is_empty() {
+        Some("is empty")
+    } else if name.contains('=') {
+        Some("contains `=`")
+    } else if name.contains('\0') {
+        Some("contains NUL")
+    } else {
+        None
+    }
+}
+
+/// Why a client may never set this name, if it may not.
+pub fn denied_env_name(name: &str) -> Option<String> {
+    let upper = name.to_ascii_uppercase();
+    if DENIED_NAMES.contains(&upper.as_str()) {
+        return Some(format!("`{name}` is on the deny list"));
+    }
+    if let Some(prefix) = DENIED_PREFIXES.iter().find(|p| upper.starts_with(*p)) {
+        return Some(format!("`{name}` starts with the denied prefix {prefix}"));
+    }
+    if let Some(part) = DENIED_PARTS.iter().find(|p| upper.contains(*p)) {
+        return Some(format!("`{name}` contains the denied word {part}"));
+    }
+    None
+}
+
+/// Resolve a requested working directory: absolute, or relative to `default_cwd`;
+/// canonicalised through symlinks; an existing directory inside one of `roots` (which are
+/// canonical already).
+pub fn resolve_cwd(
+    requested: &str,
+    default_cwd: &Path,
+    roots: &[PathBuf],
+) -> Result<PathBuf, String> {
+    if requested.contains('\0') {
+        return Err("contains NUL".into());
+    }
+    let joined = default_cwd.join(requested);
+    let canonical = joined.canonicalize().map_err(|_| {
+        format!(
+            "`{}` does not exist or cannot be resolved",
+            joined.display()
+        )
+    })?;
+    if !canonical.is_dir() {
+        return Err(format!("`{}` is not a directory", canonical.display()));
+    }
+    if !inside_roots(&canonical, roots) {
+        return Err(format!(
+            "`{}` resolves to `{}`, outside the allowed roots ({})",
+            requested,
+            canonical.display(),
+            roots
+                .iter()
+                .map(|r| r.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+    }
+    Ok(canonical)
+}
+
+pub fn inside_roots(path: &Path, roots: &[PathBuf]) -> bool {
+    roots.iter().any(|root| path.starts_with(root))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn deny_rules_are_case_insensitive() {
+        for name in [
+            "PATH",
+            "path",
+            "Home",
+            "LD_PRELOAD",
+            "ld_library_path",
+            "PYTHONPATH",
+            "DYLD_INSERT_LIBRARIES",
+            "GITHUB_TOKEN",
+            "my_secret_value",
+            "DB_PASSWORD",
+            "AWS_CREDENTIALS",
+            "OPENAI_API_KEY",
+            "SSH_PRIVATE_KEY",
+            "_JAVA_OPTIONS",
+            "bash_env",
+        ] {
+            assert!(denied_env_name(name).is_some(), "{name} should be denied");
+        }
+        for name in ["GREETING", "LANGUAGE", "MY_VAR"] {
+            assert!(denied_env_name(name).is_none(), "{name} should be allowed");
+        }
+    }
+
+    #[test]
+    fn names_with_equals_or_nul_are_invalid() {
+        assert!(invalid_env_name("A=B").is_some());
+        assert!(invalid_env_name("").is_some());
+        assert!(invalid_env_name("A\0").is_some());
+        assert!(invalid_env_name("A").is_none());
+    }
+
+    #[test]
+    fn cwd_must_stay_inside_roots_even_through_symlinks() {
+        let root = tempfile::tempdir().unwrap();
+        let root = root.path().canonicalize().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        std::fs::create_dir(root.join("sub")).unwrap();
+        std::os::unix::fs::symlink(outside.path(), root.join("escape")).unwrap();
+        let roots = vec![root.clone()];
+        assert_eq!(resolve_cwd("sub", &root, &roots).unwrap(), root.join("sub"));
+        assert_eq!(resolve_cwd(".", &root, &roots).unwrap(), root);
+        assert!(resolve_cwd("..", &root, &roots).is_err());
+        assert!(resolve_cwd("escape", &root, &roots).is_err());
+        assert!(resolve_cwd("/", &root, &roots).is_err());
+        assert!(resolve_cwd("missing", &root, &roots).is_err());
+    }
+}

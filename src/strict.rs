@@ -1,0 +1,176 @@
+//! Strict reading of JSON objects: every key must be known, integers must be JSON integers
+//! (never `true`, `"5"` or `2.0`), and every failure names the field and the rule.
+//! Used by the owner config (paths like `commands.stream.argv`) and by tool arguments.
+
+use serde_json::{Map, Value};
+
+/// The value as an integer in `min..=max`, refusing booleans, strings and floats.
+pub fn uint_in(value: &Value, min: u64, max: u64) -> Option<u64> {
+    value.as_u64().filter(|n| (min..=max).contains(n))
+}
+
+/// A short description of a JSON value's type for error messages.
+pub fn type_name(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(n) if n.is_f64() => "a non-integer number",
+        Value::Number(_) => "an integer",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+/// Reads the fields of one JSON object, remembering which keys were asked for so that
+/// `finish` can refuse the rest.
+pub struct Fields<'a> {
+    map: &'a Map<String, Value>,
+    path: String,
+    known: Vec<&'static str>,
+}
+
+impl<'a> Fields<'a> {
+    pub fn new(value: &'a Value, path: &str) -> Result<Self, String> {
+        match value {
+            Value::Object(map) => Ok(Fields {
+                map,
+                path: path.to_owned(),
+                known: Vec::new(),
+            }),
+            other => Err(format!(
+                "`{}`: must be an object, got {}",
+                display_path(path),
+                type_name(other)
+            )),
+        }
+    }
+
+    pub fn path_of(&self, key: &str) -> String {
+        if self.path.is_empty() {
+            key.to_owned()
+        } else {
+            format!("{}.{key}", self.path)
+        }
+    }
+
+    /// The value under `key`, `None` when absent. Explicit `null` counts as absent.
+    pub fn get(&mut self, key: &'static str) -> Option<&'a Value> {
+        self.known.push(key);
+        self.map.get(key).filter(|v| !v.is_null())
+    }
+
+    pub fn uint(&mut self, key: &'static str, min: u64, max: u64) -> Result<Option<u64>, String> {
+        let Some(value) = self.get(key) else {
+            return Ok(None);
+        };
+        uint_in(value, min, max).map(Some).ok_or_else(|| {
+            format!(
+                "`{}`: must be an integer from {min} to {max}, got {}",
+                self.path_of(key),
+                describe(value)
+            )
+        })
+    }
+
+    pub fn string(&mut self, key: &'static str) -> Result<Option<&'a str>, String> {
+        match self.get(key) {
+            None => Ok(None),
+            Some(Value::String(s)) => Ok(Some(s)),
+            Some(other) => Err(format!(
+                "`{}`: must be a string, got {}",
+                self.path_of(key),
+                type_name(other)
+            )),
+        }
+    }
+
+    pub fn array(&mut self, key: &'static str) -> Result<Option<&'a Vec<Value>>, String> {
+        match self.get(key) {
+            None => Ok(None),
+            Some(Value::Array(items)) => Ok(Some(items)),
+            Some(other) => Err(format!(
+                "`{}`: must be an array, got {}",
+                self.path_of(key),
+                type_name(other)
+            )),
+        }
+    }
+
+    pub fn object(&mut self, key: &'static str) -> Result<Option<&'a Map<String, Value>>, String> {
+        match self.get(key) {
+            None => Ok(None),
+            Some(Value::Object(map)) => Ok(Some(map)),
+            Some(other) => Err(format!(
+                "`{}`: must be an object, got {}",
+                self.path_of(key),
+                type_name(other)
+            )),
+        }
+    }
+
+    /// Refuse any key that was never asked for.
+    pub fn finish(self) -> Result<(), String> {
+        match self.map.keys().find(|k| !self.known.contains(&k.as_str())) {
+            None => Ok(()),
+            Some(unknown) => {
+                let mut known = self.known.clone();
+                known.sort_unstable();
+                Err(format!(
+                    "`{}`: unknown field; known fields here: {}",
+                    self.path_of(unknown),
+                    known.join(", ")
+                ))
+            }
+        }
+    }
+}
+
+fn display_path(path: &str) -> &str {
+    if path.is_empty() { "(top level)" } else { path }
+}
+
+/// A value for an error message: short values verbatim, the rest by type.
+pub fn describe(value: &Value) -> String {
+    let text = value.to_string();
+    if text.len() <= 40 {
+        format!("{} {text}", type_name(value))
+    } else {
+        type_name(value).to_owned()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn integers_are_strict() {
+        for bad in [json!(true), json!("5"), json!(2.0), json!(-1), json!(2.5)] {
+            assert_eq!(uint_in(&bad, 0, 10), None, "{bad}");
+        }
+        assert_eq!(uint_in(&json!(5), 0, 10), Some(5));
+        assert_eq!(uint_in(&json!(11), 0, 10), None);
+    }
+
+    #[test]
+    fn unknown_keys_are_named_with_their_path() {
+        let v = json!({"a": 1, "typo": 2});
+        let mut f = Fields::new(&v, "commands.x").unwrap();
+        assert_eq!(f.uint("a", 0, 5).unwrap(), Some(1));
+        let err = f.finish().unwrap_err();
+        assert!(err.contains("`commands.x.typo`: unknown field"), "{err}");
+    }
+
+    #[test]
+    fn range_errors_name_field_range_and_value() {
+        let v = json!({"n": 2.5});
+        let mut f = Fields::new(&v, "").unwrap();
+        let err = f.uint("n", 1, 64).unwrap_err();
+        assert_eq!(
+            err,
+            "`n`: must be an integer from 1 to 64, got a non-integer number 2.5"
+        );
+    }
+}
