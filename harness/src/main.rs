@@ -1,1 +1,190 @@
-fn main() {}
+//! `harness verify` runs scenarios against the server and writes evidence;
+//! `harness report` turns evidence into the acceptance report.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Mutex;
+
+use clap::{Parser, Subcommand};
+use harness::evidence::{self, ScenarioEvidence};
+use harness::{RunEvidence, ServerSpec, load_scenarios, report, run_scenario};
+
+const DEFAULT_SCENARIOS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../scenarios");
+const WORKSPACE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
+
+#[derive(Parser)]
+#[command(version, about = "Conformance harness for mcp-terminal")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run scenarios against the server and write one JSON evidence file.
+    Verify {
+        #[arg(long)]
+        output: PathBuf,
+        /// Run only these scenarios (by name); all by default.
+        #[arg(long = "scenario")]
+        scenarios: Vec<String>,
+        /// The mcp-terminal binary; default: beside this harness, built if absent.
+        #[arg(long)]
+        server: Option<PathBuf>,
+        #[arg(long = "scenarios", default_value = DEFAULT_SCENARIOS)]
+        scenarios_dir: PathBuf,
+        /// Scenarios run at once (serial ones run alone); default: the number of CPUs.
+        #[arg(long)]
+        jobs: Option<usize>,
+    },
+    /// Generate the acceptance report from an evidence file.
+    Report {
+        #[arg(long)]
+        evidence: PathBuf,
+        #[arg(long)]
+        output: PathBuf,
+    },
+}
+
+fn main() -> ExitCode {
+    let result = match Cli::parse().command {
+        Command::Verify {
+            output,
+            scenarios,
+            server,
+            scenarios_dir,
+            jobs,
+        } => verify(&output, &scenarios, server, &scenarios_dir, jobs),
+        Command::Report { evidence, output } => write_report(&evidence, &output),
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("harness: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn verify(
+    output: &Path,
+    only: &[String],
+    server: Option<PathBuf>,
+    dir: &Path,
+    jobs: Option<usize>,
+) -> Result<ExitCode, String> {
+    let server = match server {
+        Some(path) => path,
+        None => default_server()?,
+    };
+    let server = server
+        .canonicalize()
+        .map_err(|e| format!("server {}: {e}", server.display()))?;
+    let spec = ServerSpec::beside(server.clone());
+    let mut loaded = load_scenarios(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    if !only.is_empty() {
+        if let Some(missing) = only.iter().find(|n| !loaded.iter().any(|l| &l.name == *n)) {
+            return Err(format!("no scenario named {missing} in {}", dir.display()));
+        }
+        loaded.retain(|l| only.contains(&l.name));
+    }
+    let mut run = evidence::environment(&server, Path::new(WORKSPACE));
+    let jobs = jobs
+        .or_else(|| std::thread::available_parallelism().ok().map(usize::from))
+        .unwrap_or(1)
+        .max(1);
+    // Popped from the back: reversed so scenarios start in name order.
+    let queue = Mutex::new(loaded.into_iter().enumerate().rev().collect::<Vec<_>>());
+    let results = Mutex::new(Vec::new());
+    std::thread::scope(|scope| {
+        for _ in 0..jobs {
+            scope.spawn(|| {
+                loop {
+                    let next = queue.lock().unwrap_or_else(|e| e.into_inner()).pop();
+                    let Some((index, item)) = next else { break };
+                    let ev = match &item.scenario {
+                        Ok(scenario) => run_scenario(scenario, &spec),
+                        Err(e) => {
+                            let mut ev = ScenarioEvidence::new(&item.name, "", &[]);
+                            ev.failure = Some(e.clone());
+                            ev
+                        }
+                    };
+                    eprintln!(
+                        "{:<32} {} ({} ms)",
+                        ev.name,
+                        if ev.passed() { "ok" } else { "FAILED" },
+                        ev.duration_ms
+                    );
+                    results
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .push((index, ev));
+                }
+            });
+        }
+    });
+    let mut results = results.into_inner().unwrap_or_else(|e| e.into_inner());
+    results.sort_by_key(|(i, _)| *i);
+    run.scenarios = results.into_iter().map(|(_, ev)| ev).collect();
+    run.finished_at = evidence::now_rfc3339();
+    run.count();
+    write_evidence(output, &run)?;
+    eprintln!(
+        "{} passed, {} failed of {}; evidence in {}",
+        run.counts.passed,
+        run.counts.failed,
+        run.counts.total,
+        output.display()
+    );
+    Ok(if run.counts.failed == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+fn write_evidence(output: &Path, run: &RunEvidence) -> Result<(), String> {
+    if let Some(parent) = output.parent().filter(|p| !p.as_os_str().is_empty()) {
+        std::fs::create_dir_all(parent).map_err(|e| format!("{}: {e}", parent.display()))?;
+    }
+    let json = serde_json::to_string_pretty(run).map_err(|e| e.to_string())?;
+    std::fs::write(output, json).map_err(|e| format!("{}: {e}", output.display()))
+}
+
+/// `mcp-terminal` beside this executable (same profile directory), built first if absent.
+fn default_server() -> Result<PathBuf, String> {
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let dir = exe
+        .parent()
+        .ok_or("the harness executable has no directory")?;
+    let server = dir.join("mcp-terminal");
+    if !server.exists() {
+        let mut cargo = std::process::Command::new(env!("CARGO"));
+        cargo
+            .args(["build", "--bins", "-p", "mcp-terminal"])
+            .current_dir(WORKSPACE);
+        if dir.file_name().is_some_and(|n| n == "release") {
+            cargo.arg("--release");
+        }
+        eprintln!("harness: building the server: {cargo:?}");
+        let status = cargo
+            .status()
+            .map_err(|e| format!("cannot run cargo: {e}"))?;
+        if !status.success() || !server.exists() {
+            return Err(format!("cargo build did not produce {}", server.display()));
+        }
+    }
+    Ok(server)
+}
+
+fn write_report(evidence: &Path, output: &Path) -> Result<ExitCode, String> {
+    let text =
+        std::fs::read_to_string(evidence).map_err(|e| format!("{}: {e}", evidence.display()))?;
+    let run: RunEvidence =
+        serde_json::from_str(&text).map_err(|e| format!("{}: {e}", evidence.display()))?;
+    std::fs::write(output, report::render(&run))
+        .map_err(|e| format!("{}: {e}", output.display()))?;
+    eprintln!("report written to {}", output.display());
+    Ok(ExitCode::SUCCESS)
+}

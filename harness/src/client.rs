@@ -1,0 +1,376 @@
+//! The server under test behind a real MCP client (rmcp over the child's stdio).
+//!
+//! The child is spawned through rmcp's `TokioChildProcess`, wrapped so the harness can see its
+//! exit status and whether the transport had to signal it: rmcp reaps the child itself when
+//! the connection ends, so the status would otherwise be lost.
+
+use std::future::Future;
+use std::io;
+use std::path::Path;
+use std::pin::Pin;
+use std::process::{ExitStatus, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use process_wrap::tokio::{ChildWrapper, CommandWrap, CommandWrapper};
+use rmcp::model::{CallToolRequest, CallToolRequestParams, ClientRequest, ServerResult};
+use rmcp::service::{PeerRequestOptions, RunningService};
+use rmcp::transport::TokioChildProcess;
+use rmcp::{RoleClient, ServiceExt};
+use serde_json::{Value, json};
+use tokio::io::AsyncReadExt;
+use tokio::task::JoinHandle;
+
+use crate::procfs;
+
+/// How long the final cleanup waits for the server to exit after stdin closes before killing.
+const EXIT_GRACE: Duration = Duration::from_secs(5);
+
+/// How the server process ended, from the reaped status or its zombie's /proc entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Exit {
+    pub code: Option<i32>,
+    pub signal: Option<i32>,
+    pub at: Instant,
+}
+
+impl Exit {
+    fn from_status(status: ExitStatus, at: Instant) -> Self {
+        use std::os::unix::process::ExitStatusExt;
+        Exit {
+            code: status.code(),
+            signal: status.signal(),
+            at,
+        }
+    }
+
+    pub fn describe(&self) -> String {
+        match (self.code, self.signal) {
+            (Some(c), _) => format!("exit code {c}"),
+            (None, Some(s)) => format!("killed by signal {s}"),
+            (None, None) => "unknown status".into(),
+        }
+    }
+}
+
+/// What happened to the server child, as seen through the wrapper.
+#[derive(Debug, Default)]
+pub struct ChildLog {
+    pub exit: Option<Exit>,
+    /// Signals the transport itself sent (it escalates when the server ignores stdin EOF).
+    pub signals: Vec<i32>,
+    pub killed: bool,
+}
+
+type SharedLog = Arc<Mutex<ChildLog>>;
+
+fn lock(log: &SharedLog) -> std::sync::MutexGuard<'_, ChildLog> {
+    log.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+#[derive(Debug)]
+struct Observer(SharedLog);
+
+impl CommandWrapper for Observer {
+    fn wrap_child(
+        &mut self,
+        child: Box<dyn ChildWrapper>,
+        _core: &CommandWrap,
+    ) -> io::Result<Box<dyn ChildWrapper>> {
+        Ok(Box::new(Observed {
+            inner: child,
+            log: self.0.clone(),
+        }))
+    }
+}
+
+#[derive(Debug)]
+struct Observed {
+    inner: Box<dyn ChildWrapper>,
+    log: SharedLog,
+}
+
+impl Observed {
+    fn record(log: &SharedLog, status: &io::Result<ExitStatus>) {
+        if let Ok(status) = status {
+            let mut log = lock(log);
+            if log.exit.is_none() {
+                log.exit = Some(Exit::from_status(*status, Instant::now()));
+            }
+        }
+    }
+}
+
+impl ChildWrapper for Observed {
+    fn inner(&self) -> &dyn ChildWrapper {
+        self.inner.as_ref()
+    }
+
+    fn inner_mut(&mut self) -> &mut dyn ChildWrapper {
+        self.inner.as_mut()
+    }
+
+    fn into_inner(self: Box<Self>) -> Box<dyn ChildWrapper> {
+        self.inner
+    }
+
+    fn start_kill(&mut self) -> io::Result<()> {
+        lock(&self.log).killed = true;
+        self.inner.start_kill()
+    }
+
+    fn try_wait(&mut self) -> io::Result<Option<ExitStatus>> {
+        let result = self.inner.try_wait();
+        if let Ok(Some(status)) = &result {
+            Self::record(&self.log, &Ok(*status));
+        }
+        result
+    }
+
+    fn wait(&mut self) -> Pin<Box<dyn Future<Output = io::Result<ExitStatus>> + Send + '_>> {
+        let log = self.log.clone();
+        let wait = self.inner.wait();
+        Box::pin(async move {
+            let result = wait.await;
+            Self::record(&log, &result);
+            result
+        })
+    }
+
+    fn signal(&self, sig: i32) -> io::Result<()> {
+        lock(&self.log).signals.push(sig);
+        self.inner.signal(sig)
+    }
+}
+
+pub struct McpServer {
+    client: Option<RunningService<RoleClient, ()>>,
+    pub pid: u32,
+    log: SharedLog,
+    stderr: Arc<Mutex<Vec<u8>>>,
+    stderr_task: Option<JoinHandle<()>>,
+}
+
+/// A tools/call result as JSON (`content`, `structuredContent`, `isError`).
+pub type ToolResult = Value;
+
+impl McpServer {
+    /// Spawn the server and complete the MCP handshake.
+    pub async fn start(program: &Path, args: &[String], cwd: &Path) -> Result<Self, String> {
+        let mut cmd = tokio::process::Command::new(program);
+        cmd.args(args).current_dir(cwd);
+        let log = SharedLog::default();
+        let mut wrapped = CommandWrap::from(cmd);
+        wrapped.wrap(Observer(log.clone()));
+        let (transport, stderr) = TokioChildProcess::builder(wrapped)
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|e| format!("cannot spawn {}: {e}", program.display()))?;
+        let pid = transport.id().ok_or("spawned server has no pid")?;
+        let buffer = Arc::new(Mutex::new(Vec::new()));
+        let stderr_task = stderr.map(|mut pipe| {
+            let buffer = buffer.clone();
+            tokio::spawn(async move {
+                let mut chunk = [0u8; 8192];
+                while let Ok(n) = pipe.read(&mut chunk).await {
+                    if n == 0 {
+                        break;
+                    }
+                    buffer
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .extend_from_slice(&chunk[..n]);
+                }
+            })
+        });
+        let mut server = McpServer {
+            client: None,
+            pid,
+            log,
+            stderr: buffer,
+            stderr_task,
+        };
+        match ().serve(transport).await {
+            Ok(client) => {
+                server.client = Some(client);
+                Ok(server)
+            }
+            Err(e) => {
+                server.kill();
+                Err(format!("MCP handshake failed: {e}"))
+            }
+        }
+    }
+
+    fn client(&self) -> Result<&RunningService<RoleClient, ()>, String> {
+        self.client
+            .as_ref()
+            .ok_or_else(|| "the server connection is closed".to_string())
+    }
+
+    pub fn is_connected(&self) -> bool {
+        self.client.is_some()
+    }
+
+    pub async fn call(&self, tool: &str, args: &Value) -> Result<ToolResult, String> {
+        let result = self
+            .client()?
+            .call_tool(params(tool, args))
+            .await
+            .map_err(|e| format!("tools/call {tool} failed at the protocol level: {e}"))?;
+        serde_json::to_value(result).map_err(|e| e.to_string())
+    }
+
+    /// Send a call and cancel it with notifications/cancelled after `after`. Returns the
+    /// result if it arrived before the cancellation.
+    pub async fn call_then_cancel(
+        &self,
+        tool: &str,
+        args: &Value,
+        after: Duration,
+    ) -> Result<Option<ToolResult>, String> {
+        let request = ClientRequest::CallToolRequest(CallToolRequest::new(params(tool, args)));
+        let mut handle = self
+            .client()?
+            .send_cancellable_request(request, PeerRequestOptions::no_options())
+            .await
+            .map_err(|e| format!("cannot send tools/call {tool}: {e}"))?;
+        tokio::select! {
+            response = &mut handle.rx => {
+                let result = response
+                    .map_err(|_| "connection closed".to_string())?
+                    .map_err(|e| format!("tools/call {tool} failed: {e}"))?;
+                match result {
+                    ServerResult::CallToolResult(r) => {
+                        serde_json::to_value(r).map(Some).map_err(|e| e.to_string())
+                    }
+                    other => Ok(Some(json!({"unexpected": format!("{other:?}")}))),
+                }
+            }
+            () = tokio::time::sleep(after) => {
+                handle
+                    .cancel(Some("cancelled by the scenario".into()))
+                    .await
+                    .map_err(|e| format!("cannot send notifications/cancelled: {e}"))?;
+                Ok(None)
+            }
+        }
+    }
+
+    pub async fn list_tools(&self) -> Result<Value, String> {
+        let tools = self
+            .client()?
+            .list_all_tools()
+            .await
+            .map_err(|e| format!("tools/list failed: {e}"))?;
+        Ok(json!({ "tools": tools }))
+    }
+
+    /// The InitializeResult the client received.
+    pub fn server_info(&self) -> Result<Value, String> {
+        let info = self
+            .client()?
+            .peer_info()
+            .ok_or("no server info received")?;
+        serde_json::to_value(&*info).map_err(|e| e.to_string())
+    }
+
+    pub fn stderr(&self) -> String {
+        String::from_utf8_lossy(&self.stderr.lock().unwrap_or_else(|e| e.into_inner())).into_owned()
+    }
+
+    /// Wait (bounded) until the server's stderr reaches EOF, so it is complete.
+    pub async fn finish_stderr(&mut self, within: Duration) {
+        if let Some(task) = self.stderr_task.take() {
+            let _ = tokio::time::timeout(within, task).await;
+        }
+    }
+
+    /// The exit, if the server has exited (reaped by the transport, or a zombie not yet reaped).
+    pub fn exit(&self) -> Option<Exit> {
+        if let Some(exit) = lock(&self.log).exit {
+            return Some(exit);
+        }
+        procfs::zombie_status(self.pid).map(|(code, signal)| Exit {
+            code,
+            signal,
+            at: Instant::now(),
+        })
+    }
+
+    /// Signals the transport sent on its own because the server outlived stdin EOF.
+    pub fn transport_signals(&self) -> (Vec<i32>, bool) {
+        let log = lock(&self.log);
+        (log.signals.clone(), log.killed)
+    }
+
+    pub fn signal(&self, sig: nix::sys::signal::Signal) -> Result<(), String> {
+        if self.exit().is_some() {
+            return Err("the server has already exited".into());
+        }
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.pid as i32), sig)
+            .map_err(|e| format!("kill({}, {sig}) failed: {e}", self.pid))
+    }
+
+    /// Close the client side: the transport closes the server's stdin and waits for it to
+    /// exit (escalating to SIGTERM and SIGKILL after a few seconds each).
+    pub async fn close(&mut self) {
+        if let Some(mut client) = self.client.take() {
+            let _ = client.close().await;
+        }
+    }
+
+    /// Wait until the server has exited, up to `within`.
+    pub async fn wait_exit(&self, within: Duration) -> Option<Exit> {
+        let deadline = Instant::now() + within;
+        loop {
+            if let Some(exit) = self.exit() {
+                return Some(exit);
+            }
+            if Instant::now() >= deadline {
+                return None;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    /// End of scenario: close stdin, wait for exit, kill if it does not come. Returns notes
+    /// about anything other than a clean exit.
+    pub async fn shutdown(&mut self) -> Vec<String> {
+        let mut notes = Vec::new();
+        let close = self.close();
+        if tokio::time::timeout(EXIT_GRACE * 3, close).await.is_err() {
+            notes.push("closing the MCP client timed out".to_string());
+        }
+        if self.wait_exit(EXIT_GRACE).await.is_none() {
+            notes.push(format!("server pid {} did not exit; killed", self.pid));
+            self.kill();
+        }
+        let (signals, killed) = self.transport_signals();
+        if !signals.is_empty() || killed {
+            notes.push(format!(
+                "server did not exit on stdin EOF; the transport sent signals {signals:?}{}",
+                if killed { " and SIGKILL" } else { "" }
+            ));
+        }
+        self.finish_stderr(Duration::from_secs(2)).await;
+        notes
+    }
+
+    fn kill(&self) {
+        if lock(&self.log).exit.is_none() {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(self.pid as i32),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+    }
+}
+
+fn params(tool: &str, args: &Value) -> CallToolRequestParams {
+    let params = CallToolRequestParams::new(tool.to_string());
+    match args {
+        Value::Object(map) => params.with_arguments(map.clone()),
+        _ => params,
+    }
+}

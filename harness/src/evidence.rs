@@ -1,0 +1,237 @@
+//! Evidence: what a run did and saw, written as one JSON file and read back by `report`.
+
+use std::process::Command;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// Strings longer than this are shortened in recorded exchanges (a flood page is 64 KiB).
+const MAX_RECORDED_STRING: usize = 4096;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Verdict {
+    Pass,
+    Fail,
+    Skipped,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct RunEvidence {
+    pub harness_version: String,
+    pub server_path: String,
+    pub server_version: String,
+    pub git_commit: Option<String>,
+    pub os: String,
+    pub started_at: String,
+    pub finished_at: String,
+    pub counts: Counts,
+    pub scenarios: Vec<ScenarioEvidence>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Counts {
+    pub total: usize,
+    pub passed: usize,
+    pub failed: usize,
+}
+
+impl RunEvidence {
+    pub fn count(&mut self) {
+        self.counts = Counts {
+            total: self.scenarios.len(),
+            passed: self.scenarios.iter().filter(|s| s.passed()).count(),
+            failed: self.scenarios.iter().filter(|s| !s.passed()).count(),
+        };
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ScenarioEvidence {
+    pub name: String,
+    pub description: String,
+    pub tags: Vec<String>,
+    pub verdict: Verdict,
+    pub failure: Option<String>,
+    pub started_at: String,
+    pub duration_ms: u64,
+    pub root: String,
+    pub config: Value,
+    pub steps: Vec<StepEvidence>,
+    /// Checks made after the steps: server exit, leftover processes.
+    pub final_checks: Vec<Assertion>,
+    pub server_stderr: String,
+}
+
+impl ScenarioEvidence {
+    pub fn new(name: &str, description: &str, tags: &[String]) -> Self {
+        ScenarioEvidence {
+            name: name.to_string(),
+            description: description.to_string(),
+            tags: tags.to_vec(),
+            verdict: Verdict::Fail,
+            failure: None,
+            started_at: now_rfc3339(),
+            duration_ms: 0,
+            root: String::new(),
+            config: Value::Null,
+            steps: Vec::new(),
+            final_checks: Vec::new(),
+            server_stderr: String::new(),
+        }
+    }
+
+    pub fn passed(&self) -> bool {
+        self.verdict == Verdict::Pass
+    }
+
+    /// A failure message for a test runner: what failed and where.
+    pub fn summary(&self) -> String {
+        let mut out = self.failure.clone().unwrap_or_default();
+        if let Some(step) = self.steps.iter().find(|s| s.verdict == Verdict::Fail) {
+            out = format!("step {} failed:\n{}", step.label, out);
+        }
+        if !self.server_stderr.is_empty() {
+            let tail: Vec<&str> = self.server_stderr.lines().rev().take(20).collect();
+            let tail: Vec<&str> = tail.into_iter().rev().collect();
+            out.push_str("\n--- server stderr (last lines) ---\n");
+            out.push_str(&tail.join("\n"));
+        }
+        out
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct StepEvidence {
+    pub index: usize,
+    pub label: String,
+    pub kind: String,
+    pub note: Option<String>,
+    pub verdict: Verdict,
+    pub duration_ms: u64,
+    pub error: Option<String>,
+    pub exchanges: Vec<Exchange>,
+    pub assertions: Vec<Assertion>,
+}
+
+/// One request and what came back, with times relative to the scenario start.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Exchange {
+    pub at_ms: u64,
+    pub duration_ms: u64,
+    pub request: Value,
+    pub response: Value,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Assertion {
+    pub what: String,
+    pub ok: bool,
+    pub detail: Option<String>,
+}
+
+/// Shorten long strings so the evidence stays readable; the length is kept.
+pub fn abbreviate(value: &Value) -> Value {
+    match value {
+        Value::String(s) if s.len() > MAX_RECORDED_STRING => {
+            let mut end = MAX_RECORDED_STRING;
+            while !s.is_char_boundary(end) {
+                end -= 1;
+            }
+            Value::String(format!(
+                "{}…[{} more bytes not recorded]",
+                &s[..end],
+                s.len() - end
+            ))
+        }
+        Value::Array(items) => Value::Array(items.iter().map(abbreviate).collect()),
+        Value::Object(map) => Value::Object(
+            map.iter()
+                .map(|(k, v)| (k.clone(), abbreviate(v)))
+                .collect(),
+        ),
+        other => other.clone(),
+    }
+}
+
+/// The environment part of the evidence: versions, commit, OS, start time.
+pub fn environment(server: &std::path::Path, workspace: &std::path::Path) -> RunEvidence {
+    RunEvidence {
+        harness_version: env!("CARGO_PKG_VERSION").to_string(),
+        server_path: server.display().to_string(),
+        server_version: command_output(Command::new(server).arg("--version"))
+            .unwrap_or_else(|| "unknown (--version failed)".into()),
+        git_commit: command_output(
+            Command::new("git")
+                .args(["rev-parse", "HEAD"])
+                .current_dir(workspace),
+        ),
+        os: command_output(Command::new("uname").arg("-srmo"))
+            .unwrap_or_else(|| std::env::consts::OS.to_string()),
+        started_at: now_rfc3339(),
+        ..RunEvidence::default()
+    }
+}
+
+fn command_output(cmd: &mut Command) -> Option<String> {
+    let out = cmd.output().ok()?;
+    let text = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    (out.status.success() && !text.is_empty()).then_some(text)
+}
+
+/// Current UTC time as RFC 3339 with milliseconds.
+pub fn now_rfc3339() -> String {
+    let since = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default();
+    rfc3339(since.as_secs(), since.subsec_millis())
+}
+
+fn rfc3339(secs: u64, millis: u32) -> String {
+    let days = (secs / 86_400) as i64;
+    let rem = secs % 86_400;
+    let (y, m, d) = civil_from_days(days);
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{millis:03}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
+/// Days since 1970-01-01 to a proleptic Gregorian date (Howard Hinnant's algorithm).
+fn civil_from_days(z: i64) -> (i64, u32, u32) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    (y, m, d)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn formats_rfc3339() {
+        assert_eq!(rfc3339(0, 0), "1970-01-01T00:00:00.000Z");
+        assert_eq!(rfc3339(951_782_400 + 3661, 7), "2000-02-29T01:01:01.007Z");
+        assert_eq!(rfc3339(1_767_225_599, 999), "2025-12-31T23:59:59.999Z");
+    }
+
+    #[test]
+    fn abbreviates_long_strings_only() {
+        let long = "é".repeat(3000);
+        let v = abbreviate(&json!({"a": [long], "b": "short"}));
+        let s = v["a"][0].as_str().unwrap();
+        assert!(s.contains("more bytes not recorded"));
+        assert_eq!(v["b"], "short");
+    }
+}

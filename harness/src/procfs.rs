@@ -1,0 +1,88 @@
+//! Process facts from /proc: is a PID alive, who is in a process group, a zombie's status.
+//! A zombie has ended: it counts as gone.
+
+use std::fs;
+
+/// Fields of /proc/<pid>/stat after the `(comm)` field: index 0 is field 3 (`state`).
+fn stat_fields(pid: u32) -> Option<Vec<String>> {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // comm may contain spaces and parentheses; it ends at the last ')'.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    Some(rest.split_whitespace().map(str::to_string).collect())
+}
+
+fn is_dead_state(state: &str) -> bool {
+    matches!(state, "Z" | "X" | "x")
+}
+
+/// True while the process exists and has not ended (zombies are ended).
+pub fn is_alive(pid: u32) -> bool {
+    stat_fields(pid)
+        .and_then(|f| f.first().cloned())
+        .is_some_and(|state| !is_dead_state(&state))
+}
+
+/// Live processes whose process group is `pgid`.
+pub fn group_members(pgid: u32) -> Vec<u32> {
+    let Ok(entries) = fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            stat_fields(*pid)
+                .is_some_and(|f| f.len() > 2 && !is_dead_state(&f[0]) && f[2].parse() == Ok(pgid))
+        })
+        .collect()
+}
+
+/// For a zombie: (exit code, terminating signal) from the wait status in field 52.
+pub fn zombie_status(pid: u32) -> Option<(Option<i32>, Option<i32>)> {
+    let fields = stat_fields(pid)?;
+    if fields.first().map(String::as_str) != Some("Z") {
+        return None;
+    }
+    let status: i32 = fields.get(49)?.parse().ok()?;
+    let signal = status & 0x7f;
+    Some(if signal == 0 {
+        (Some((status >> 8) & 0xff), None)
+    } else {
+        (None, Some(signal))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn own_process_is_alive_and_in_its_group() {
+        let me = std::process::id();
+        assert!(is_alive(me));
+        let pgid = nix::unistd::getpgrp().as_raw() as u32;
+        assert!(group_members(pgid).contains(&me));
+        assert_eq!(zombie_status(me), None);
+    }
+
+    #[test]
+    fn reaped_child_is_gone_and_zombie_reports_status() {
+        let mut child = std::process::Command::new("/bin/sh")
+            .args(["-c", "exit 3"])
+            .spawn()
+            .unwrap();
+        let pid = child.id();
+        // Until reaped it is a zombie carrying its status.
+        let mut status = None;
+        for _ in 0..500 {
+            status = zombie_status(pid);
+            if status.is_some() {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        assert_eq!(status, Some((Some(3), None)));
+        assert!(!is_alive(pid));
+        child.wait().unwrap();
+        assert!(!is_alive(pid));
+    }
+}

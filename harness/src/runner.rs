@@ -1,0 +1,437 @@
+//! Running one scenario: a fresh root and config, a fresh server, the steps under the
+//! scenario's time bound, then cleanup checks that hold whether the steps passed or not.
+//!
+//! Flow at a glance: `run_scenario` takes the serial lock and a runtime → `prepare_config`
+//! (make-config + merge) → `McpServer::start` → steps (`steps.rs`) → server shutdown →
+//! every `process_id` seen must be gone → verdict.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::sync::{PoisonError, RwLock};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use crate::client::McpServer;
+use crate::evidence::{Assertion, Exchange, ScenarioEvidence, StepEvidence, Verdict, abbreviate};
+use crate::procfs;
+use crate::scenario::{Scenario, ServerSetup};
+use crate::vars::Vars;
+
+/// `serial` scenarios take the write side; all others share the read side.
+static SERIAL: RwLock<()> = RwLock::new(());
+
+/// How long leftover session processes may take to disappear after the server exits.
+const LEFTOVER_GRACE: Duration = Duration::from_secs(5);
+/// Bound on `make-config`.
+const MAKE_CONFIG_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Which server binary to test; `demo-process` is its sibling.
+#[derive(Debug, Clone)]
+pub struct ServerSpec {
+    pub server: PathBuf,
+    pub demo: PathBuf,
+}
+
+impl ServerSpec {
+    pub fn beside(server: PathBuf) -> Self {
+        let demo = server.with_file_name("demo-process");
+        ServerSpec { server, demo }
+    }
+}
+
+/// Run one scenario to a verdict; never panics on server misbehaviour.
+pub fn run_scenario(scenario: &Scenario, spec: &ServerSpec) -> ScenarioEvidence {
+    let serial = scenario.is_serial();
+    let _exclusive = serial.then(|| SERIAL.write().unwrap_or_else(PoisonError::into_inner));
+    let _shared = (!serial).then(|| SERIAL.read().unwrap_or_else(PoisonError::into_inner));
+    let began = Instant::now();
+    let mut ev = ScenarioEvidence::new(&scenario.name, &scenario.description, &scenario.tags);
+    match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt.block_on(execute(scenario, spec, &mut ev)),
+        Err(e) => ev.failure = Some(format!("cannot build a runtime: {e}")),
+    }
+    ev.duration_ms = began.elapsed().as_millis() as u64;
+    ev.verdict = if ev.failure.is_none() && ev.final_checks.iter().all(|c| c.ok) {
+        Verdict::Pass
+    } else {
+        Verdict::Fail
+    };
+    if ev.failure.is_none()
+        && let Some(check) = ev.final_checks.iter().find(|c| !c.ok)
+    {
+        ev.failure = Some(format!(
+            "{}: {}",
+            check.what,
+            check.detail.clone().unwrap_or_default()
+        ));
+    }
+    ev
+}
+
+async fn execute(scenario: &Scenario, spec: &ServerSpec, ev: &mut ScenarioEvidence) {
+    let dirs = (
+        tempfile::Builder::new()
+            .prefix("mcp-terminal-root-")
+            .tempdir(),
+        tempfile::Builder::new()
+            .prefix("mcp-terminal-config-")
+            .tempdir(),
+    );
+    let (Ok(root_dir), Ok(config_dir)) = dirs else {
+        ev.failure = Some("cannot create temporary directories".into());
+        return;
+    };
+    // /tmp may be a symlink; the server reports canonical paths.
+    let root = match root_dir.path().canonicalize() {
+        Ok(root) => root,
+        Err(e) => {
+            ev.failure = Some(format!("cannot canonicalize the root: {e}"));
+            return;
+        }
+    };
+    ev.root = root.display().to_string();
+    let mut vars = Vars::default();
+    vars.set("root", Value::String(root.display().to_string()));
+    vars.set("demo", Value::String(spec.demo.display().to_string()));
+    let (server_args, config) =
+        match prepare_config(&scenario.server, spec, &root, config_dir.path(), &vars).await {
+            Ok(prepared) => prepared,
+            Err(e) => {
+                ev.failure = Some(e);
+                return;
+            }
+        };
+    ev.config = config.clone();
+    let mut run = Run {
+        scenario,
+        spec,
+        ev,
+        started: Instant::now(),
+        root,
+        server_args,
+        config,
+        vars,
+        server: None,
+        seen_pids: BTreeSet::new(),
+        watched_pids: BTreeSet::new(),
+    };
+    let bound = Duration::from_millis(scenario.timeout_ms);
+    match tokio::time::timeout(bound, run.start_and_run_steps()).await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => run.ev.failure = Some(e),
+        Err(_) => {
+            let msg = format!("scenario exceeded its timeout_ms {}", scenario.timeout_ms);
+            if let Some(step) = run.ev.steps.last_mut()
+                && step.verdict == Verdict::Fail
+                && step.error.is_none()
+            {
+                step.error = Some(msg.clone());
+            }
+            run.ev.failure = Some(msg);
+        }
+    }
+    run.finish().await;
+    drop(root_dir);
+}
+
+/// Write the scenario's config: the `make-config` output with the scenario's overrides.
+/// Returns the server's arguments and the config written (null without a config).
+async fn prepare_config(
+    setup: &ServerSetup,
+    spec: &ServerSpec,
+    root: &Path,
+    config_dir: &Path,
+    vars: &Vars,
+) -> Result<(Vec<String>, Value), String> {
+    let mut args = vec!["stdio".to_string()];
+    if setup.no_config {
+        args.extend(setup.args.iter().cloned());
+        return Ok((args, Value::Null));
+    }
+    let path = config_dir.join("config.json");
+    let mut cmd = tokio::process::Command::new(&spec.server);
+    cmd.arg("make-config")
+        .arg("--output")
+        .arg(&path)
+        .arg("--root")
+        .arg(root)
+        .kill_on_drop(true);
+    if setup.shells {
+        cmd.arg("--shells");
+    }
+    let out = tokio::time::timeout(MAKE_CONFIG_TIMEOUT, cmd.output())
+        .await
+        .map_err(|_| "make-config timed out".to_string())?
+        .map_err(|e| format!("cannot run {} make-config: {e}", spec.server.display()))?;
+    if !out.status.success() {
+        return Err(format!(
+            "make-config failed ({}): {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    let text = std::fs::read_to_string(&path)
+        .map_err(|e| format!("make-config wrote no readable {}: {e}", path.display()))?;
+    let mut config: Value =
+        serde_json::from_str(&text).map_err(|e| format!("make-config output is not JSON: {e}"))?;
+    let overrides = vars.subst(&Value::Object(setup.config.clone()))?;
+    let profiles = vars.subst(&Value::Object(setup.profiles.clone()))?;
+    merge_config(&mut config, &overrides, &profiles)?;
+    let pretty = serde_json::to_string_pretty(&config).map_err(|e| e.to_string())?;
+    std::fs::write(&path, pretty).map_err(|e| format!("cannot write the config: {e}"))?;
+    args.extend(["--config".to_string(), path.display().to_string()]);
+    args.extend(setup.args.iter().cloned());
+    Ok((args, config))
+}
+
+/// Top-level keys replace; `commands` entries merge by id, key by key; profiles are added.
+fn merge_config(config: &mut Value, overrides: &Value, profiles: &Value) -> Result<(), String> {
+    let top = config
+        .as_object_mut()
+        .ok_or("make-config output is not a JSON object")?;
+    for (key, value) in overrides.as_object().into_iter().flatten() {
+        match (key.as_str(), top.get_mut(key), value) {
+            ("commands", Some(Value::Object(commands)), Value::Object(updates)) => {
+                for (id, update) in updates {
+                    match (commands.get_mut(id), update) {
+                        (Some(Value::Object(profile)), Value::Object(fields)) => {
+                            profile.extend(fields.clone());
+                        }
+                        _ => {
+                            commands.insert(id.clone(), update.clone());
+                        }
+                    }
+                }
+            }
+            _ => {
+                top.insert(key.clone(), value.clone());
+            }
+        }
+    }
+    if let Some(extra) = profiles.as_object().filter(|p| !p.is_empty()) {
+        let commands = top
+            .entry("commands")
+            .or_insert_with(|| json!({}))
+            .as_object_mut()
+            .ok_or("config `commands` is not an object")?;
+        commands.extend(extra.clone());
+    }
+    Ok(())
+}
+
+/// One scenario in progress.
+pub(crate) struct Run<'a> {
+    pub scenario: &'a Scenario,
+    pub spec: &'a ServerSpec,
+    pub ev: &'a mut ScenarioEvidence,
+    pub started: Instant,
+    pub root: PathBuf,
+    pub server_args: Vec<String>,
+    pub config: Value,
+    pub vars: Vars,
+    pub server: Option<McpServer>,
+    /// Every `process_id` any result reported: all must be gone at the end.
+    pub seen_pids: BTreeSet<u32>,
+    /// Other PIDs the scenario checked (descendants); killed at the end if still alive.
+    pub watched_pids: BTreeSet<u32>,
+}
+
+impl Run<'_> {
+    async fn start_and_run_steps(&mut self) -> Result<(), String> {
+        let server = McpServer::start(&self.spec.server, &self.server_args, &self.root).await?;
+        self.vars.set("server_pid", Value::from(server.pid));
+        self.server = Some(server);
+        let steps = &self.scenario.steps;
+        for (index, step) in steps.iter().enumerate() {
+            self.ev.steps.push(StepEvidence {
+                index,
+                label: step.label(index),
+                kind: step.action.kind(),
+                note: step.note.clone(),
+                verdict: Verdict::Fail,
+                duration_ms: 0,
+                error: None,
+                exchanges: Vec::new(),
+                assertions: Vec::new(),
+            });
+            let began = Instant::now();
+            let result = self.step(step).await;
+            let evidence = self.ev.steps.last_mut().expect("pushed above");
+            evidence.duration_ms = began.elapsed().as_millis() as u64;
+            match result {
+                Ok(()) => evidence.verdict = Verdict::Pass,
+                Err(e) => {
+                    evidence.error = Some(e.clone());
+                    for (later, rest) in steps.iter().enumerate().skip(index + 1) {
+                        self.ev.steps.push(StepEvidence {
+                            index: later,
+                            label: rest.label(later),
+                            kind: rest.action.kind(),
+                            note: rest.note.clone(),
+                            verdict: Verdict::Skipped,
+                            duration_ms: 0,
+                            error: None,
+                            exchanges: Vec::new(),
+                            assertions: Vec::new(),
+                        });
+                    }
+                    return Err(e);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Cleanup checks, run after the steps whatever their outcome.
+    async fn finish(&mut self) {
+        if let Some(server) = self.server.as_mut() {
+            for note in server.shutdown().await {
+                self.ev.final_checks.push(Assertion {
+                    what: "server exits on stdin EOF".into(),
+                    ok: false,
+                    detail: Some(note),
+                });
+            }
+            self.ev.server_stderr = server.stderr();
+        }
+        let pids: Vec<u32> = self.seen_pids.iter().copied().collect();
+        let left = wait_gone(&pids, LEFTOVER_GRACE).await;
+        self.ev.final_checks.push(Assertion {
+            what: format!("no session process is left alive ({} seen)", pids.len()),
+            ok: left.is_empty(),
+            detail: (!left.is_empty()).then(|| format!("still alive: {left:?}")),
+        });
+        self.kill_leftovers();
+    }
+
+    /// Keep the machine clean after a failing server: kill leftover session groups and
+    /// descendants, but only processes that run a program this scenario's config names.
+    fn kill_leftovers(&self) {
+        let programs = self.programs();
+        for &pid in self.seen_pids.iter().chain(&self.watched_pids) {
+            if procfs::is_alive(pid) && runs_one_of(pid, &programs) {
+                let target = nix::unistd::Pid::from_raw(pid as i32);
+                let _ = nix::sys::signal::killpg(target, nix::sys::signal::Signal::SIGKILL);
+                let _ = nix::sys::signal::kill(target, nix::sys::signal::Signal::SIGKILL);
+            }
+        }
+    }
+
+    fn programs(&self) -> Vec<String> {
+        let mut programs = vec![self.spec.demo.display().to_string()];
+        if let Some(commands) = self.config.get("commands").and_then(Value::as_object) {
+            programs.extend(
+                commands
+                    .values()
+                    .filter_map(|p| p.pointer("/argv/0")?.as_str().map(str::to_string)),
+            );
+        }
+        programs
+    }
+
+    fn step_evidence(&mut self) -> &mut StepEvidence {
+        self.ev.steps.last_mut().expect("a step is running")
+    }
+
+    /// Record one request/response pair on the running step.
+    pub fn record(&mut self, request: Value, response: &Value, began: Instant) {
+        let at_ms = began.duration_since(self.started).as_millis() as u64;
+        let exchange = Exchange {
+            at_ms,
+            duration_ms: began.elapsed().as_millis() as u64,
+            request: abbreviate(&request),
+            response: abbreviate(response),
+        };
+        self.step_evidence().exchanges.push(exchange);
+    }
+
+    /// Record an assertion on the running step and pass its result through.
+    pub fn check(
+        &mut self,
+        what: impl Into<String>,
+        result: Result<(), String>,
+    ) -> Result<(), String> {
+        let what = what.into();
+        let assertion = Assertion {
+            what: what.clone(),
+            ok: result.is_ok(),
+            detail: result.as_ref().err().cloned(),
+        };
+        self.step_evidence().assertions.push(assertion);
+        result.map_err(|e| format!("{what}: {e}"))
+    }
+
+    /// Note every `process_id` in a result, for the final leftover check.
+    pub fn note_pids(&mut self, value: &Value) {
+        match value {
+            Value::Object(map) => {
+                for (key, v) in map {
+                    if key == "process_id"
+                        && let Some(pid) = v.as_u64()
+                    {
+                        self.seen_pids.insert(pid as u32);
+                    }
+                    self.note_pids(v);
+                }
+            }
+            Value::Array(items) => items.iter().for_each(|v| self.note_pids(v)),
+            _ => {}
+        }
+    }
+}
+
+/// Wait until none of `pids` is alive; returns those still alive at the deadline.
+pub(crate) async fn wait_gone(pids: &[u32], within: Duration) -> Vec<u32> {
+    let deadline = Instant::now() + within;
+    loop {
+        let alive: Vec<u32> = pids
+            .iter()
+            .copied()
+            .filter(|p| procfs::is_alive(*p))
+            .collect();
+        if alive.is_empty() || Instant::now() >= deadline {
+            return alive;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+fn runs_one_of(pid: u32, programs: &[String]) -> bool {
+    let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
+        return false;
+    };
+    let argv0 = cmdline.split(|b| *b == 0).next().unwrap_or_default();
+    let argv0 = String::from_utf8_lossy(argv0);
+    programs.iter().any(|p| *p == argv0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn merges_top_level_commands_and_profiles() {
+        let mut config = json!({
+            "max_sessions": 8,
+            "commands": {"stream": {"argv": ["/d", "stream"], "mode": "pipe", "allowed_env": []}},
+        });
+        let overrides = json!({
+            "max_sessions": 1,
+            "commands": {"stream": {"allowed_env": ["FOO"]}, "new": {"argv": ["/x"]}},
+        });
+        let profiles = json!({"sh": {"argv": ["/bin/sh", "-c", "echo hi"]}});
+        merge_config(&mut config, &overrides, &profiles).unwrap();
+        assert_eq!(config["max_sessions"], 1);
+        assert_eq!(
+            config["commands"]["stream"],
+            json!({"argv": ["/d", "stream"], "mode": "pipe", "allowed_env": ["FOO"]})
+        );
+        assert_eq!(config["commands"]["new"], json!({"argv": ["/x"]}));
+        assert_eq!(config["commands"]["sh"]["argv"][2], "echo hi");
+    }
+}

@@ -1,0 +1,685 @@
+//! What each kind of step does. Every step records its exchanges and assertions on the
+//! running step's evidence and returns an error that says what failed.
+
+use std::path::{Component, Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::Signal;
+use regex::Regex;
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+
+use crate::collect::Collector;
+use crate::matcher;
+use crate::procfs;
+use crate::raw::{LINE_TIMEOUT, RawServer};
+use crate::runner::{Run, wait_gone};
+use crate::scenario::{
+    Action, CallStep, CollectStep, FsStep, ProcState, ProcessStep, RawAction, Saves, ServerStep,
+    SignalName, Step, TextAssert, UntilStep,
+};
+use crate::vars::lookup_path;
+
+/// Pause between repeated calls of an `until` step; the server-side `wait_ms` does the rest.
+const POLL_PAUSE: Duration = Duration::from_millis(10);
+
+/// A tool result split into the parts assertions look at.
+struct Reply {
+    structured: Value,
+    is_error: bool,
+}
+
+impl Run<'_> {
+    pub(crate) async fn step(&mut self, step: &Step) -> Result<(), String> {
+        match &step.action {
+            Action::Call(c) => self.call_step(c).await,
+            Action::Until(u) => self.until_step(u).await,
+            Action::Collect(c) => self.collect_step(c).await,
+            Action::Process(p) => self.process_step(p).await,
+            Action::Server(s) => self.server_step(s).await,
+            Action::Raw(actions) => self.raw_step(actions).await,
+            Action::ListTools(m) => {
+                let began = Instant::now();
+                let tools = self.connected()?.list_tools().await;
+                let response = tools.clone().unwrap_or_else(|e| json!({"error": e}));
+                self.record(json!({"method": "tools/list"}), &response, began);
+                let expected = self.vars.subst(&m.0)?;
+                self.matches("tools/list matches", &expected, &tools?)
+            }
+            Action::ServerInfo(m) => {
+                let info = self.connected()?.server_info()?;
+                self.record(json!({"method": "initialize"}), &info, Instant::now());
+                let expected = self.vars.subst(&m.0)?;
+                self.matches("initialize result matches", &expected, &info)
+            }
+            Action::Fs(fs) => self.fs_step(fs),
+        }
+    }
+
+    fn connected(&self) -> Result<&crate::client::McpServer, String> {
+        self.server
+            .as_ref()
+            .filter(|s| s.is_connected())
+            .ok_or_else(|| "the server was stopped by an earlier server step".to_string())
+    }
+
+    /// Call a tool, record the exchange, and check that the text content is the same JSON as
+    /// structuredContent (SPEC §4).
+    async fn tool(&mut self, tool: &str, args: &Value) -> Result<Reply, String> {
+        let began = Instant::now();
+        let result = self.connected()?.call(tool, args).await;
+        let response = match &result {
+            Ok(v) => v.clone(),
+            Err(e) => json!({"protocol_error": e}),
+        };
+        self.record(json!({"tool": tool, "arguments": args}), &response, began);
+        let raw = result?;
+        let reply = Reply {
+            structured: raw.get("structuredContent").cloned().unwrap_or(Value::Null),
+            is_error: raw.get("isError") == Some(&Value::Bool(true)),
+        };
+        self.note_pids(&reply.structured);
+        if let Err(e) = text_content_matches(&raw) {
+            let what = format!("{tool}: text content equals structuredContent");
+            return self.check(what, Err(e)).map(|()| reply);
+        }
+        Ok(reply)
+    }
+
+    fn matches(&mut self, what: &str, expected: &Value, actual: &Value) -> Result<(), String> {
+        let result =
+            matcher::check(expected, actual).map_err(|m| matcher::explain(expected, actual, &m));
+        self.check(what, result)
+    }
+
+    fn save(&mut self, saves: &Saves, from: &Value) -> Result<(), String> {
+        for (var, path) in saves {
+            let value = lookup_path(from, path)
+                .ok_or_else(|| format!("save {var}: no `{path}` in {from}"))?
+                .clone();
+            self.check(format!("saved ${{{var}}} = {value}"), Ok(()))?;
+            self.vars.set(var, value);
+        }
+        Ok(())
+    }
+
+    async fn call_step(&mut self, c: &CallStep) -> Result<(), String> {
+        let args = self.vars.subst(&c.args)?;
+        if let Some(ms) = c.cancel_after_ms {
+            return self.cancelled_call(&c.tool, &args, ms).await;
+        }
+        let expected = match (&c.expect, &c.expect_error) {
+            (_, Some(code)) => json!({"ok": false, "error": {"code": self.vars.subst_text(code)?}}),
+            (Some(m), None) => self.vars.subst(&m.0)?,
+            // A call with no expectation must at least succeed.
+            (None, None) => json!({"ok": true}),
+        };
+        let reply = self.tool(&c.tool, &args).await?;
+        if let Some(ok) = expected.get("ok").and_then(Value::as_bool) {
+            let want_error = !ok;
+            let result = if reply.is_error == want_error {
+                Ok(())
+            } else {
+                Err(format!(
+                    "isError is {}, expected {want_error}: {}",
+                    reply.is_error, reply.structured
+                ))
+            };
+            self.check(format!("isError is {want_error}"), result)?;
+        }
+        self.matches(
+            &format!("{} result matches", c.tool),
+            &expected,
+            &reply.structured,
+        )?;
+        self.save(&c.save, &reply.structured)
+    }
+
+    async fn cancelled_call(&mut self, tool: &str, args: &Value, ms: u64) -> Result<(), String> {
+        let began = Instant::now();
+        let outcome = self
+            .connected()?
+            .call_then_cancel(tool, args, Duration::from_millis(ms))
+            .await;
+        let response = match &outcome {
+            Ok(None) => json!({"cancelled_after_ms": ms}),
+            Ok(Some(result)) => result.clone(),
+            Err(e) => json!({"protocol_error": e}),
+        };
+        self.record(
+            json!({"tool": tool, "arguments": args, "cancel_after_ms": ms}),
+            &response,
+            began,
+        );
+        let result = match outcome? {
+            None => Ok(()),
+            Some(result) => {
+                if let Some(s) = result.get("structuredContent") {
+                    self.note_pids(&s.clone());
+                }
+                Err(format!(
+                    "the call completed before the cancellation: {result}"
+                ))
+            }
+        };
+        self.check(
+            format!("{tool} is still running after {ms} ms and is cancelled"),
+            result,
+        )
+    }
+
+    async fn until_step(&mut self, u: &UntilStep) -> Result<(), String> {
+        let spec = &u.spec;
+        let began = Instant::now();
+        let within = Duration::from_millis(spec.within_ms);
+        let mut calls = 0;
+        loop {
+            let args = self.vars.subst(&spec.args)?;
+            let expected = self.vars.subst(&spec.matches.0)?;
+            let reply = self.tool(&spec.call, &args).await?;
+            calls += 1;
+            match matcher::check(&expected, &reply.structured) {
+                Ok(()) => {
+                    self.check(format!("{} matched after {calls} calls", spec.call), Ok(()))?;
+                    return self.save(&u.save, &reply.structured);
+                }
+                Err(m) if calls >= spec.max_calls || began.elapsed() >= within => {
+                    let detail = format!(
+                        "not matched after {calls} calls in {} ms; last result:\n{}",
+                        began.elapsed().as_millis(),
+                        matcher::explain(&expected, &reply.structured, &m)
+                    );
+                    return self.check(format!("until {} matches", spec.call), Err(detail));
+                }
+                Err(_) => tokio::time::sleep(POLL_PAUSE).await,
+            }
+        }
+    }
+
+    async fn collect_step(&mut self, c: &CollectStep) -> Result<(), String> {
+        let spec = &c.spec;
+        let session = self.vars.subst_text(&spec.session)?;
+        let from = self
+            .vars
+            .subst(&spec.from)?
+            .as_u64()
+            .ok_or("collect `from` must be a non-negative integer")?;
+        let mut collector = Collector::new(from, spec.max_bytes, spec.strip_ansi);
+        let began = Instant::now();
+        let within = Duration::from_millis(spec.within_ms);
+        loop {
+            let args = json!({
+                "session_id": session, "cursor": collector.cursor(), "max_bytes": spec.max_bytes,
+                "wait_ms": spec.wait_ms, "strip_ansi": spec.strip_ansi,
+            });
+            let reply = self.tool("terminal_read", &args).await?;
+            let done = collector.accept(&reply.structured);
+            if reply.is_error != (reply.structured.get("ok") != Some(&Value::Bool(true))) {
+                return self.check(
+                    "terminal_read: isError agrees with ok",
+                    Err(format!(
+                        "isError {} for {}",
+                        reply.is_error, reply.structured
+                    )),
+                );
+            }
+            if self.check_page(done, &collector)? {
+                break;
+            }
+            if collector.pages() >= spec.max_pages || began.elapsed() >= within {
+                return self.check(
+                    "collect reaches the end of output",
+                    Err(format!(
+                        "not complete after {} pages in {} ms; so far: {}",
+                        collector.pages(),
+                        began.elapsed().as_millis(),
+                        collector.result()
+                    )),
+                );
+            }
+        }
+        let result = collector.result();
+        self.check(
+            format!(
+                "collected {} pages to cursor {}",
+                collector.pages(),
+                collector.cursor()
+            ),
+            Ok(()),
+        )?;
+        if let Some(m) = &c.expect {
+            let expected = self.vars.subst(&m.0)?;
+            self.matches("collected output matches", &expected, &result)?;
+        }
+        for a in &c.assert {
+            let outcome = self.text_assert(a, &result);
+            self.check(describe_assert(a), outcome)?;
+        }
+        self.save(&c.save, &result)?;
+        for (var, s) in &c.save_regex {
+            let text = result
+                .get(&s.field)
+                .and_then(Value::as_str)
+                .ok_or_else(|| format!("save_regex {var}: no text field `{}`", s.field))?;
+            let re = Regex::new(&s.regex).map_err(|e| format!("save_regex {var}: {e}"))?;
+            let captured: Vec<Value> = re
+                .captures_iter(text)
+                .filter_map(|c| c.get(1).map(|m| Value::String(m.as_str().into())))
+                .collect();
+            let value = match (s.all, captured.first()) {
+                (true, _) => Value::Array(captured.clone()),
+                (false, Some(first)) => first.clone(),
+                (false, None) => {
+                    return Err(format!("save_regex {var}: /{}/ does not match", s.regex));
+                }
+            };
+            self.check(format!("saved ${{{var}}} = {value}"), Ok(()))?;
+            self.vars.set(var, value);
+        }
+        Ok(())
+    }
+
+    /// Record a failed page rule; pass through whether collection is done.
+    fn check_page(&mut self, done: Result<bool, String>, c: &Collector) -> Result<bool, String> {
+        match done {
+            Ok(done) => Ok(done),
+            Err(e) => {
+                let what = format!("page {} follows the paging rules", c.pages() + 1);
+                self.check(what, Err(e)).map(|()| false)
+            }
+        }
+    }
+
+    fn text_assert(&self, a: &TextAssert, result: &Value) -> Result<(), String> {
+        let text = result
+            .get(&a.field)
+            .and_then(Value::as_str)
+            .ok_or_else(|| format!("no text field `{}` in the collected result", a.field))?;
+        let shown = || {
+            let head: String = text.chars().take(400).collect();
+            format!("{head:?}{}", if head.len() < text.len() { "…" } else { "" })
+        };
+        if let Some(sub) = &a.contains {
+            let sub = self.vars.subst_text(sub)?;
+            if !text.contains(&sub) {
+                return Err(format!("{} does not contain {sub:?}", shown()));
+            }
+        }
+        if let Some(re) = &a.regex {
+            let re = Regex::new(&self.vars.subst_text(re)?).map_err(|e| e.to_string())?;
+            if !re.is_match(text) {
+                return Err(format!("{} does not match /{re}/", shown()));
+            }
+        }
+        if let Some(len) = a.length {
+            let got = text.chars().count() as u64;
+            if got != len {
+                return Err(format!("length {got} code points, expected {len}"));
+            }
+        }
+        if let Some(want) = &a.sha256 {
+            let got = sha256_hex(text.as_bytes());
+            if !got.eq_ignore_ascii_case(want) {
+                return Err(format!("sha256 {got}, expected {want}"));
+            }
+        }
+        if let Some(want) = &a.equals {
+            let want = self.vars.subst_text(want)?;
+            if text != want {
+                let diff = similar::TextDiff::from_lines(&want, text)
+                    .unified_diff()
+                    .header("expected", "actual")
+                    .to_string();
+                return Err(format!("text differs:\n{diff}"));
+            }
+        }
+        Ok(())
+    }
+
+    async fn process_step(&mut self, p: &ProcessStep) -> Result<(), String> {
+        let pids = match &p.pids {
+            Some(v) => pid_list(&self.vars.subst(v)?)?,
+            None => Vec::new(),
+        };
+        self.watched_pids.extend(&pids);
+        let group = match &p.group {
+            Some(v) => Some(pid_of(&self.vars.subst(v)?)?),
+            None => None,
+        };
+        let began = Instant::now();
+        let within = Duration::from_millis(p.within_ms);
+        let state = |pids: &[u32]| {
+            let alive: Vec<u32> = pids
+                .iter()
+                .copied()
+                .filter(|p| procfs::is_alive(*p))
+                .collect();
+            let members = group.map(procfs::group_members).unwrap_or_default();
+            (alive, members)
+        };
+        loop {
+            let (alive, members) = state(&pids);
+            let holds = match p.state {
+                ProcState::Gone => alive.is_empty() && members.is_empty(),
+                ProcState::Alive => {
+                    alive.len() == pids.len() && (group.is_none() || !members.is_empty())
+                }
+            };
+            if holds || began.elapsed() >= within {
+                let what = format!(
+                    "processes {pids:?}{} are {:?} within {} ms",
+                    group.map(|g| format!(" and group {g}")).unwrap_or_default(),
+                    p.state,
+                    p.within_ms
+                );
+                let detail = format!("alive: {alive:?}, group members: {members:?}");
+                let result = if holds { Ok(()) } else { Err(detail) };
+                return self.check(what, result);
+            }
+            tokio::time::sleep(POLL_PAUSE).await;
+        }
+    }
+
+    async fn server_step(&mut self, s: &ServerStep) -> Result<(), String> {
+        let within = Duration::from_millis(s.within_ms);
+        let extra_pids = match &s.pids {
+            Some(v) => pid_list(&self.vars.subst(v)?)?,
+            None => Vec::new(),
+        };
+        self.watched_pids.extend(&extra_pids);
+        self.connected()?;
+        let server = self.server.as_mut().expect("connected");
+        let began = Instant::now();
+        if let Some(name) = s.signal {
+            let sig = match name {
+                SignalName::Term => Signal::SIGTERM,
+                SignalName::Int => Signal::SIGINT,
+                SignalName::Kill => Signal::SIGKILL,
+            };
+            server.signal(sig)?;
+        }
+        if s.close_stdin {
+            // The transport closes stdin, waits, and only then escalates; give it room.
+            let _ = tokio::time::timeout(within + Duration::from_secs(10), server.close()).await;
+        }
+        let exit = server.wait_exit(within).await;
+        server.close().await;
+        server.finish_stderr(Duration::from_secs(2)).await;
+        let (signals, killed) = server.transport_signals();
+        let stderr = server.stderr();
+        let pid = server.pid;
+        self.record(
+            json!({"server": {"pid": pid, "signal": s.signal.map(|n| format!("{n:?}")), "close_stdin": s.close_stdin}}),
+            &json!({"exit": exit.map(|e| e.describe()), "transport_signals": signals, "stderr": stderr}),
+            began,
+        );
+        let exit = match exit {
+            Some(exit) => exit,
+            None => {
+                return self.check(
+                    format!("server exits within {} ms", s.within_ms),
+                    Err("it did not exit".into()),
+                );
+            }
+        };
+        let took = exit.at.saturating_duration_since(began);
+        let prompt = if s.close_stdin && (!signals.is_empty() || killed) {
+            Err(format!(
+                "it did not exit on stdin EOF; the client transport had to send signals {signals:?}"
+            ))
+        } else if took > within {
+            Err(format!("it took {} ms", took.as_millis()))
+        } else {
+            Ok(())
+        };
+        self.check(format!("server exits within {} ms", s.within_ms), prompt)?;
+        if let Some(code) = s.expect_exit {
+            let result = if exit.code == Some(code) {
+                Ok(())
+            } else {
+                Err(exit.describe())
+            };
+            self.check(format!("server exit code is {code}"), result)?;
+        }
+        if let Some(m) = &s.stderr {
+            let expected = self.vars.subst(&m.0)?;
+            self.matches("server stderr matches", &expected, &Value::String(stderr))?;
+        }
+        let mut pids: Vec<u32> = self.seen_pids.iter().copied().collect();
+        pids.extend(extra_pids);
+        let left = wait_gone(&pids, within).await;
+        let result = if left.is_empty() {
+            Ok(())
+        } else {
+            Err(format!("still alive: {left:?}"))
+        };
+        self.check(
+            format!("all {} session processes are gone", pids.len()),
+            result,
+        )
+    }
+
+    async fn raw_step(&mut self, actions: &[RawAction]) -> Result<(), String> {
+        let mut raw = RawServer::spawn(&self.spec.server, &self.server_args, &self.root)?;
+        let began = Instant::now();
+        self.record(
+            json!({"raw": "spawn", "args": self.server_args}),
+            &json!({"pid": raw.pid()}),
+            began,
+        );
+        let mut outcome = Ok(());
+        for action in actions {
+            let began = Instant::now();
+            let (request, result) = self.raw_action(&mut raw, action).await;
+            let response = match &result {
+                Ok(v) => v.clone(),
+                Err(e) => json!({"error": e}),
+            };
+            self.record(request, &response, began);
+            if let Err(e) = result {
+                outcome = Err(e);
+                break;
+            }
+        }
+        let began = Instant::now();
+        let (stderr, stdout_check) = raw.finish().await;
+        self.record(json!({"raw": "finish"}), &json!({"stderr": stderr}), began);
+        outcome?;
+        self.check("raw stdout carries only JSON lines", stdout_check)
+    }
+
+    async fn raw_action(
+        &mut self,
+        raw: &mut RawServer,
+        action: &RawAction,
+    ) -> (Value, Result<Value, String>) {
+        match action {
+            RawAction::Send(line) => match self.vars.subst_text(line) {
+                Ok(line) => {
+                    let r = raw.send_line(&line).await.map(|()| json!("sent"));
+                    (json!({"send": line}), r)
+                }
+                Err(e) => (json!({"send": line}), Err(e)),
+            },
+            RawAction::SendBytesHex(hex) => {
+                let r = raw.send_hex(hex).await.map(|n| json!({"sent_bytes": n}));
+                (json!({"send_bytes_hex": hex}), r)
+            }
+            RawAction::SendOversized(bytes) => {
+                let r = raw.send_oversized(*bytes).await.map(|()| json!("sent"));
+                (json!({"send_oversized": {"bytes": bytes}}), r)
+            }
+            RawAction::Initialize => (json!({"initialize": true}), raw.initialize().await),
+            RawAction::Expect(m) => {
+                let request = json!({"expect": m.0});
+                let line = match raw.read_json(LINE_TIMEOUT).await {
+                    Ok(line) => line,
+                    Err(e) => return (request, Err(e)),
+                };
+                let result = self.vars.subst(&m.0).and_then(|expected| {
+                    matcher::check(&expected, &line)
+                        .map_err(|mm| matcher::explain(&expected, &line, &mm))
+                });
+                let result = self
+                    .check("raw reply matches", result)
+                    .map(|()| line.clone());
+                (request, result.map_err(|e| format!("{e}\nline: {line}")))
+            }
+            RawAction::ExpectSilenceMs(ms) => {
+                let r = raw
+                    .silence(Duration::from_millis(*ms))
+                    .await
+                    .map(|()| json!("silent"));
+                (json!({"expect_silence_ms": ms}), r)
+            }
+            RawAction::CloseStdin => {
+                raw.close_stdin();
+                (json!({"close_stdin": true}), Ok(json!("closed")))
+            }
+            RawAction::ExpectExit(code) => {
+                let r = match raw.wait_exit(LINE_TIMEOUT).await {
+                    Ok(got) if got == Some(*code) => Ok(json!({"exit_code": got})),
+                    Ok(got) => Err(format!("exit code {got:?}, expected {code}")),
+                    Err(e) => Err(e),
+                };
+                (json!({"expect_exit": code}), r)
+            }
+        }
+    }
+
+    fn fs_step(&mut self, fs: &FsStep) -> Result<(), String> {
+        let began = Instant::now();
+        let (request, result) = if let Some(link) = &fs.symlink {
+            let path = self.inside_root(&link.path)?;
+            let target = self.vars.subst_text(&link.target)?;
+            (
+                json!({"symlink": {"path": path, "target": target}}),
+                std::os::unix::fs::symlink(&target, &path),
+            )
+        } else if let Some(dir) = &fs.mkdir {
+            let path = self.inside_root(dir)?;
+            (json!({"mkdir": path}), std::fs::create_dir_all(&path))
+        } else if let Some(w) = &fs.write {
+            let path = self.inside_root(&w.path)?;
+            let text = self.vars.subst_text(&w.text)?;
+            (
+                json!({"write": path, "bytes": text.len()}),
+                std::fs::write(&path, text),
+            )
+        } else {
+            return Err("an fs step needs symlink, mkdir or write".into());
+        };
+        let response = match &result {
+            Ok(()) => json!("done"),
+            Err(e) => json!({"error": e.to_string()}),
+        };
+        self.record(request, &response, began);
+        result.map_err(|e| format!("fs step failed: {e}"))
+    }
+
+    /// Scenario files may only touch their own root.
+    fn inside_root(&self, path: &str) -> Result<PathBuf, String> {
+        let path = PathBuf::from(self.vars.subst_text(path)?);
+        let escapes = path.components().any(|c| c == Component::ParentDir);
+        if !path.starts_with(&self.root) || escapes || path == Path::new(&self.root) {
+            return Err(format!(
+                "fs paths must be inside ${{root}} ({}): {}",
+                self.root.display(),
+                path.display()
+            ));
+        }
+        Ok(path)
+    }
+}
+
+fn describe_assert(a: &TextAssert) -> String {
+    let (op, arg) = if let Some(s) = &a.contains {
+        ("contains", format!("{s:?}"))
+    } else if let Some(s) = &a.regex {
+        ("matches", format!("/{s}/"))
+    } else if let Some(n) = a.length {
+        ("has length", n.to_string())
+    } else if let Some(s) = &a.sha256 {
+        ("has sha256", s.clone())
+    } else if let Some(s) = &a.equals {
+        ("equals", format!("{s:?}"))
+    } else {
+        ("?", String::new())
+    };
+    format!("{} {op} {arg}", a.field)
+}
+
+/// SPEC §4: the text content is the same JSON as structuredContent.
+fn text_content_matches(raw: &Value) -> Result<(), String> {
+    let structured = raw
+        .get("structuredContent")
+        .ok_or("the result has no structuredContent")?;
+    let text = raw
+        .pointer("/content/0/text")
+        .and_then(Value::as_str)
+        .ok_or("content[0] is not text")?;
+    let parsed: Value =
+        serde_json::from_str(text).map_err(|e| format!("content[0].text is not JSON: {e}"))?;
+    if &parsed == structured {
+        Ok(())
+    } else {
+        Err(format!(
+            "content[0].text {parsed} differs from structuredContent {structured}"
+        ))
+    }
+}
+
+fn pid_of(v: &Value) -> Result<u32, String> {
+    match v {
+        Value::Number(n) => n.as_u64().and_then(|n| u32::try_from(n).ok()),
+        Value::String(s) => s.trim().parse().ok(),
+        _ => None,
+    }
+    .filter(|pid| *pid > 1)
+    .ok_or_else(|| format!("not a PID: {v}"))
+}
+
+fn pid_list(v: &Value) -> Result<Vec<u32>, String> {
+    match v {
+        Value::Array(items) => items.iter().map(pid_of).collect(),
+        single => pid_of(single).map(|p| vec![p]),
+    }
+}
+
+fn sha256_hex(bytes: &[u8]) -> String {
+    Sha256::digest(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn text_content_must_equal_structured() {
+        let ok = json!({"content": [{"type": "text", "text": "{\"ok\":true}"}], "structuredContent": {"ok": true}});
+        assert!(text_content_matches(&ok).is_ok());
+        let differs = json!({"content": [{"type": "text", "text": "{\"ok\":false}"}], "structuredContent": {"ok": true}});
+        assert!(text_content_matches(&differs).is_err());
+        let missing = json!({"content": [{"type": "text", "text": "hi"}]});
+        assert!(text_content_matches(&missing).is_err());
+    }
+
+    #[test]
+    fn pids_from_numbers_and_strings() {
+        assert_eq!(pid_list(&json!([12, "34"])).unwrap(), vec![12, 34]);
+        assert_eq!(pid_list(&json!("56")).unwrap(), vec![56]);
+        assert!(pid_list(&json!([true])).is_err());
+        assert!(pid_list(&json!([1])).is_err());
+    }
+
+    #[test]
+    fn sha256_of_empty() {
+        assert_eq!(
+            sha256_hex(b""),
+            "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+        );
+    }
+}
