@@ -60,3 +60,20 @@ pub fn load_scenarios(dir: &Path) -> std::io::Result<Vec<Loaded>> {
         })
         .collect())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_scenario_file_loads() {
+        let dir = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../scenarios"));
+        let loaded = load_scenarios(dir).unwrap();
+        assert!(!loaded.is_empty());
+        for item in loaded {
+            if let Err(e) = item.scenario {
+                panic!("{e}");
+            }
+        }
+    }
+}

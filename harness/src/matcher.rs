@@ -5,7 +5,7 @@
 use regex::Regex;
 use serde_json::Value;
 
-const OPERATORS: [&str; 13] = [
+const OPERATORS: [&str; 14] = [
     "$regex",
     "$type",
     "$gt",
@@ -15,6 +15,7 @@ const OPERATORS: [&str; 13] = [
     "$len",
     "$contains",
     "$one_of",
+    "$all",
     "$absent",
     "$any",
     "$not",
@@ -63,6 +64,8 @@ pub fn validate(m: &Value) -> Result<(), String> {
 fn validate_operator(op: &str, arg: &Value) -> Result<(), String> {
     match op {
         "$regex" => match arg.as_str() {
+            // A pattern with variables is compiled once they are substituted.
+            Some(re) if re.contains("${") => Ok(()),
             Some(re) => Regex::new(re)
                 .map(|_| ())
                 .map_err(|e| format!("$regex: {e}")),
@@ -78,9 +81,9 @@ fn validate_operator(op: &str, arg: &Value) -> Result<(), String> {
             Value::String(s) if s.starts_with("${") => Ok(()),
             _ => Err(format!("{op} takes a number")),
         },
-        "$one_of" => match arg {
+        "$one_of" | "$all" => match arg {
             Value::Array(items) if !items.is_empty() => items.iter().try_for_each(validate),
-            _ => Err("$one_of takes a non-empty list of matchers".into()),
+            _ => Err(format!("{op} takes a non-empty list of matchers")),
         },
         "$absent" | "$any" => match arg {
             Value::Bool(true) => Ok(()),
@@ -173,6 +176,10 @@ fn check_operator(
                 path,
                 format!("no $one_of option matched: {}", reasons.join("; ")),
             );
+        }
+        ("$all", _) => {
+            let all = arg.as_array().map(Vec::as_slice).unwrap_or_default();
+            return all.iter().try_for_each(|m| check_at(m, actual, path));
         }
         (_, None) => return fail(path, "key is missing"),
         _ => {}
@@ -438,6 +445,14 @@ mod tests {
     #[test]
     fn one_of_any_not_each() {
         ok(json!({"$one_of": ["a", "b"]}), json!("b"));
+        ok(
+            json!({"$all": [{"$contains": "a"}, {"$contains": "b"}]}),
+            json!("ab"),
+        );
+        no(
+            json!({"$all": [{"$contains": "a"}, {"$contains": "c"}]}),
+            json!("ab"),
+        );
         no(json!({"$one_of": ["a", "b"]}), json!("c"));
         ok(json!({"$any": true}), json!(null));
         no(json!({"k": {"$any": true}}), json!({}));

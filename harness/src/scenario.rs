@@ -172,6 +172,7 @@ pub enum Action {
     ListTools(Matcher),
     ServerInfo(Matcher),
     Fs(FsStep),
+    Let(LetStep),
 }
 
 impl Action {
@@ -186,11 +187,13 @@ impl Action {
             Action::ListTools(_) => "list_tools".into(),
             Action::ServerInfo(_) => "server_info".into(),
             Action::Fs(_) => "fs".into(),
+            Action::Let(l) => format!("let {}", l.var),
         }
     }
 }
 
 pub type Saves = BTreeMap<String, String>;
+pub type SaveRegexes = BTreeMap<String, SaveRegex>;
 
 #[derive(Debug, Clone)]
 pub struct CallStep {
@@ -199,6 +202,7 @@ pub struct CallStep {
     pub expect: Option<Matcher>,
     pub expect_error: Option<String>,
     pub save: Saves,
+    pub save_regex: SaveRegexes,
     pub cancel_after_ms: Option<u64>,
 }
 
@@ -206,6 +210,7 @@ pub struct CallStep {
 pub struct UntilStep {
     pub spec: UntilSpec,
     pub save: Saves,
+    pub save_regex: SaveRegexes,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -237,7 +242,7 @@ pub struct CollectStep {
     pub expect: Option<Matcher>,
     pub assert: Vec<TextAssert>,
     pub save: Saves,
-    pub save_regex: BTreeMap<String, SaveRegex>,
+    pub save_regex: SaveRegexes,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -286,6 +291,7 @@ pub struct TextAssert {
     pub equals: Option<String>,
 }
 
+/// Save capture group 1 of `regex` over a text field (a dot path into the result).
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SaveRegex {
@@ -424,6 +430,16 @@ pub struct ExpectOnly {
     pub expect: Matcher,
 }
 
+/// Define a variable: a literal `value`, or `repeat` text `times` times (large inputs).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LetStep {
+    pub var: String,
+    pub value: Option<Value>,
+    pub repeat: Option<String>,
+    pub times: Option<u64>,
+}
+
 /// Filesystem preparation inside the scenario root (the harness runs no shell steps).
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -468,13 +484,15 @@ struct StepFields {
     until: Option<UntilSpec>,
     collect: Option<CollectSpec>,
     assert: Option<Vec<TextAssert>>,
-    save_regex: Option<BTreeMap<String, SaveRegex>>,
+    save_regex: Option<SaveRegexes>,
     process: Option<ProcessStep>,
     server: Option<ServerStep>,
     raw: Option<Vec<RawAction>>,
     list_tools: Option<ExpectOnly>,
     server_info: Option<ExpectOnly>,
     fs: Option<FsStep>,
+    #[serde(rename = "let")]
+    let_: Option<LetStep>,
 }
 
 impl StepFields {
@@ -497,12 +515,13 @@ impl StepFields {
             ("list_tools", self.list_tools.is_some()),
             ("server_info", self.server_info.is_some()),
             ("fs", self.fs.is_some()),
+            ("let", self.let_.is_some()),
         ];
         flags.iter().filter(|(_, p)| *p).map(|(k, _)| *k).collect()
     }
 }
 
-const KINDS: [&str; 9] = [
+const KINDS: [&str; 10] = [
     "call",
     "until",
     "collect",
@@ -512,6 +531,7 @@ const KINDS: [&str; 9] = [
     "list_tools",
     "server_info",
     "fs",
+    "let",
 ];
 
 impl TryFrom<StepFields> for Step {
@@ -537,9 +557,10 @@ impl TryFrom<StepFields> for Step {
                 "expect",
                 "expect_error",
                 "save",
+                "save_regex",
                 "cancel_after_ms",
             ],
-            "until" => &["until", "save"],
+            "until" => &["until", "save", "save_regex"],
             "collect" => &["collect", "expect", "assert", "save", "save_regex"],
             other => &[other][..],
         };
@@ -552,7 +573,10 @@ impl TryFrom<StepFields> for Step {
                     return Err("use either `expect` or `expect_error`, not both".into());
                 }
                 if f.cancel_after_ms.is_some()
-                    && (f.expect.is_some() || f.expect_error.is_some() || f.save.is_some())
+                    && (f.expect.is_some()
+                        || f.expect_error.is_some()
+                        || f.save.is_some()
+                        || f.save_regex.is_some())
                 {
                     return Err("a cancelled call expects no result: drop expect/save".into());
                 }
@@ -566,12 +590,14 @@ impl TryFrom<StepFields> for Step {
                     expect: f.expect,
                     expect_error: f.expect_error,
                     save: f.save.unwrap_or_default(),
+                    save_regex: f.save_regex.unwrap_or_default(),
                     cancel_after_ms: f.cancel_after_ms,
                 })
             }
             "until" => Action::Until(UntilStep {
                 spec: f.until.expect("kind key present"),
                 save: f.save.unwrap_or_default(),
+                save_regex: f.save_regex.unwrap_or_default(),
             }),
             "collect" => {
                 let assert = f.assert.unwrap_or_default();
@@ -629,6 +655,15 @@ impl TryFrom<StepFields> for Step {
                     return Err("an fs step needs exactly one of symlink, mkdir, write".into());
                 }
                 Action::Fs(fs)
+            }
+            "let" => {
+                let l = f.let_.expect("kind key present");
+                let literal = l.value.is_some() && l.repeat.is_none() && l.times.is_none();
+                let repeated = l.value.is_none() && l.repeat.is_some() && l.times.is_some();
+                if !literal && !repeated {
+                    return Err("a let step needs `value`, or `repeat` with `times`".into());
+                }
+                Action::Let(l)
             }
             other => unreachable!("kind {other} is in KINDS"),
         };

@@ -15,8 +15,8 @@ use crate::procfs;
 use crate::raw::{LINE_TIMEOUT, RawServer};
 use crate::runner::{Run, wait_gone};
 use crate::scenario::{
-    Action, CallStep, CollectStep, FsStep, ProcState, ProcessStep, RawAction, Saves, ServerStep,
-    SignalName, Step, TextAssert, UntilStep,
+    Action, CallStep, CollectStep, FsStep, ProcState, ProcessStep, RawAction, SaveRegexes, Saves,
+    ServerStep, SignalName, Step, TextAssert, UntilStep,
 };
 use crate::vars::lookup_path;
 
@@ -53,6 +53,18 @@ impl Run<'_> {
                 self.matches("initialize result matches", &expected, &info)
             }
             Action::Fs(fs) => self.fs_step(fs),
+            Action::Let(l) => {
+                let value = match (&l.value, &l.repeat, l.times) {
+                    (Some(v), _, _) => self.vars.subst(v)?,
+                    (None, Some(text), Some(times)) => {
+                        Value::String(self.vars.subst_text(text)?.repeat(times as usize))
+                    }
+                    _ => return Err("a let step needs `value`, or `repeat` with `times`".into()),
+                };
+                self.check(format!("${{{}}} is set", l.var), Ok(()))?;
+                self.vars.set(&l.var, value);
+                Ok(())
+            }
         }
     }
 
@@ -132,7 +144,8 @@ impl Run<'_> {
             &expected,
             &reply.structured,
         )?;
-        self.save(&c.save, &reply.structured)
+        self.save(&c.save, &reply.structured)?;
+        self.save_regexes(&c.save_regex, &reply.structured)
     }
 
     async fn cancelled_call(&mut self, tool: &str, args: &Value, ms: u64) -> Result<(), String> {
@@ -181,7 +194,8 @@ impl Run<'_> {
             match matcher::check(&expected, &reply.structured) {
                 Ok(()) => {
                     self.check(format!("{} matched after {calls} calls", spec.call), Ok(()))?;
-                    return self.save(&u.save, &reply.structured);
+                    self.save(&u.save, &reply.structured)?;
+                    return self.save_regexes(&u.save_regex, &reply.structured);
                 }
                 Err(m) if calls >= spec.max_calls || began.elapsed() >= within => {
                     let detail = format!(
@@ -256,11 +270,15 @@ impl Run<'_> {
             self.check(describe_assert(a), outcome)?;
         }
         self.save(&c.save, &result)?;
-        for (var, s) in &c.save_regex {
-            let text = result
-                .get(&s.field)
+        self.save_regexes(&c.save_regex, &result)
+    }
+
+    /// Save capture group 1 of each regex over a text field of `from` (a dot path).
+    fn save_regexes(&mut self, saves: &SaveRegexes, from: &Value) -> Result<(), String> {
+        for (var, s) in saves {
+            let text = lookup_path(from, &s.field)
                 .and_then(Value::as_str)
-                .ok_or_else(|| format!("save_regex {var}: no text field `{}`", s.field))?;
+                .ok_or_else(|| format!("save_regex {var}: no text at `{}`", s.field))?;
             let re = Regex::new(&s.regex).map_err(|e| format!("save_regex {var}: {e}"))?;
             let captured: Vec<Value> = re
                 .captures_iter(text)
