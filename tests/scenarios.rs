@@ -4,8 +4,8 @@
 
 use std::path::{Path, PathBuf};
 
+use harness::libtest_mimic::{self, Arguments, Failed, Trial};
 use harness::{ServerSpec, load_scenarios, run_scenario};
-use libtest_mimic::{Arguments, Failed, Trial};
 
 fn main() {
     let args = Arguments::from_args();

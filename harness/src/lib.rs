@@ -23,6 +23,9 @@ pub mod vars;
 use std::path::{Path, PathBuf};
 
 pub use evidence::{RunEvidence, ScenarioEvidence};
+/// Re-exported so a test target can run scenarios as trials with only `harness` as a
+/// dev-dependency.
+pub use libtest_mimic;
 pub use runner::{ServerSpec, run_scenario};
 pub use scenario::Scenario;
 
