@@ -43,11 +43,11 @@ pub fn render(ev: &RunEvidence) -> String {
             .count();
         let _ = writeln!(
             out,
-            "| {} | {} | {} | {:.1} s | {passed}/{} |",
+            "| {} | {} | {} | {} | {passed}/{} |",
             s.name,
             s.tags.join(", "),
             verdict_text(s.verdict),
-            s.duration_ms as f64 / 1000.0,
+            duration(s.duration_ms),
             s.steps.len()
         );
     }
@@ -74,6 +74,14 @@ pub fn render(ev: &RunEvidence) -> String {
     out
 }
 
+fn duration(ms: u64) -> String {
+    if ms < 1000 {
+        format!("{ms} ms")
+    } else {
+        format!("{:.1} s", ms as f64 / 1000.0)
+    }
+}
+
 fn verdict_text(v: Verdict) -> &'static str {
     match v {
         Verdict::Pass => "pass",
@@ -97,6 +105,7 @@ mod tests {
         let mut pass = ScenarioEvidence::new("a", "first", &["reference".into()]);
         pass.verdict = Verdict::Pass;
         pass.duration_ms = 1500;
+        assert_eq!(duration(24), "24 ms");
         let mut fail = ScenarioEvidence::new("b", "second", &[]);
         fail.failure = Some("boom".into());
         let ev = RunEvidence {

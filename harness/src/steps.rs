@@ -486,18 +486,19 @@ impl Run<'_> {
             began,
         );
         let mut outcome = Ok(());
-        for action in actions {
+        for (index, action) in actions.iter().enumerate() {
             let began = Instant::now();
             let (request, result) = self.raw_action(&mut raw, action).await;
             let response = match &result {
                 Ok(v) => v.clone(),
                 Err(e) => json!({"error": e}),
             };
-            self.record(request, &response, began);
             if let Err(e) = result {
-                outcome = Err(e);
+                outcome = Err(format!("raw action #{index} {request}: {e}"));
+                self.record(request, &response, began);
                 break;
             }
+            self.record(request, &response, began);
         }
         let began = Instant::now();
         let (stderr, stdout_check) = raw.finish().await;
