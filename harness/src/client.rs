@@ -374,3 +374,26 @@ fn params(tool: &str, args: &Value) -> CallToolRequestParams {
         _ => params,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SIGTERM: i32 = nix::sys::signal::Signal::SIGTERM as i32;
+
+    #[tokio::test]
+    async fn observer_records_signals_and_exit_status() {
+        let log = SharedLog::default();
+        let mut cmd = CommandWrap::from(tokio::process::Command::new("/bin/sleep"));
+        cmd.command_mut().arg("30");
+        cmd.wrap(Observer(log.clone()));
+        let mut child = cmd.spawn().unwrap();
+        child.signal(SIGTERM).unwrap();
+        let status = child.wait().await.unwrap();
+        assert!(!status.success());
+        let log = lock(&log);
+        assert_eq!(log.signals, vec![SIGTERM]);
+        let exit = log.exit.expect("exit recorded");
+        assert_eq!((exit.code, exit.signal), (None, Some(SIGTERM)));
+    }
+}
