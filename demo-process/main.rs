@@ -109,7 +109,7 @@ fn flood(lines: u64) -> io::Result<ExitCode> {
     for i in 1..=lines {
         let head = format!("flood {i:08} ");
         let pad = FLOOD_LINE_WIDTH - head.len() - 1;
-        write!(out, "{head}{}\n", "x".repeat(pad))?;
+        writeln!(out, "{head}{}", "x".repeat(pad))?;
         total += FLOOD_LINE_WIDTH as u64;
     }
     writeln!(out, "flood total: {total} code points")?;

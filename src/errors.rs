@@ -17,16 +17,12 @@ pub enum ErrorCode {
     RecordLimit,
     SessionNotFound,
     SessionNotRunning,
-    SessionRunning,
-    SessionBusy,
     StdinClosed,
     InputTooLarge,
     InputBackpressure,
     InputUncertain,
     CursorExpired,
     InvalidCursor,
-    NotAPty,
-    NotAShell,
     Internal,
 }
 
@@ -42,16 +38,12 @@ impl ErrorCode {
             ErrorCode::RecordLimit => "RECORD_LIMIT",
             ErrorCode::SessionNotFound => "SESSION_NOT_FOUND",
             ErrorCode::SessionNotRunning => "SESSION_NOT_RUNNING",
-            ErrorCode::SessionRunning => "SESSION_RUNNING",
-            ErrorCode::SessionBusy => "SESSION_BUSY",
             ErrorCode::StdinClosed => "STDIN_CLOSED",
             ErrorCode::InputTooLarge => "INPUT_TOO_LARGE",
             ErrorCode::InputBackpressure => "INPUT_BACKPRESSURE",
             ErrorCode::InputUncertain => "INPUT_UNCERTAIN",
             ErrorCode::CursorExpired => "CURSOR_EXPIRED",
             ErrorCode::InvalidCursor => "INVALID_CURSOR",
-            ErrorCode::NotAPty => "NOT_A_PTY",
-            ErrorCode::NotAShell => "NOT_A_SHELL",
             ErrorCode::Internal => "INTERNAL",
         }
     }

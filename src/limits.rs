@@ -37,7 +37,5 @@ pub const COMMAND_ID_MAX_CHARS: usize = 128;
 /// Profiles per config.
 pub const MAX_PROFILES: usize = 128;
 
-/// How often final sessions are checked against their retention TTL.
-pub const RETENTION_SWEEP: Duration = Duration::from_millis(250);
 /// Bound on terminating every session at server shutdown.
 pub const SHUTDOWN_GRACE: Duration = Duration::from_millis(500);

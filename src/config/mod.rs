@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{Value, json};
 
-pub use defaults::{default_config, demo_process_path};
+pub use defaults::default_config;
 pub use parse::parse_config;
 
 #[derive(Debug, Clone, PartialEq)]

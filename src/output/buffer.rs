@@ -108,6 +108,7 @@ impl OutputBuffer {
         self.truncated
     }
 
+    #[cfg(test)]
     pub fn retained_bytes(&self) -> usize {
         self.bytes
     }

@@ -7,5 +7,5 @@ mod buffer;
 mod decoder;
 
 pub use ansi::strip_ansi;
-pub use buffer::{Entry, OutputBuffer, Page, ReadError, Stream};
+pub use buffer::{Entry, OutputBuffer, ReadError, Stream};
 pub use decoder::Utf8Decoder;

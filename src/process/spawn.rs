@@ -1,0 +1,94 @@
+//! Spawning a child with piped stdio in a new session (setsid), so that it leads its own
+//! process group and has no controlling terminal of the server's.
+
+use std::os::unix::process::CommandExt;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+
+use tokio::net::unix::pipe;
+use tokio::sync::oneshot;
+
+use super::{Exit, Reaper};
+
+pub struct SpawnSpec {
+    pub argv: Vec<String>,
+    /// The complete environment; nothing is inherited.
+    pub env: Vec<(String, String)>,
+    pub cwd: PathBuf,
+}
+
+pub struct PipeChild {
+    pub pid: i32,
+    pub stdin: pipe::Sender,
+    pub stdout: pipe::Receiver,
+    pub stderr: pipe::Receiver,
+    pub exit: oneshot::Receiver<Exit>,
+}
+
+/// Why a spawn failed, in words for the client (never raw OS text).
+#[derive(Debug)]
+pub struct SpawnError(pub String);
+
+pub fn spawn_pipes(spec: &SpawnSpec, reaper: &Reaper) -> Result<PipeChild, SpawnError> {
+    let program = &spec.argv[0];
+    let mut command = Command::new(program);
+    command
+        .args(&spec.argv[1..])
+        .env_clear()
+        .envs(spec.env.iter().map(|(k, v)| (k, v)))
+        .current_dir(&spec.cwd)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    // SAFETY: setsid is async-signal-safe and touches no memory of the parent.
+    unsafe {
+        command.pre_exec(|| {
+            nix::unistd::setsid()
+                .map(drop)
+                .map_err(std::io::Error::from)
+        });
+    }
+    let spawned = reaper.spawn_registered(|| {
+        let child = command.spawn()?;
+        let pid = child.id() as i32;
+        Ok((child, pid))
+    });
+    let (mut child, pid, exit) = spawned.map_err(|e| SpawnError(describe(program, &e)))?;
+    let pipes = (|| -> std::io::Result<_> {
+        let stdin = pipe::Sender::from_owned_fd(child.stdin.take().expect("piped").into())?;
+        let stdout = pipe::Receiver::from_owned_fd(child.stdout.take().expect("piped").into())?;
+        let stderr = pipe::Receiver::from_owned_fd(child.stderr.take().expect("piped").into())?;
+        Ok((stdin, stdout, stderr))
+    })();
+    match pipes {
+        Ok((stdin, stdout, stderr)) => Ok(PipeChild {
+            pid,
+            stdin,
+            stdout,
+            stderr,
+            exit,
+        }),
+        Err(_) => {
+            super::signal_group(pid, nix::sys::signal::Signal::SIGKILL);
+            Err(SpawnError(format!(
+                "`{program}` started but its pipes could not be set up; it was killed"
+            )))
+        }
+    }
+}
+
+fn describe(program: &str, e: &std::io::Error) -> String {
+    use std::io::ErrorKind;
+    let why = match e.kind() {
+        ErrorKind::NotFound => "the executable does not exist",
+        ErrorKind::PermissionDenied => "permission denied (not executable, or a directory)",
+        _ if e.raw_os_error() == Some(libc::ENOEXEC) => "not an executable format",
+        _ if e.raw_os_error() == Some(libc::ENOTDIR) => "a path component is not a directory",
+        _ if e.raw_os_error() == Some(libc::EMFILE) || e.raw_os_error() == Some(libc::ENFILE) => {
+            "too many open files in the server"
+        }
+        _ if e.raw_os_error() == Some(libc::EAGAIN) => "the system refused a new process",
+        _ => "the system refused to start it",
+    };
+    format!("cannot start `{program}`: {why}; ask the owner to fix the profile's argv")
+}

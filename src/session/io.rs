@@ -1,0 +1,191 @@
+//! Reading a session's output by cursor and writing its stdin.
+
+use std::time::{Duration, SystemTime};
+
+use serde::Serialize;
+use tokio::io::AsyncWriteExt;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use super::Session;
+use super::state::Status;
+use crate::errors::{ErrorCode, ToolError};
+use crate::limits::{PAGE_MAX_ENTRIES, WRITE_DRAIN_TIMEOUT};
+use crate::output::{Entry, ReadError, strip_ansi};
+
+#[derive(Debug, Serialize)]
+pub struct ReadResult {
+    pub records: Vec<Entry>,
+    pub base_cursor: u64,
+    pub next_cursor: u64,
+    pub truncated: bool,
+    pub has_more: bool,
+    pub status: Status,
+    pub output_complete: bool,
+    pub output_incomplete: bool,
+}
+
+impl Session {
+    /// A page from `cursor`. When nothing is there yet and more may come (the process is
+    /// running, or final with its output not yet drained), wait up to `wait` for it.
+    pub async fn read(
+        &self,
+        cursor: u64,
+        max_bytes: usize,
+        wait: Duration,
+        strip: bool,
+    ) -> Result<ReadResult, ToolError> {
+        let deadline = Instant::now() + wait;
+        if !wait.is_zero() {
+            // Anything but "exactly at the end of output that may still grow" answers now.
+            self.wait_until(deadline, |s| {
+                s.output.end() != cursor || s.output_complete || s.output_incomplete
+            })
+            .await;
+        }
+        let mut result = self.inspect(|s| {
+            let page = s
+                .output
+                .read(cursor, max_bytes, PAGE_MAX_ENTRIES)
+                .map_err(|e| match e {
+                    ReadError::Expired { base } => ToolError::new(
+                        ErrorCode::CursorExpired,
+                        format!(
+                            "output before cursor {base} was evicted (the buffer keeps the newest \
+                         output only); note the gap and resume at base_cursor {base}"
+                        ),
+                    )
+                    .with("base_cursor", base)
+                    .with("next_cursor", s.output.end()),
+                    ReadError::Invalid { end } => ToolError::new(
+                        ErrorCode::InvalidCursor,
+                        format!(
+                            "cursor {cursor} is past the end of the output ({end}); use a \
+                         next_cursor this server returned"
+                        ),
+                    )
+                    .with("next_cursor", end),
+                })?;
+            Ok::<_, ToolError>(ReadResult {
+                records: page.entries,
+                base_cursor: s.output.base(),
+                next_cursor: page.next_cursor,
+                truncated: s.output.truncated(),
+                has_more: page.has_more,
+                status: s.status,
+                output_complete: s.output_complete,
+                output_incomplete: s.output_incomplete,
+            })
+        })?;
+        if strip {
+            result.records.retain_mut(|e| {
+                e.text = strip_ansi(&e.text);
+                !e.text.is_empty()
+            });
+        }
+        Ok(result)
+    }
+
+    /// Write `text` into stdin and wait until the pipe took all of it. Returns the bytes
+    /// accepted and whether stdin is now closed.
+    pub async fn write(
+        &self,
+        text: &str,
+        close: bool,
+        max_input_bytes: usize,
+        cancel: &CancellationToken,
+    ) -> Result<(usize, bool), ToolError> {
+        self.check_writable()?;
+        if text.len() > max_input_bytes {
+            return Err(ToolError::new(
+                ErrorCode::InputTooLarge,
+                format!(
+                    "text is {} bytes, over the limit of {max_input_bytes}; nothing was \
+                     written: split it into smaller writes",
+                    text.len()
+                ),
+            ));
+        }
+        let mut stdin = self.stdin.lock().await;
+        // Another write may have closed stdin while this one waited for the lock.
+        self.check_writable()?;
+        let Some(pipe) = stdin.as_mut() else {
+            return Err(stdin_closed());
+        };
+        let outcome = tokio::select! {
+            written = tokio::time::timeout(WRITE_DRAIN_TIMEOUT, pipe.write_all(text.as_bytes())) => {
+                Some(written)
+            }
+            () = cancel.cancelled() => None,
+        };
+        let failure = match outcome {
+            Some(Ok(Ok(()))) => None,
+            Some(Ok(Err(_))) => Some(stdin_closed()),
+            Some(Err(_elapsed)) => Some(ToolError::new(
+                ErrorCode::InputBackpressure,
+                format!(
+                    "the process did not take the input within {} ms, so stdin was closed; \
+                     part of the text may have been delivered: do not blindly retry",
+                    WRITE_DRAIN_TIMEOUT.as_millis()
+                ),
+            )),
+            None => {
+                stdin.take();
+                self.update(|s| {
+                    s.stdin_closed = true;
+                    s.input_uncertain = true;
+                });
+                return Err(uncertain());
+            }
+        };
+        if failure.is_some() || close {
+            stdin.take();
+        }
+        let closed = stdin.is_none();
+        self.update(|s| {
+            s.stdin_closed = closed;
+            s.last_activity = SystemTime::now();
+        });
+        match failure {
+            Some(error) => Err(error),
+            None => Ok((text.len(), closed)),
+        }
+    }
+
+    fn check_writable(&self) -> Result<(), ToolError> {
+        self.inspect(|s| {
+            if s.status.is_final() {
+                Err(ToolError::new(
+                    ErrorCode::SessionNotRunning,
+                    format!(
+                        "the session is {}; it takes no input. Read its output, or start a \
+                         new session",
+                        s.status.as_str()
+                    ),
+                ))
+            } else if s.input_uncertain {
+                Err(uncertain())
+            } else if s.stdin_closed {
+                Err(stdin_closed())
+            } else {
+                Ok(())
+            }
+        })
+    }
+}
+
+fn stdin_closed() -> ToolError {
+    ToolError::new(
+        ErrorCode::StdinClosed,
+        "stdin of this session is closed (by close_stdin, by the process, or after a failed \
+         write); read the output or terminate the session",
+    )
+}
+
+fn uncertain() -> ToolError {
+    ToolError::new(
+        ErrorCode::InputUncertain,
+        "an earlier write was cancelled mid-way, so it is unknown what the process received; \
+         stdin was closed. Read the output to see what happened, or start a new session",
+    )
+}

@@ -1,0 +1,161 @@
+//! Starting the tasks behind a session, watching its exit, ending it on request.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use nix::sys::signal::Signal;
+use tokio::io::AsyncReadExt;
+use tokio::net::unix::pipe;
+use tokio::sync::{oneshot, watch};
+use tokio::time::Instant;
+
+use super::state::{Reason, State, Status};
+use super::{Session, Snapshot};
+use crate::config::Mode;
+use crate::limits::{DRAIN_DEADLINE, KILL_CONFIRM, READ_CHUNK_BYTES};
+use crate::output::{OutputBuffer, Stream, Utf8Decoder};
+use crate::process::{Exit, PipeChild, signal_group};
+
+pub struct NewSession {
+    pub id: String,
+    pub command_id: String,
+    pub buffer: OutputBuffer,
+    pub timeout: Duration,
+}
+
+/// Wrap a spawned pipe child in a session and start its readers and supervisor.
+pub fn launch(new: NewSession, child: PipeChild) -> Arc<Session> {
+    let session = Arc::new(Session {
+        id: new.id,
+        command_id: new.command_id,
+        mode: Mode::Pipe,
+        pid: child.pid,
+        created_at: SystemTime::now(),
+        state: Mutex::new(State::new(new.buffer, 2)),
+        changed: watch::Sender::new(()),
+        stdin: tokio::sync::Mutex::new(Some(child.stdin)),
+        readers: Mutex::new(Vec::new()),
+    });
+    let readers = vec![
+        tokio::spawn(read_stream(session.clone(), child.stdout, Stream::Stdout)),
+        tokio::spawn(read_stream(session.clone(), child.stderr, Stream::Stderr)),
+    ];
+    *session.readers.lock().unwrap_or_else(|e| e.into_inner()) = readers;
+    tokio::spawn(supervise(session.clone(), child.exit, new.timeout));
+    session
+}
+
+/// Decode one stream into the buffer until EOF. A read error ends the stream like EOF.
+async fn read_stream(session: Arc<Session>, mut pipe: pipe::Receiver, stream: Stream) {
+    let mut bytes = vec![0u8; READ_CHUNK_BYTES];
+    let mut decoder = Utf8Decoder::default();
+    let mut text = String::new();
+    loop {
+        let n = match pipe.read(&mut bytes).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
+        };
+        text.clear();
+        decoder.push(&bytes[..n], &mut text);
+        if !text.is_empty() {
+            session.update(|s| {
+                s.output.append(stream, &text);
+                s.last_activity = SystemTime::now();
+            });
+        }
+    }
+    text.clear();
+    decoder.finish(&mut text);
+    session.update(|s| {
+        if !text.is_empty() {
+            s.output.append(stream, &text);
+        }
+        s.open_streams -= 1;
+    });
+}
+
+/// Wait for the leader's exit (ending the session at its timeout), then make it final:
+/// kill what remains of its process group and drain the pipes.
+async fn supervise(session: Arc<Session>, mut exit: oneshot::Receiver<Exit>, timeout: Duration) {
+    let exit = tokio::select! {
+        exit = &mut exit => exit,
+        () = tokio::time::sleep(timeout) => {
+            tracing::info!(session = %session.id, "timeout after {} ms", timeout.as_millis());
+            let ending = session.clone();
+            tokio::spawn(async move {
+                ending.terminate(Reason::Timeout, crate::limits::GRACE_DEFAULT_MS).await;
+            });
+            exit.await
+        }
+    };
+    let status = match exit {
+        Ok(exit) => session.update(|s| {
+            s.exit = Some(exit);
+            let status = if s.reason.is_some() {
+                Status::Terminated
+            } else {
+                Status::Exited
+            };
+            s.finish(status);
+            s.status
+        }),
+        // The reaper is gone: nothing can tell us how the process ends.
+        Err(_) => session.update(|s| {
+            s.finish(Status::Failed);
+            s.status
+        }),
+    };
+    // Same-group descendants must not linger or hold the pipes open.
+    signal_group(session.pid, Signal::SIGKILL);
+    session.stdin.lock().await.take();
+    tracing::info!(session = %session.id, pid = session.pid, status = status.as_str(), "process ended");
+
+    let drained = session
+        .wait_until(Instant::now() + DRAIN_DEADLINE, |s| s.open_streams == 0)
+        .await;
+    if !drained {
+        for reader in session
+            .readers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .drain(..)
+        {
+            reader.abort();
+        }
+        tracing::warn!(session = %session.id, "output incomplete: a pipe stayed open past the drain deadline");
+    }
+    session.update(|s| {
+        s.output_complete = drained;
+        s.output_incomplete = !drained;
+    });
+}
+
+impl Session {
+    /// End the session: SIGTERM to the group, `grace_ms`, SIGKILL, confirm. Idempotent:
+    /// a final session is returned unchanged, and a second caller waits for the first.
+    pub async fn terminate(&self, reason: Reason, grace_ms: u64) -> Snapshot {
+        let first = self.update(|s| match s.status {
+            Status::Running => {
+                s.status = Status::Terminating;
+                s.reason = Some(reason);
+                true
+            }
+            Status::Terminating | Status::Exited | Status::Terminated | Status::Failed => false,
+        });
+        let grace = Duration::from_millis(grace_ms);
+        if !first {
+            self.wait_final(grace + KILL_CONFIRM).await;
+            return self.snapshot();
+        }
+        tracing::info!(session = %self.id, pid = self.pid, ?reason, "terminating");
+        signal_group(self.pid, Signal::SIGTERM);
+        if !self.wait_final(grace).await {
+            signal_group(self.pid, Signal::SIGKILL);
+            if !self.wait_final(KILL_CONFIRM).await {
+                tracing::error!(session = %self.id, pid = self.pid, "process survived SIGKILL");
+                self.update(|s| s.finish(Status::Failed));
+            }
+        }
+        self.snapshot()
+    }
+}

@@ -1,0 +1,227 @@
+//! The table of retained sessions: starting under the owner's policy and limits, lookup,
+//! retention, and ending every session at shutdown.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use super::Session;
+use super::lifecycle::{NewSession, launch};
+use super::state::Reason;
+use crate::config::Config;
+use crate::errors::{ErrorCode, ToolError};
+use crate::limits::MAX_CLIENT_ENV;
+use crate::output::OutputBuffer;
+use crate::policy::{BASE_ENV, denied_env_name, resolve_cwd};
+use crate::process::{Reaper, SpawnSpec, spawn_pipes};
+
+pub struct StartRequest {
+    pub command_id: String,
+    pub cwd: Option<String>,
+    pub env: BTreeMap<String, String>,
+    pub timeout_ms: Option<u64>,
+}
+
+pub struct Sessions {
+    pub config: Arc<Config>,
+    reaper: Arc<Reaper>,
+    /// In creation order.
+    table: Mutex<Vec<Arc<Session>>>,
+    /// Serialises limit checks with the spawn they admit.
+    starting: tokio::sync::Mutex<()>,
+    shutting_down: AtomicBool,
+}
+
+impl Sessions {
+    pub fn new(config: Arc<Config>, reaper: Arc<Reaper>) -> Self {
+        Sessions {
+            config,
+            reaper,
+            table: Mutex::new(Vec::new()),
+            starting: tokio::sync::Mutex::new(()),
+            shutting_down: AtomicBool::new(false),
+        }
+    }
+
+    /// Every retained session, oldest first, after dropping those past retention.
+    pub fn retained(&self) -> Vec<Arc<Session>> {
+        let retention = Duration::from_secs(self.config.limits.retention_seconds);
+        let mut table = self.table.lock().unwrap_or_else(|e| e.into_inner());
+        table.retain(|s| !s.expired(retention));
+        table.clone()
+    }
+
+    pub fn get(&self, session_id: &str) -> Result<Arc<Session>, ToolError> {
+        self.retained()
+            .into_iter()
+            .find(|s| s.id == session_id)
+            .ok_or_else(|| ToolError::session_not_found(session_id))
+    }
+
+    pub async fn start(&self, request: StartRequest) -> Result<Arc<Session>, ToolError> {
+        let config = &self.config;
+        let profile = config.commands.get(&request.command_id).ok_or_else(|| {
+            let known: Vec<&str> = config.commands.keys().map(String::as_str).collect();
+            ToolError::new(
+                ErrorCode::UnknownCommand,
+                format!(
+                    "no profile `{}` in the owner's config; use one of: {}",
+                    request.command_id,
+                    known.join(", ")
+                ),
+            )
+        })?;
+        let cwd = match &request.cwd {
+            None => config.default_cwd.clone(),
+            Some(cwd) => {
+                resolve_cwd(cwd, &config.default_cwd, &config.allowed_roots).map_err(|why| {
+                    ToolError::new(
+                        ErrorCode::CwdNotAllowed,
+                        format!("cwd {why}; pick a directory inside the allowed roots"),
+                    )
+                })?
+            }
+        };
+        let mut env: BTreeMap<String, String> = BASE_ENV
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect();
+        env.extend(profile.env.clone());
+        env.extend(client_env(&request.env, &profile.allowed_env)?);
+        let timeout_ms = request
+            .timeout_ms
+            .unwrap_or(config.limits.default_timeout_ms);
+
+        let _admission = self.starting.lock().await;
+        if self.shutting_down.load(Ordering::SeqCst) {
+            return Err(ToolError::new(
+                ErrorCode::SessionLimit,
+                "the server is shutting down and starts no new sessions",
+            ));
+        }
+        self.check_limits()?;
+        let spec = SpawnSpec {
+            argv: profile.argv.clone(),
+            env: env.into_iter().collect(),
+            cwd,
+        };
+        let child = spawn_pipes(&spec, &self.reaper)
+            .map_err(|e| ToolError::new(ErrorCode::SpawnFailed, e.0))?;
+        let session = launch(
+            NewSession {
+                id: new_session_id(),
+                command_id: request.command_id.clone(),
+                buffer: OutputBuffer::new(config.limits.buffer_bytes, config.limits.buffer_records),
+                timeout: Duration::from_millis(timeout_ms),
+            },
+            child,
+        );
+        tracing::info!(session = %session.id, pid = session.pid, command = %request.command_id, "started");
+        self.table
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(session.clone());
+        Ok(session)
+    }
+
+    fn check_limits(&self) -> Result<(), ToolError> {
+        let limits = &self.config.limits;
+        let retained = self.retained();
+        let running = retained.iter().filter(|s| !s.status().is_final()).count();
+        if running >= limits.max_sessions {
+            return Err(ToolError::new(
+                ErrorCode::SessionLimit,
+                format!(
+                    "{running} sessions are running, the owner's limit (max_sessions); \
+                     terminate one or wait for one to exit"
+                ),
+            )
+            .with("max_sessions", limits.max_sessions));
+        }
+        if retained.len() >= limits.max_records {
+            return Err(ToolError::new(
+                ErrorCode::RecordLimit,
+                format!(
+                    "{} sessions are retained, the owner's limit (max_records); finished \
+                     sessions stay readable for {} s after they end",
+                    retained.len(),
+                    self.config.limits.retention_seconds
+                ),
+            )
+            .with("max_records", limits.max_records));
+        }
+        Ok(())
+    }
+
+    /// Refuse new sessions and end every running one with reason `shutdown`.
+    pub async fn shutdown(&self, grace_ms: u64) {
+        self.shutting_down.store(true, Ordering::SeqCst);
+        let _admission = self.starting.lock().await;
+        let mut ending = tokio::task::JoinSet::new();
+        for session in self.retained() {
+            if !session.status().is_final() {
+                ending.spawn(async move {
+                    let snapshot = session.terminate(Reason::Shutdown, grace_ms).await;
+                    tracing::info!(
+                        session = %snapshot.session_id,
+                        pid = snapshot.process_id,
+                        status = snapshot.status.as_str(),
+                        "session ended by server shutdown"
+                    );
+                });
+            }
+        }
+        while ending.join_next().await.is_some() {}
+    }
+}
+
+/// The client's variables, each allowed by the profile and by the deny rules.
+fn client_env(
+    requested: &BTreeMap<String, String>,
+    allowed: &[String],
+) -> Result<BTreeMap<String, String>, ToolError> {
+    if requested.len() > MAX_CLIENT_ENV {
+        return Err(ToolError::invalid_argument(
+            "env",
+            format!(
+                "may hold at most {MAX_CLIENT_ENV} variables, got {}",
+                requested.len()
+            ),
+        ));
+    }
+    for (name, value) in requested {
+        let refusal = if let Some(why) = denied_env_name(name) {
+            Some(why)
+        } else if !allowed.contains(name) {
+            Some(format!(
+                "`{name}` is not in this profile's allowed_env ({})",
+                if allowed.is_empty() {
+                    "it allows none".to_owned()
+                } else {
+                    allowed.join(", ")
+                }
+            ))
+        } else {
+            None
+        };
+        if let Some(why) = refusal {
+            return Err(ToolError::new(
+                ErrorCode::EnvNotAllowed,
+                format!("env {why}; leave it out"),
+            )
+            .with("name", name.as_str()));
+        }
+        if value.contains('\0') {
+            return Err(ToolError::invalid_argument(
+                "env",
+                format!("value of `{name}` contains NUL"),
+            ));
+        }
+    }
+    Ok(requested.clone())
+}
+
+fn new_session_id() -> String {
+    format!("{:032x}", rand::random::<u128>())
+}

@@ -1,0 +1,96 @@
+//! Sessions: one started process, its output and its lifecycle.
+//!
+//! Flow at a glance: `Sessions::start` spawns the profile's argv and creates a `Session`;
+//! two reader tasks decode the child's stdout/stderr into the output buffer; a supervisor
+//! task waits for the exit (or the session timeout), kills what is left of the process
+//! group, drains the pipes within a deadline and marks the output complete or incomplete.
+//! Every state change wakes waiters through one watch channel, so reads that wait are
+//! woken by events, never by polling.
+
+mod io;
+mod lifecycle;
+mod manager;
+mod state;
+
+use std::sync::Mutex;
+use std::time::{Duration, SystemTime};
+
+use tokio::net::unix::pipe;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+pub use manager::{Sessions, StartRequest};
+pub use state::{Reason, Snapshot, Status};
+
+use crate::config::Mode;
+use state::{Identity, State};
+
+pub struct Session {
+    pub id: String,
+    pub command_id: String,
+    pub mode: Mode,
+    pub pid: i32,
+    created_at: SystemTime,
+    state: Mutex<State>,
+    changed: watch::Sender<()>,
+    /// `None` once stdin is closed. An async lock: writes to one session are serialised.
+    stdin: tokio::sync::Mutex<Option<pipe::Sender>>,
+    readers: Mutex<Vec<JoinHandle<()>>>,
+}
+
+impl Session {
+    /// Apply a change to the state and wake every waiter.
+    fn update<R>(&self, change: impl FnOnce(&mut State) -> R) -> R {
+        let result = change(&mut self.state.lock().unwrap_or_else(|e| e.into_inner()));
+        self.changed.send_replace(());
+        result
+    }
+
+    /// Look at the state without waking anyone.
+    fn inspect<R>(&self, look: impl FnOnce(&State) -> R) -> R {
+        look(&self.state.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    pub fn snapshot(&self) -> Snapshot {
+        self.inspect(|s| state::snapshot(&self.identity(), s))
+    }
+
+    fn identity(&self) -> Identity<'_> {
+        Identity {
+            session_id: &self.id,
+            command_id: &self.command_id,
+            mode: self.mode,
+            pid: self.pid,
+            created_at: self.created_at,
+        }
+    }
+
+    pub fn status(&self) -> Status {
+        self.inspect(|s| s.status)
+    }
+
+    /// Wait until `done` holds or `deadline` passes; true if it holds.
+    async fn wait_until(&self, deadline: Instant, done: impl Fn(&State) -> bool) -> bool {
+        let mut changes = self.changed.subscribe();
+        loop {
+            if self.inspect(&done) {
+                return true;
+            }
+            match tokio::time::timeout_at(deadline, changes.changed()).await {
+                Ok(Ok(())) => {}
+                Ok(Err(_)) | Err(_) => return self.inspect(&done),
+            }
+        }
+    }
+
+    async fn wait_final(&self, within: Duration) -> bool {
+        self.wait_until(Instant::now() + within, |s| s.status.is_final())
+            .await
+    }
+
+    /// Final and past its retention period.
+    fn expired(&self, retention: Duration) -> bool {
+        self.inspect(|s| s.final_at.is_some_and(|at| at.elapsed() >= retention))
+    }
+}

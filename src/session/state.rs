@@ -1,0 +1,155 @@
+//! A session's mutable state and the snapshot clients see of it.
+
+use std::time::{Instant, SystemTime};
+
+use serde::Serialize;
+
+use crate::config::Mode;
+use crate::output::OutputBuffer;
+use crate::process::Exit;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "UPPERCASE")]
+pub enum Status {
+    Running,
+    Terminating,
+    Exited,
+    Terminated,
+    Failed,
+}
+
+impl Status {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::Running => "RUNNING",
+            Status::Terminating => "TERMINATING",
+            Status::Exited => "EXITED",
+            Status::Terminated => "TERMINATED",
+            Status::Failed => "FAILED",
+        }
+    }
+
+    pub fn is_final(self) -> bool {
+        match self {
+            Status::Running | Status::Terminating => false,
+            Status::Exited | Status::Terminated | Status::Failed => true,
+        }
+    }
+}
+
+/// Why a session ended (or is ending).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Reason {
+    Natural,
+    User,
+    Timeout,
+    Shutdown,
+}
+
+pub struct State {
+    pub status: Status,
+    pub exit: Option<Exit>,
+    /// Set when the controller starts ending the session; `Natural` when it ended alone.
+    pub reason: Option<Reason>,
+    pub stdin_closed: bool,
+    pub input_uncertain: bool,
+    pub output: OutputBuffer,
+    /// Output streams whose reader has not reached EOF yet.
+    pub open_streams: u8,
+    pub output_complete: bool,
+    pub output_incomplete: bool,
+    pub last_activity: SystemTime,
+    /// When the session became final; its retention period counts from here.
+    pub final_at: Option<Instant>,
+}
+
+impl State {
+    pub fn new(output: OutputBuffer, open_streams: u8) -> Self {
+        State {
+            status: Status::Running,
+            exit: None,
+            reason: None,
+            stdin_closed: false,
+            input_uncertain: false,
+            output,
+            open_streams,
+            output_complete: false,
+            output_incomplete: false,
+            last_activity: SystemTime::now(),
+            final_at: None,
+        }
+    }
+
+    /// Enter a final status (once; later calls keep the first).
+    pub fn finish(&mut self, status: Status) {
+        if self.status.is_final() {
+            return;
+        }
+        self.status = status;
+        self.reason.get_or_insert(Reason::Natural);
+        self.final_at = Some(Instant::now());
+        self.last_activity = SystemTime::now();
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Snapshot {
+    pub session_id: String,
+    pub command_id: String,
+    pub mode: &'static str,
+    pub process_id: i32,
+    pub status: Status,
+    pub exit_code: Option<i32>,
+    pub exit_signal: Option<&'static str>,
+    pub termination_reason: Option<Reason>,
+    pub stdin_closed: bool,
+    pub input_uncertain: bool,
+    pub base_cursor: u64,
+    pub next_cursor: u64,
+    pub created_at: String,
+    pub last_activity_at: String,
+    pub output_complete: bool,
+    pub output_incomplete: bool,
+    pub paused: bool,
+}
+
+pub struct Identity<'a> {
+    pub session_id: &'a str,
+    pub command_id: &'a str,
+    pub mode: Mode,
+    pub pid: i32,
+    pub created_at: SystemTime,
+}
+
+pub fn snapshot(id: &Identity, s: &State) -> Snapshot {
+    let (exit_code, exit_signal) = match s.exit {
+        Some(Exit::Code(code)) => (Some(code), None),
+        Some(Exit::Signal(signal)) => (None, Some(signal.as_str())),
+        None => (None, None),
+    };
+    Snapshot {
+        session_id: id.session_id.to_owned(),
+        command_id: id.command_id.to_owned(),
+        mode: id.mode.as_str(),
+        process_id: id.pid,
+        status: s.status,
+        exit_code,
+        exit_signal,
+        termination_reason: s.reason,
+        stdin_closed: s.stdin_closed,
+        input_uncertain: s.input_uncertain,
+        base_cursor: s.output.base(),
+        next_cursor: s.output.end(),
+        created_at: timestamp(id.created_at),
+        last_activity_at: timestamp(s.last_activity),
+        output_complete: s.output_complete,
+        output_incomplete: s.output_incomplete,
+        paused: false,
+    }
+}
+
+/// RFC 3339, UTC, milliseconds.
+pub fn timestamp(t: SystemTime) -> String {
+    humantime::format_rfc3339_millis(t).to_string()
+}

@@ -1,0 +1,305 @@
+//! What the client sees of each tool: name, description (what it does, when to use it,
+//! what to call next), parameters, output schema and annotations.
+
+use rmcp::model::{Tool, ToolAnnotations};
+use serde_json::{Map, Value, json};
+
+use super::params::{Kind, Param, input_schema};
+use crate::config::Config;
+use crate::limits::{
+    COMMAND_ID_MAX_CHARS, GRACE_DEFAULT_MS, GRACE_MAX_MS, MAX_CURSOR, READ_MAX_BYTES,
+    READ_MAX_WAIT_MS, READ_MIN_BYTES,
+};
+
+pub struct ToolSpec {
+    pub name: &'static str,
+    pub params: Vec<Param>,
+    tool: Tool,
+}
+
+impl ToolSpec {
+    pub fn tool(&self) -> Tool {
+        self.tool.clone()
+    }
+}
+
+#[derive(Clone, Copy)]
+enum Effect {
+    /// Looks, changes nothing: readOnly + idempotent.
+    Read,
+    /// Ends something; calling again changes nothing more: destructive + idempotent.
+    End,
+    /// Creates or feeds something: neither.
+    Act,
+}
+
+fn spec(
+    name: &'static str,
+    description: String,
+    params: Vec<Param>,
+    output: Map<String, Value>,
+    effect: Effect,
+) -> ToolSpec {
+    let (read_only, destructive, idempotent) = match effect {
+        Effect::Read => (true, false, true),
+        Effect::End => (false, true, true),
+        Effect::Act => (false, false, false),
+    };
+    let annotations = ToolAnnotations::new()
+        .read_only(read_only)
+        .destructive(destructive)
+        .idempotent(idempotent)
+        .open_world(false);
+    let tool = Tool::new(name, description, input_schema(&params))
+        .with_raw_output_schema(output.into())
+        .with_annotations(annotations);
+    ToolSpec { name, params, tool }
+}
+
+fn session_id() -> Param {
+    Param::new(
+        "session_id",
+        Kind::SessionId,
+        "The session_id terminal_start returned.",
+    )
+    .required()
+}
+
+pub fn catalog(config: &Config) -> Vec<ToolSpec> {
+    let limits = &config.limits;
+    let profiles: Vec<String> = config
+        .commands
+        .iter()
+        .map(|(id, p)| match &p.description {
+            Some(d) => format!("- `{id}`: {d}"),
+            None => format!("- `{id}`"),
+        })
+        .collect();
+    vec![
+        spec(
+            "terminal_start",
+            format!(
+                "Start an owner-approved command as a new session (its own process group) and \
+                 return its snapshot at once. You name a command_id; the owner's config fixes \
+                 the program and its arguments. Then read its output with terminal_read, \
+                 feed it with terminal_write, and end it with terminal_terminate.\n\
+                 Approved commands:\n{}",
+                profiles.join("\n")
+            ),
+            vec![
+                Param::new(
+                    "command_id",
+                    Kind::Str {
+                        min: 1,
+                        max: COMMAND_ID_MAX_CHARS,
+                    },
+                    "Id of an approved command profile.",
+                )
+                .required(),
+                Param::new(
+                    "cwd",
+                    Kind::Str { min: 1, max: 4096 },
+                    "Working directory: absolute, or relative to the default; must be inside \
+                     the owner's allowed roots. Default: the owner's default_cwd.",
+                ),
+                Param::new(
+                    "env",
+                    Kind::StrMap,
+                    "Extra environment variables (at most 32), each named in the profile's \
+                     allowed_env.",
+                ),
+                Param::new(
+                    "timeout_ms",
+                    Kind::Int {
+                        min: 100,
+                        max: limits.max_timeout_ms,
+                        default: limits.default_timeout_ms,
+                    },
+                    "The session is terminated (reason `timeout`) after this long.",
+                ),
+            ],
+            envelope(snapshot_properties()),
+            Effect::Act,
+        ),
+        spec(
+            "terminal_read",
+            "Read a session's output from an absolute cursor without consuming it: the same \
+             cursor always returns the same records while they are retained. Records are \
+             runs of code points tagged stdout or stderr; cursors count code points. Continue \
+             at next_cursor while has_more is true or the session runs; with wait_ms the \
+             call waits for new output or exit. output_complete means everything the process \
+             wrote is here. On CURSOR_EXPIRED, resume at error.base_cursor (older output was \
+             evicted)."
+                .into(),
+            vec![
+                session_id(),
+                Param::new(
+                    "cursor",
+                    Kind::Int {
+                        min: 0,
+                        max: MAX_CURSOR,
+                        default: 0,
+                    },
+                    "Absolute cursor to read from (0 = the start of the output).",
+                ),
+                Param::new(
+                    "max_bytes",
+                    Kind::Int {
+                        min: READ_MIN_BYTES,
+                        max: READ_MAX_BYTES,
+                        default: READ_MAX_BYTES,
+                    },
+                    "Most UTF-8 bytes of text to return; at least one code point is always \
+                     returned when available.",
+                ),
+                Param::new(
+                    "wait_ms",
+                    Kind::Int {
+                        min: 0,
+                        max: READ_MAX_WAIT_MS,
+                        default: 0,
+                    },
+                    "If nothing is available at the cursor yet, wait this long for output, \
+                     exit or completion.",
+                ),
+                Param::new(
+                    "strip_ansi",
+                    Kind::Bool,
+                    "Remove terminal escape sequences from the returned text (cursors still \
+                     count raw code points).",
+                ),
+            ],
+            envelope(read_properties()),
+            Effect::Read,
+        ),
+        spec(
+            "terminal_write",
+            format!(
+                "Write text to a session's stdin exactly as given (no newline is added: end \
+                 lines with \\n) and wait until the pipe accepted it; accepted_bytes counts \
+                 bytes the pipe took, not bytes the program read. close_stdin sends EOF after \
+                 the text. At most {} bytes per call. Then read the reply with terminal_read \
+                 (wait_ms helps). If the program does not take input within 1 s, stdin is \
+                 closed and INPUT_BACKPRESSURE is returned: do not blindly retry.",
+                limits.max_input_bytes
+            ),
+            vec![
+                session_id(),
+                Param::new(
+                    "text",
+                    Kind::Text,
+                    "Exact UTF-8 text to write; may be empty (e.g. with close_stdin).",
+                )
+                .required(),
+                Param::new(
+                    "close_stdin",
+                    Kind::Bool,
+                    "Close stdin after writing (EOF).",
+                ),
+            ],
+            envelope(json!({
+                "accepted_bytes": {"type": "integer", "minimum": 0},
+                "stdin_closed": {"type": "boolean"},
+            })),
+            Effect::Act,
+        ),
+        spec(
+            "terminal_status",
+            "A session's snapshot: status, exit code or signal, termination reason, cursors \
+             and output completeness. Use it to check on a session without reading output."
+                .into(),
+            vec![session_id()],
+            envelope(snapshot_properties()),
+            Effect::Read,
+        ),
+        spec(
+            "terminal_terminate",
+            format!(
+                "End a session: SIGTERM to its whole process group, wait grace_ms, then \
+                 SIGKILL, and return the final snapshot. Idempotent: a session that already \
+                 ended is returned unchanged. Its output stays readable for {} s.",
+                limits.retention_seconds
+            ),
+            vec![
+                session_id(),
+                Param::new(
+                    "grace_ms",
+                    Kind::Int {
+                        min: 0,
+                        max: GRACE_MAX_MS,
+                        default: GRACE_DEFAULT_MS,
+                    },
+                    "How long to wait after SIGTERM before SIGKILL.",
+                ),
+            ],
+            envelope(snapshot_properties()),
+            Effect::End,
+        ),
+    ]
+}
+
+/// Success fields plus the error object: every result, ok or not, fits this schema.
+fn envelope(success: Value) -> Map<String, Value> {
+    let mut properties = success.as_object().cloned().unwrap_or_default();
+    properties.insert("ok".into(), json!({"type": "boolean"}));
+    properties.insert(
+        "error".into(),
+        json!({
+            "type": "object",
+            "description": "Present when ok is false.",
+            "properties": {
+                "code": {"type": "string"},
+                "message": {"type": "string"},
+            },
+            "required": ["code", "message"],
+        }),
+    );
+    let schema = json!({"type": "object", "properties": properties, "required": ["ok"]});
+    schema.as_object().cloned().unwrap_or_default()
+}
+
+fn snapshot_properties() -> Value {
+    json!({
+        "session_id": {"type": "string"},
+        "command_id": {"type": "string"},
+        "mode": {"type": "string", "enum": ["pipe", "pty"]},
+        "process_id": {"type": "integer"},
+        "status": {"type": "string", "enum": ["RUNNING", "TERMINATING", "EXITED", "TERMINATED", "FAILED"]},
+        "exit_code": {"type": ["integer", "null"]},
+        "exit_signal": {"type": ["string", "null"]},
+        "termination_reason": {"type": ["string", "null"], "enum": ["natural", "user", "timeout", "shutdown", null]},
+        "stdin_closed": {"type": "boolean"},
+        "input_uncertain": {"type": "boolean"},
+        "base_cursor": {"type": "integer", "minimum": 0},
+        "next_cursor": {"type": "integer", "minimum": 0},
+        "created_at": {"type": "string", "format": "date-time"},
+        "last_activity_at": {"type": "string", "format": "date-time"},
+        "output_complete": {"type": "boolean"},
+        "output_incomplete": {"type": "boolean"},
+        "paused": {"type": "boolean"},
+    })
+}
+
+fn read_properties() -> Value {
+    json!({
+        "records": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "properties": {
+                    "cursor": {"type": "integer", "minimum": 0},
+                    "stream": {"type": "string", "enum": ["stdout", "stderr"]},
+                    "text": {"type": "string"},
+                },
+                "required": ["cursor", "stream", "text"],
+            },
+        },
+        "base_cursor": {"type": "integer", "minimum": 0},
+        "next_cursor": {"type": "integer", "minimum": 0},
+        "truncated": {"type": "boolean"},
+        "has_more": {"type": "boolean"},
+        "status": {"type": "string"},
+        "output_complete": {"type": "boolean"},
+        "output_incomplete": {"type": "boolean"},
+    })
+}

@@ -1,0 +1,336 @@
+//! Tool parameters declared once: each declaration yields both the JSON input schema the
+//! client sees and the strict decoder that turns a bad argument into `INVALID_ARGUMENT`
+//! naming the parameter and the accepted range.
+
+use serde_json::{Map, Value, json};
+
+use crate::errors::ToolError;
+use crate::strict::{describe, type_name, uint_in};
+
+#[derive(Debug, Clone)]
+pub enum Kind {
+    /// A string of `min..=max` characters.
+    Str {
+        min: usize,
+        max: usize,
+    },
+    /// Any string (its size is checked by the tool, in bytes).
+    Text,
+    /// 32 lowercase hex digits.
+    SessionId,
+    Int {
+        min: u64,
+        max: u64,
+        default: u64,
+    },
+    Bool,
+    /// An object of string values.
+    StrMap,
+}
+
+#[derive(Debug, Clone)]
+pub struct Param {
+    pub name: &'static str,
+    pub kind: Kind,
+    pub required: bool,
+    pub description: String,
+}
+
+impl Param {
+    pub fn new(name: &'static str, kind: Kind, description: impl Into<String>) -> Self {
+        Param {
+            name,
+            kind,
+            required: false,
+            description: description.into(),
+        }
+    }
+
+    pub fn required(mut self) -> Self {
+        self.required = true;
+        self
+    }
+
+    fn schema(&self) -> Value {
+        let mut schema = match &self.kind {
+            Kind::Str { min, max } => json!({"type": "string", "minLength": min, "maxLength": max}),
+            Kind::Text => json!({"type": "string"}),
+            Kind::SessionId => json!({"type": "string", "pattern": "^[0-9a-f]{32}$"}),
+            Kind::Int { min, max, default } => {
+                json!({"type": "integer", "minimum": min, "maximum": max, "default": default})
+            }
+            Kind::Bool => json!({"type": "boolean", "default": false}),
+            Kind::StrMap => json!({
+                "type": "object",
+                "additionalProperties": {"type": "string"},
+            }),
+        };
+        schema["description"] = self.description.clone().into();
+        schema
+    }
+
+    fn check(&self, value: &Value) -> Result<(), ToolError> {
+        let fail = |rule: String| Err(ToolError::invalid_argument(self.name, rule));
+        let got = describe(value);
+        match &self.kind {
+            Kind::Str { min, max } => match value.as_str() {
+                Some(s) if (*min..=*max).contains(&s.chars().count()) => Ok(()),
+                Some(s) => fail(format!(
+                    "must be {min} to {max} characters long, got {}",
+                    s.chars().count()
+                )),
+                None => fail(format!("must be a string, got {}", type_name(value))),
+            },
+            Kind::Text => match value {
+                Value::String(_) => Ok(()),
+                _ => fail(format!("must be a string, got {}", type_name(value))),
+            },
+            Kind::SessionId => match value.as_str() {
+                Some(s)
+                    if s.len() == 32
+                        && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) =>
+                {
+                    Ok(())
+                }
+                _ => fail(format!(
+                    "must be a session id (32 lowercase hex digits, as terminal_start returned), got {got}"
+                )),
+            },
+            Kind::Int { min, max, .. } => match uint_in(value, *min, *max) {
+                Some(_) => Ok(()),
+                None => fail(format!("must be an integer from {min} to {max}, got {got}")),
+            },
+            Kind::Bool => match value {
+                Value::Bool(_) => Ok(()),
+                _ => fail(format!("must be true or false, got {got}")),
+            },
+            Kind::StrMap => match value.as_object() {
+                Some(map) => match map.iter().find(|(_, v)| !v.is_string()) {
+                    None => Ok(()),
+                    Some((k, v)) => fail(format!(
+                        "must map names to strings; `{k}` is {}",
+                        type_name(v)
+                    )),
+                },
+                None => fail(format!(
+                    "must be an object of strings, got {}",
+                    type_name(value)
+                )),
+            },
+        }
+    }
+}
+
+/// The input schema of a tool taking `params`.
+pub fn input_schema(params: &[Param]) -> Map<String, Value> {
+    let properties: Map<String, Value> = params
+        .iter()
+        .map(|p| (p.name.to_owned(), p.schema()))
+        .collect();
+    let required: Vec<&str> = params
+        .iter()
+        .filter(|p| p.required)
+        .map(|p| p.name)
+        .collect();
+    let schema = json!({
+        "type": "object",
+        "properties": properties,
+        "required": required,
+        "additionalProperties": false,
+    });
+    match schema {
+        Value::Object(map) => map,
+        _ => unreachable!("built as an object"),
+    }
+}
+
+/// Arguments that passed their declarations; accessors fall back to declared defaults.
+pub struct Args {
+    values: Map<String, Value>,
+    params: Vec<Param>,
+}
+
+impl Args {
+    pub fn decode(
+        params: &[Param],
+        arguments: Option<Map<String, Value>>,
+    ) -> Result<Args, ToolError> {
+        let values = arguments.unwrap_or_default();
+        if let Some(unknown) = values
+            .keys()
+            .find(|k| !params.iter().any(|p| p.name == k.as_str()))
+        {
+            let names: Vec<&str> = params.iter().map(|p| p.name).collect();
+            return Err(ToolError::invalid_argument(
+                unknown,
+                format!(
+                    "is not an argument of this tool; it takes: {}",
+                    if names.is_empty() {
+                        "none".to_owned()
+                    } else {
+                        names.join(", ")
+                    }
+                ),
+            ));
+        }
+        for param in params {
+            match values.get(param.name) {
+                Some(value) => param.check(value)?,
+                None if param.required => {
+                    return Err(ToolError::invalid_argument(param.name, "is required"));
+                }
+                None => {}
+            }
+        }
+        Ok(Args {
+            values,
+            params: params.to_vec(),
+        })
+    }
+
+    pub fn str(&self, name: &str) -> Option<&str> {
+        self.values.get(name).and_then(Value::as_str)
+    }
+
+    pub fn int(&self, name: &str) -> u64 {
+        match self.values.get(name).and_then(Value::as_u64) {
+            Some(n) => n,
+            None => self
+                .params
+                .iter()
+                .find_map(|p| match (p.name == name, &p.kind) {
+                    (true, Kind::Int { default, .. }) => Some(*default),
+                    _ => None,
+                })
+                .unwrap_or_default(),
+        }
+    }
+
+    pub fn opt_int(&self, name: &str) -> Option<u64> {
+        self.values.get(name).and_then(Value::as_u64)
+    }
+
+    pub fn bool(&self, name: &str) -> bool {
+        self.values
+            .get(name)
+            .and_then(Value::as_bool)
+            .unwrap_or(false)
+    }
+
+    pub fn str_map(&self, name: &str) -> std::collections::BTreeMap<String, String> {
+        self.values
+            .get(name)
+            .and_then(Value::as_object)
+            .map(|m| {
+                m.iter()
+                    .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_owned())))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn params() -> Vec<Param> {
+        vec![
+            Param::new("session_id", Kind::SessionId, "id").required(),
+            Param::new(
+                "cursor",
+                Kind::Int {
+                    min: 0,
+                    max: 100,
+                    default: 0,
+                },
+                "c",
+            ),
+            Param::new("strip", Kind::Bool, "s"),
+        ]
+    }
+
+    fn decode(v: Value) -> Result<Args, ToolError> {
+        Args::decode(&params(), v.as_object().cloned())
+    }
+
+    const SID: &str = "0123456789abcdef0123456789abcdef";
+
+    #[test]
+    fn bad_arguments_name_the_parameter() {
+        let cases = [
+            (json!({}), "session_id", "is required"),
+            (
+                json!({"session_id": SID, "extra": 1}),
+                "extra",
+                "is not an argument",
+            ),
+            (
+                json!({"session_id": SID, "cursor": true}),
+                "cursor",
+                "from 0 to 100, got a boolean",
+            ),
+            (
+                json!({"session_id": SID, "cursor": "5"}),
+                "cursor",
+                "got a string",
+            ),
+            (
+                json!({"session_id": SID, "cursor": 2.5}),
+                "cursor",
+                "got a non-integer number",
+            ),
+            (
+                json!({"session_id": SID, "cursor": -1}),
+                "cursor",
+                "from 0 to 100",
+            ),
+            (
+                json!({"session_id": SID, "cursor": 101}),
+                "cursor",
+                "from 0 to 100",
+            ),
+            (
+                json!({"session_id": SID, "cursor": null}),
+                "cursor",
+                "got null",
+            ),
+            (
+                json!({"session_id": SID, "strip": 1}),
+                "strip",
+                "true or false",
+            ),
+            (
+                json!({"session_id": "ABC"}),
+                "session_id",
+                "32 lowercase hex",
+            ),
+        ];
+        for (args, param, rule) in cases {
+            let e = decode(args.clone())
+                .err()
+                .unwrap_or_else(|| panic!("{args} accepted"));
+            assert_eq!(e.code, crate::errors::ErrorCode::InvalidArgument);
+            assert_eq!(e.extra["parameter"], param, "{args}");
+            assert!(e.message.contains(rule), "{args}: {}", e.message);
+        }
+    }
+
+    #[test]
+    fn defaults_apply_when_absent() {
+        let a = decode(json!({"session_id": SID})).unwrap();
+        assert_eq!(a.int("cursor"), 0);
+        assert!(!a.bool("strip"));
+        let a = decode(json!({"session_id": SID, "cursor": 7, "strip": true})).unwrap();
+        assert_eq!(a.int("cursor"), 7);
+        assert!(a.bool("strip"));
+    }
+
+    #[test]
+    fn schema_is_strict() {
+        let s = input_schema(&params());
+        assert_eq!(s["additionalProperties"], false);
+        assert_eq!(s["required"], json!(["session_id"]));
+        assert_eq!(s["properties"]["cursor"]["maximum"], 100);
+    }
+}
