@@ -237,7 +237,7 @@ pub(crate) struct Run<'a> {
     pub server: Option<McpServer>,
     /// Every `process_id` any result reported: all must be gone at the end.
     pub seen_pids: BTreeSet<u32>,
-    /// Other PIDs the scenario checked (descendants); killed at the end if still alive.
+    /// Other PIDs the scenario named (descendants); killed at the end if still alive.
     pub watched_pids: BTreeSet<u32>,
 }
 
@@ -309,17 +309,27 @@ impl Run<'_> {
         self.kill_leftovers();
     }
 
-    /// Keep the machine clean after a failing server: kill leftover session groups and
-    /// descendants, but only processes that run a program this scenario's config names.
+    /// Keep the machine clean after a failing server: kill leftover session groups that run
+    /// a program this scenario's config names, and the descendants the scenario named.
     fn kill_leftovers(&self) {
         let programs = self.programs();
-        for &pid in self.seen_pids.iter().chain(&self.watched_pids) {
+        let kill = nix::sys::signal::Signal::SIGKILL;
+        for &pid in &self.seen_pids {
             if procfs::is_alive(pid) && runs_one_of(pid, &programs) {
                 let target = nix::unistd::Pid::from_raw(pid as i32);
-                let _ = nix::sys::signal::killpg(target, nix::sys::signal::Signal::SIGKILL);
-                let _ = nix::sys::signal::kill(target, nix::sys::signal::Signal::SIGKILL);
+                let _ = nix::sys::signal::killpg(target, kill);
+                let _ = nix::sys::signal::kill(target, kill);
             }
         }
+        for &pid in &self.watched_pids {
+            if procfs::is_alive(pid) && Some(pid) != self.server_pid() {
+                let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), kill);
+            }
+        }
+    }
+
+    fn server_pid(&self) -> Option<u32> {
+        self.server.as_ref().map(|s| s.pid)
     }
 
     fn programs(&self) -> Vec<String> {
