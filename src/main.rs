@@ -171,7 +171,7 @@ async fn run(config: Config) -> Result<(), String> {
 
 fn init_logging() {
     let filter = tracing_subscriber::EnvFilter::try_from_env("MCP_TERMINAL_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,rmcp=warn"));
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)

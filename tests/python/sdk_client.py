@@ -1,0 +1,94 @@
+"""Drive mcp-terminal with the official Python MCP SDK, through both of its connection paths.
+
+Usage: python3 sdk_client.py PATH_TO_MCP_TERMINAL
+
+1. `ClientSession.initialize()`: the classic `initialize` handshake.
+2. `mcp.Client` (mode "auto"): probes `server/discover` first (protocol 2026-07-28), falling
+   back to `initialize`.
+Each path lists the tools, starts the `stream` demo profile, reads its output to completion
+and checks the structured results. Prints one line per check; exits non-zero on failure.
+"""
+
+import asyncio
+import json
+import sys
+import tempfile
+
+from mcp import Client, ClientSession, StdioServerParameters, stdio_client
+
+REFERENCE_TOOLS = {
+    "terminal_start",
+    "terminal_read",
+    "terminal_write",
+    "terminal_status",
+    "terminal_terminate",
+}
+EXPECTED_STDOUT = "".join(f"stdout line {i}\n" for i in range(1, 6))
+
+
+def check(condition, what):
+    if not condition:
+        raise AssertionError(what)
+    print(f"ok: {what}")
+
+
+def structured(result):
+    content = result.structured_content
+    check(content is not None, "a tool result carries structuredContent")
+    check(json.loads(result.content[0].text) == content, "the text content is the same JSON")
+    return content
+
+
+async def exercise(call_tool, list_tools, label):
+    tools = await list_tools()
+    names = {t.name for t in tools.tools}
+    check(REFERENCE_TOOLS <= names, f"{label}: the five reference tools are listed")
+    for tool in tools.tools:
+        check(tool.input_schema.get("additionalProperties") is False, f"{label}: {tool.name} input schema is strict")
+        check(tool.output_schema is not None, f"{label}: {tool.name} has an output schema")
+
+    started = structured(await call_tool("terminal_start", {"command_id": "stream"}))
+    check(started["ok"] is True and started["status"] in ("RUNNING", "EXITED"), f"{label}: stream started")
+    sid, cursor, stdout = started["session_id"], 0, ""
+    for _ in range(200):
+        page = structured(
+            await call_tool("terminal_read", {"session_id": sid, "cursor": cursor, "max_bytes": 16, "wait_ms": 500})
+        )
+        stdout += "".join(r["text"] for r in page["records"] if r["stream"] == "stdout")
+        cursor = page["next_cursor"]
+        if page["output_complete"] and not page["has_more"]:
+            break
+    check(stdout == EXPECTED_STDOUT, f"{label}: stdout read to completion by cursor")
+    status = structured(await call_tool("terminal_status", {"session_id": sid}))
+    check(status["status"] == "EXITED" and status["exit_code"] == 0, f"{label}: exit code 0")
+
+    bad = await call_tool("terminal_read", {"session_id": sid, "cursor": True})
+    check(bad.is_error is True, f"{label}: a boolean cursor is a tool error")
+    check(structured(bad)["error"]["code"] == "INVALID_ARGUMENT", f"{label}: ... with code INVALID_ARGUMENT")
+
+
+async def with_client_session(params):
+    async with stdio_client(params) as (read, write):
+        async with ClientSession(read, write) as session:
+            init = await session.initialize()
+            check(init.server_info.name == "mcp-terminal", "ClientSession.initialize(): server is mcp-terminal")
+            print(f"info: negotiated protocol {init.protocol_version}")
+            await exercise(session.call_tool, session.list_tools, "ClientSession")
+
+
+async def with_high_level_client(params):
+    async with Client(params) as client:
+        check(client.server_info.name == "mcp-terminal", "mcp.Client: server is mcp-terminal")
+        print(f"info: negotiated protocol {client.protocol_version}")
+        await exercise(client.call_tool, client.list_tools, "mcp.Client")
+
+
+async def main(binary):
+    with tempfile.TemporaryDirectory() as root:
+        params = StdioServerParameters(command=binary, args=["stdio"], cwd=root)
+        await with_client_session(params)
+        await with_high_level_client(params)
+
+
+if __name__ == "__main__":
+    asyncio.run(main(sys.argv[1]))

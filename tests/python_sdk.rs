@@ -1,0 +1,48 @@
+//! The official Python MCP SDK (`mcp==2.3.0`) connects to the real binary through both of
+//! its paths: `ClientSession.initialize()` and the high-level `mcp.Client`, which probes
+//! `server/discover` first. Skipped, with the reason printed, when python3 or the SDK is
+//! missing, unless `MCP_TERMINAL_REQUIRE_PYTHON_SDK=1` (as in CI, which installs it).
+
+use std::process::Command;
+
+#[test]
+fn python_sdk_connects_by_initialize_and_by_discover() {
+    let required = std::env::var("MCP_TERMINAL_REQUIRE_PYTHON_SDK").is_ok_and(|v| v == "1");
+    let probe = Command::new("python3")
+        .args(["-c", "import mcp, mcp.client; from mcp import Client"])
+        .output();
+    if !probe.as_ref().is_ok_and(|o| o.status.success()) {
+        assert!(
+            !required,
+            "python3 with mcp==2.3.0 is required but missing: {probe:?}"
+        );
+        eprintln!(
+            "skipped: python3 with the `mcp` package (pip install mcp==2.3.0) is not installed"
+        );
+        return;
+    }
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/python/sdk_client.py");
+    let output = Command::new("python3")
+        .args([script, env!("CARGO_BIN_EXE_mcp-terminal")])
+        .env("MCP_TERMINAL_LOG", "warn")
+        .output()
+        .expect("python3 runs");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success(),
+        "the SDK client failed:\n{stdout}\n{stderr}"
+    );
+    assert!(
+        stdout.contains("ok: mcp.Client: server is mcp-terminal"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("info: negotiated protocol 2026-07-28"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("info: negotiated protocol 2025-11-25"),
+        "{stdout}"
+    );
+}
