@@ -17,12 +17,14 @@ pub enum ErrorCode {
     RecordLimit,
     SessionNotFound,
     SessionNotRunning,
+    SessionRunning,
     StdinClosed,
     InputTooLarge,
     InputBackpressure,
     InputUncertain,
     CursorExpired,
     InvalidCursor,
+    NotAPty,
     Internal,
 }
 
@@ -38,12 +40,14 @@ impl ErrorCode {
             ErrorCode::RecordLimit => "RECORD_LIMIT",
             ErrorCode::SessionNotFound => "SESSION_NOT_FOUND",
             ErrorCode::SessionNotRunning => "SESSION_NOT_RUNNING",
+            ErrorCode::SessionRunning => "SESSION_RUNNING",
             ErrorCode::StdinClosed => "STDIN_CLOSED",
             ErrorCode::InputTooLarge => "INPUT_TOO_LARGE",
             ErrorCode::InputBackpressure => "INPUT_BACKPRESSURE",
             ErrorCode::InputUncertain => "INPUT_UNCERTAIN",
             ErrorCode::CursorExpired => "CURSOR_EXPIRED",
             ErrorCode::InvalidCursor => "INVALID_CURSOR",
+            ErrorCode::NotAPty => "NOT_A_PTY",
             ErrorCode::Internal => "INTERNAL",
         }
     }

@@ -15,6 +15,15 @@ pub const READ_MAX_BYTES: u64 = 65_536;
 pub const PAGE_MAX_ENTRIES: usize = 1024;
 /// `terminal_read.wait_ms` upper bound.
 pub const READ_MAX_WAIT_MS: u64 = 2_000;
+/// `terminal_wait`: default timeout and longest pattern.
+pub const WAIT_DEFAULT_MS: u64 = 10_000;
+pub const WAIT_PATTERN_MAX_CHARS: usize = 1024;
+/// How often a waiting `terminal_wait` reports progress when the client asked for it.
+pub const WAIT_PROGRESS_EVERY: Duration = Duration::from_millis(500);
+/// Keys per `terminal_keys` call.
+pub const MAX_KEYS: usize = 64;
+/// Scrollback lines `terminal_screen` returns at most.
+pub const SCREEN_MAX_SCROLLBACK: u64 = 10_000;
 /// `terminal_terminate.grace_ms` default and upper bound.
 pub const GRACE_DEFAULT_MS: u64 = 500;
 pub const GRACE_MAX_MS: u64 = 2_000;

@@ -343,9 +343,6 @@ fn refuse_unsupported(config: &Config) -> Result<(), String> {
         ))
     };
     for (id, p) in &config.commands {
-        if p.mode == Mode::Pty {
-            return unsupported(format!("commands.{id}.mode"), "\"pty\"");
-        }
         if p.shell.is_some() {
             return unsupported(format!("commands.{id}.shell"), "\"posix\"");
         }
@@ -562,11 +559,7 @@ mod tests {
 
     #[test]
     fn features_not_built_yet_are_refused_not_ignored() {
-        for (profile_field, value) in [
-            ("mode", json!("pty")),
-            ("shell", json!("posix")),
-            ("on_full", json!("pause")),
-        ] {
+        for (profile_field, value) in [("shell", json!("posix")), ("on_full", json!("pause"))] {
             let e = err(json!({"commands": {"p": {"argv": ["/bin/sh"], profile_field: value}}}));
             assert!(e.contains("not supported yet"), "{e}");
             assert!(

@@ -1,11 +1,15 @@
 //! Output of a session: incremental UTF-8 decoding per stream, the chunked record buffer
-//! addressed by cursor, and escape-sequence stripping for returned text. Pure data
-//! structures: no I/O, no locking.
+//! addressed by cursor, escape-sequence stripping, incremental regex search, and the
+//! rendered screen of a terminal. Pure data structures: no I/O, no locking.
 
 mod ansi;
 mod buffer;
 mod decoder;
+mod screen;
+mod search;
 
-pub use ansi::strip_ansi;
-pub use buffer::{Entry, OutputBuffer, ReadError, Stream};
+pub use ansi::{AnsiStripper, strip_ansi};
+pub use buffer::{Entry, OutputBuffer, Page, ReadError, Stream};
 pub use decoder::Utf8Decoder;
+pub use screen::{Screen, ScreenView};
+pub use search::Search;

@@ -77,7 +77,7 @@ pub fn spawn_pipes(spec: &SpawnSpec, reaper: &Reaper) -> Result<PipeChild, Spawn
     }
 }
 
-fn describe(program: &str, e: &std::io::Error) -> String {
+pub(super) fn describe(program: &str, e: &std::io::Error) -> String {
     use std::io::ErrorKind;
     let why = match e.kind() {
         ErrorKind::NotFound => "the executable does not exist",

@@ -3,12 +3,11 @@
 use std::time::{Duration, SystemTime};
 
 use serde::Serialize;
-use tokio::io::AsyncWriteExt;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::Session;
 use super::state::Status;
+use super::{Input, Session};
 use crate::errors::{ErrorCode, ToolError};
 use crate::limits::{PAGE_MAX_ENTRIES, WRITE_DRAIN_TIMEOUT};
 use crate::output::{Entry, ReadError, strip_ansi};
@@ -106,16 +105,36 @@ impl Session {
                 ),
             ));
         }
-        let mut stdin = self.stdin.lock().await;
+        let closed = self.send(text.as_bytes(), close, cancel).await?;
+        Ok((text.len(), closed))
+    }
+
+    /// Send bytes to the program's input; with `close`, end the input after them: close
+    /// the pipe, or on a terminal send its EOF character (Ctrl-D). Returns whether stdin
+    /// is now closed.
+    pub async fn send(
+        &self,
+        bytes: &[u8],
+        close: bool,
+        cancel: &CancellationToken,
+    ) -> Result<bool, ToolError> {
+        self.check_writable()?;
+        let mut input = self.input.lock().await;
         // Another write may have closed stdin while this one waited for the lock.
         self.check_writable()?;
-        let Some(pipe) = stdin.as_mut() else {
+        let Some(sink) = input.as_mut() else {
             return Err(stdin_closed());
         };
-        let outcome = tokio::select! {
-            written = tokio::time::timeout(WRITE_DRAIN_TIMEOUT, pipe.write_all(text.as_bytes())) => {
-                Some(written)
+        let with_eof;
+        let bytes = match sink {
+            Input::Pty(_) if close => {
+                with_eof = [bytes, b"\x04"].concat();
+                with_eof.as_slice()
             }
+            Input::Pty(_) | Input::Pipe(_) => bytes,
+        };
+        let outcome = tokio::select! {
+            written = tokio::time::timeout(WRITE_DRAIN_TIMEOUT, sink.write_all(bytes)) => Some(written),
             () = cancel.cancelled() => None,
         };
         let failure = match outcome {
@@ -125,12 +144,12 @@ impl Session {
                 ErrorCode::InputBackpressure,
                 format!(
                     "the process did not take the input within {} ms, so stdin was closed; \
-                     part of the text may have been delivered: do not blindly retry",
+                     part of it may have been delivered: do not blindly retry",
                     WRITE_DRAIN_TIMEOUT.as_millis()
                 ),
             )),
             None => {
-                stdin.take();
+                input.take();
                 self.update(|s| {
                     s.stdin_closed = true;
                     s.input_uncertain = true;
@@ -139,16 +158,16 @@ impl Session {
             }
         };
         if failure.is_some() || close {
-            stdin.take();
+            input.take();
         }
-        let closed = stdin.is_none();
+        let closed = input.is_none();
         self.update(|s| {
             s.stdin_closed = closed;
             s.last_activity = SystemTime::now();
         });
         match failure {
             Some(error) => Err(error),
-            None => Ok((text.len(), closed)),
+            None => Ok(closed),
         }
     }
 

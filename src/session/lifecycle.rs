@@ -10,11 +10,11 @@ use tokio::sync::{oneshot, watch};
 use tokio::time::Instant;
 
 use super::state::{Reason, State, Status};
-use super::{Session, Snapshot};
+use super::{Input, Session, Snapshot};
 use crate::config::Mode;
 use crate::limits::{DRAIN_DEADLINE, KILL_CONFIRM, READ_CHUNK_BYTES};
-use crate::output::{OutputBuffer, Stream, Utf8Decoder};
-use crate::process::{Exit, PipeChild, signal_group};
+use crate::output::{OutputBuffer, Screen, Stream, Utf8Decoder};
+use crate::process::{Exit, PipeChild, PtyChild, PtyMaster, signal_group};
 
 pub struct NewSession {
     pub id: String,
@@ -23,53 +23,109 @@ pub struct NewSession {
     pub timeout: Duration,
 }
 
-/// Wrap a spawned pipe child in a session and start its readers and supervisor.
-pub fn launch(new: NewSession, child: PipeChild) -> Arc<Session> {
+/// A spawned child, on pipes or on a terminal of `rows`×`cols`.
+pub enum Spawned {
+    Pipes(PipeChild),
+    Pty {
+        child: PtyChild,
+        rows: u16,
+        cols: u16,
+    },
+}
+
+/// Where a reader task reads from.
+enum Source {
+    Pipe(pipe::Receiver),
+    Pty(Arc<PtyMaster>),
+}
+
+impl Source {
+    async fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        match self {
+            Source::Pipe(pipe) => pipe.read(buf).await,
+            Source::Pty(master) => master.read(buf).await,
+        }
+    }
+}
+
+/// Wrap a spawned child in a session and start its readers and supervisor.
+pub fn launch(new: NewSession, spawned: Spawned) -> Arc<Session> {
+    let (pid, exit, mode, input, terminal, screen, sources) = match spawned {
+        Spawned::Pipes(child) => (
+            child.pid,
+            child.exit,
+            Mode::Pipe,
+            Input::Pipe(child.stdin),
+            None,
+            None,
+            vec![
+                (Source::Pipe(child.stdout), Stream::Stdout),
+                (Source::Pipe(child.stderr), Stream::Stderr),
+            ],
+        ),
+        Spawned::Pty { child, rows, cols } => {
+            let master = Arc::new(child.master);
+            (
+                child.pid,
+                child.exit,
+                Mode::Pty,
+                Input::Pty(master.clone()),
+                Some(master.clone()),
+                Some(Screen::new(rows, cols)),
+                vec![(Source::Pty(master), Stream::Stdout)],
+            )
+        }
+    };
+    let mut state = State::new(new.buffer, sources.len() as u8);
+    state.screen = screen;
     let session = Arc::new(Session {
         id: new.id,
         command_id: new.command_id,
-        mode: Mode::Pipe,
-        pid: child.pid,
+        mode,
+        pid,
         created_at: SystemTime::now(),
-        state: Mutex::new(State::new(new.buffer, 2)),
+        state: Mutex::new(state),
         changed: watch::Sender::new(()),
-        stdin: tokio::sync::Mutex::new(Some(child.stdin)),
+        input: tokio::sync::Mutex::new(Some(input)),
+        terminal,
         readers: Mutex::new(Vec::new()),
     });
-    let readers = vec![
-        tokio::spawn(read_stream(session.clone(), child.stdout, Stream::Stdout)),
-        tokio::spawn(read_stream(session.clone(), child.stderr, Stream::Stderr)),
-    ];
+    let readers = sources
+        .into_iter()
+        .map(|(source, stream)| tokio::spawn(read_output(session.clone(), source, stream)))
+        .collect();
     *session.readers.lock().unwrap_or_else(|e| e.into_inner()) = readers;
-    tokio::spawn(supervise(session.clone(), child.exit, new.timeout));
+    tokio::spawn(supervise(session.clone(), exit, new.timeout));
     session
 }
 
-/// Decode one stream into the buffer until EOF. A read error ends the stream like EOF.
-async fn read_stream(session: Arc<Session>, mut pipe: pipe::Receiver, stream: Stream) {
+/// Decode one source into the buffer (and a terminal's bytes into its screen, answering
+/// the program's terminal queries) until EOF. A read error ends the source like EOF.
+async fn read_output(session: Arc<Session>, mut source: Source, stream: Stream) {
     let mut bytes = vec![0u8; READ_CHUNK_BYTES];
     let mut decoder = Utf8Decoder::default();
     let mut text = String::new();
     loop {
-        let n = match pipe.read(&mut bytes).await {
+        let n = match source.read(&mut bytes).await {
             Ok(0) | Err(_) => break,
             Ok(n) => n,
         };
         text.clear();
         decoder.push(&bytes[..n], &mut text);
-        if !text.is_empty() {
-            session.update(|s| {
-                s.output.append(stream, &text);
-                s.last_activity = SystemTime::now();
-            });
+        let replies = session.update(|s| {
+            let replies = s.screen.as_mut().map(|screen| screen.feed(&bytes[..n]));
+            s.output.append(stream, &text);
+            s.last_activity = SystemTime::now();
+            replies.unwrap_or_default()
+        });
+        if let (Source::Pty(master), false) = (&source, replies.is_empty()) {
+            master.try_write(&replies);
         }
     }
     text.clear();
     decoder.finish(&mut text);
     session.update(|s| {
-        if !text.is_empty() {
-            s.output.append(stream, &text);
-        }
+        s.output.append(stream, &text);
         s.open_streams -= 1;
     });
 }
@@ -107,7 +163,7 @@ async fn supervise(session: Arc<Session>, mut exit: oneshot::Receiver<Exit>, tim
     };
     // Same-group descendants must not linger or hold the pipes open.
     signal_group(session.pid, Signal::SIGKILL);
-    session.stdin.lock().await.take();
+    session.input.lock().await.take();
     tracing::info!(session = %session.id, pid = session.pid, status = status.as_str(), "process ended");
 
     let drained = session

@@ -6,15 +6,18 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use super::Session;
-use super::lifecycle::{NewSession, launch};
+use super::lifecycle::{NewSession, Spawned, launch};
 use super::state::Reason;
-use crate::config::Config;
+use super::{Session, Snapshot};
+use crate::config::{Config, Mode};
 use crate::errors::{ErrorCode, ToolError};
 use crate::limits::MAX_CLIENT_ENV;
 use crate::output::OutputBuffer;
 use crate::policy::{BASE_ENV, denied_env_name, resolve_cwd};
-use crate::process::{Reaper, SpawnSpec, spawn_pipes};
+use crate::process::{Reaper, SpawnSpec, spawn_pipes, spawn_pty};
+
+/// The terminal type PTY children are told they run on.
+const TERM: &str = "xterm-256color";
 
 pub struct StartRequest {
     pub command_id: String,
@@ -59,6 +62,24 @@ impl Sessions {
             .ok_or_else(|| ToolError::session_not_found(session_id))
     }
 
+    /// Drop a final session now, freeing its place under `max_records`.
+    pub fn forget(&self, session_id: &str) -> Result<Snapshot, ToolError> {
+        let session = self.get(session_id)?;
+        if !session.status().is_final() {
+            return Err(ToolError::new(
+                ErrorCode::SessionRunning,
+                "the session is still running; terminate it first (terminal_terminate), then \
+                 forget it",
+            ));
+        }
+        let snapshot = session.snapshot();
+        self.table
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|s| s.id != session_id);
+        Ok(snapshot)
+    }
+
     pub async fn start(&self, request: StartRequest) -> Result<Arc<Session>, ToolError> {
         let config = &self.config;
         let profile = config.commands.get(&request.command_id).ok_or_else(|| {
@@ -87,6 +108,9 @@ impl Sessions {
             .iter()
             .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
             .collect();
+        if profile.mode == Mode::Pty {
+            env.insert("TERM".into(), TERM.into());
+        }
         env.extend(profile.env.clone());
         env.extend(client_env(&request.env, &profile.allowed_env)?);
         let timeout_ms = request
@@ -106,8 +130,17 @@ impl Sessions {
             env: env.into_iter().collect(),
             cwd,
         };
-        let child = spawn_pipes(&spec, &self.reaper)
-            .map_err(|e| ToolError::new(ErrorCode::SpawnFailed, e.0))?;
+        let spawned = match profile.mode {
+            Mode::Pipe => spawn_pipes(&spec, &self.reaper).map(Spawned::Pipes),
+            Mode::Pty => spawn_pty(&spec, profile.rows, profile.cols, &self.reaper).map(|child| {
+                Spawned::Pty {
+                    child,
+                    rows: profile.rows,
+                    cols: profile.cols,
+                }
+            }),
+        }
+        .map_err(|e| ToolError::new(ErrorCode::SpawnFailed, e.0))?;
         let session = launch(
             NewSession {
                 id: new_session_id(),
@@ -115,7 +148,7 @@ impl Sessions {
                 buffer: OutputBuffer::new(config.limits.buffer_bytes, config.limits.buffer_records),
                 timeout: Duration::from_millis(timeout_ms),
             },
-            child,
+            spawned,
         );
         tracing::info!(session = %session.id, pid = session.pid, command = %request.command_id, "started");
         self.table

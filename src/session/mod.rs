@@ -11,10 +11,13 @@ mod io;
 mod lifecycle;
 mod manager;
 mod state;
+mod terminal;
+mod wait;
 
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
+use tokio::io::AsyncWriteExt;
 use tokio::net::unix::pipe;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -22,8 +25,11 @@ use tokio::time::Instant;
 
 pub use manager::{Sessions, StartRequest};
 pub use state::{Reason, Snapshot, Status};
+pub use terminal::Target;
+pub use wait::{Streams, WaitRequest};
 
 use crate::config::Mode;
+use crate::process::PtyMaster;
 use state::{Identity, State};
 
 pub struct Session {
@@ -35,8 +41,25 @@ pub struct Session {
     state: Mutex<State>,
     changed: watch::Sender<()>,
     /// `None` once stdin is closed. An async lock: writes to one session are serialised.
-    stdin: tokio::sync::Mutex<Option<pipe::Sender>>,
+    input: tokio::sync::Mutex<Option<Input>>,
+    /// The terminal of a PTY session (for resizing).
+    terminal: Option<Arc<PtyMaster>>,
     readers: Mutex<Vec<JoinHandle<()>>>,
+}
+
+/// Where written text goes.
+enum Input {
+    Pipe(pipe::Sender),
+    Pty(Arc<PtyMaster>),
+}
+
+impl Input {
+    async fn write_all(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+        match self {
+            Input::Pipe(pipe) => pipe.write_all(bytes).await,
+            Input::Pty(master) => master.write_all(bytes).await,
+        }
+    }
 }
 
 impl Session {

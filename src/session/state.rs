@@ -5,7 +5,7 @@ use std::time::{Instant, SystemTime};
 use serde::Serialize;
 
 use crate::config::Mode;
-use crate::output::OutputBuffer;
+use crate::output::{OutputBuffer, Screen};
 use crate::process::Exit;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -62,6 +62,8 @@ pub struct State {
     pub last_activity: SystemTime,
     /// When the session became final; its retention period counts from here.
     pub final_at: Option<Instant>,
+    /// The rendered terminal of a PTY session.
+    pub screen: Option<Screen>,
 }
 
 impl State {
@@ -78,6 +80,7 @@ impl State {
             output_incomplete: false,
             last_activity: SystemTime::now(),
             final_at: None,
+            screen: None,
         }
     }
 

@@ -4,11 +4,13 @@
 use rmcp::model::{Tool, ToolAnnotations};
 use serde_json::{Map, Value, json};
 
+use super::keys::KEY_NAMES;
 use super::params::{Kind, Param, input_schema};
 use crate::config::Config;
 use crate::limits::{
-    COMMAND_ID_MAX_CHARS, GRACE_DEFAULT_MS, GRACE_MAX_MS, MAX_CURSOR, READ_MAX_BYTES,
-    READ_MAX_WAIT_MS, READ_MIN_BYTES,
+    COMMAND_ID_MAX_CHARS, GRACE_DEFAULT_MS, GRACE_MAX_MS, MAX_CURSOR, MAX_KEYS, READ_MAX_BYTES,
+    READ_MAX_WAIT_MS, READ_MIN_BYTES, SCREEN_MAX_SCROLLBACK, WAIT_DEFAULT_MS,
+    WAIT_PATTERN_MAX_CHARS,
 };
 
 pub struct ToolSpec {
@@ -235,8 +237,219 @@ pub fn catalog(config: &Config) -> Vec<ToolSpec> {
             envelope(snapshot_properties()),
             Effect::End,
         ),
+        spec(
+            "terminal_list",
+            "Every retained session (running, or ended within retention) with its snapshot, \
+             plus how many run and the limits. Use it to find session ids again."
+                .into(),
+            vec![],
+            envelope(json!({
+                "sessions": {"type": "array", "items": {"type": "object", "properties": snapshot_properties()}},
+                "running": {"type": "integer"},
+                "retained": {"type": "integer"},
+                "max_sessions": {"type": "integer"},
+                "max_records": {"type": "integer"},
+            })),
+            Effect::Read,
+        ),
+        spec(
+            "terminal_forget",
+            "Drop an ended session's record and output now, freeing its place under the \
+             retained-session limit without waiting for its retention period. A running \
+             session is refused (SESSION_RUNNING): terminate it first."
+                .into(),
+            vec![session_id()],
+            envelope(json!({"forgotten": {"type": "string"}})),
+            Effect::End,
+        ),
+        spec(
+            "terminal_wait",
+            format!(
+                "Wait until a regex pattern matches a session's output at or after cursor, or \
+                 the session ends, or timeout_ms passes; outcome is matched, exited or \
+                 timeout. Without a pattern, wait for the session to end. The match gives \
+                 its text, groups and cursors; continue from next_cursor (just after the \
+                 match, or the end of output). Output is searched once as it arrives, and as \
+                 if it ended where it ends now (so `$` matches at the current end). Use it to \
+                 wait for a prompt after terminal_write, or for a server's ready line. At \
+                 most {} ms.",
+                limits.max_wait_ms
+            ),
+            vec![
+                session_id(),
+                Param::new(
+                    "cursor",
+                    Kind::Int {
+                        min: 0,
+                        max: MAX_CURSOR,
+                        default: 0,
+                    },
+                    "Search output from this cursor on.",
+                ),
+                Param::new(
+                    "pattern",
+                    Kind::Str {
+                        min: 1,
+                        max: WAIT_PATTERN_MAX_CHARS,
+                    },
+                    "A regex (Rust `regex` syntax). Omit to wait for the session to end.",
+                ),
+                Param::new(
+                    "stream",
+                    Kind::OneOf(&["any", "stdout", "stderr"]),
+                    "Which output to search.",
+                ),
+                Param::new(
+                    "timeout_ms",
+                    Kind::Int {
+                        min: 0,
+                        max: limits.max_wait_ms,
+                        default: WAIT_DEFAULT_MS.min(limits.max_wait_ms),
+                    },
+                    "How long to wait at most.",
+                ),
+                Param::new(
+                    "strip_ansi",
+                    Kind::Bool,
+                    "Search the text without terminal escape sequences.",
+                ),
+            ],
+            envelope(json!({
+                "outcome": {"type": "string", "enum": ["matched", "exited", "timeout"]},
+                "match": {
+                    "type": ["object", "null"],
+                    "properties": {
+                        "text": {"type": "string"},
+                        "start_cursor": {"type": "integer"},
+                        "end_cursor": {"type": "integer"},
+                        "groups": {"type": "array", "items": {"type": ["string", "null"]}},
+                    },
+                },
+                "next_cursor": {"type": "integer"},
+                "session": {"type": "object", "properties": snapshot_properties()},
+            })),
+            Effect::Read,
+        ),
+        spec(
+            "terminal_signal",
+            "Send a signal to a session's whole process group (default) or to its leader \
+             only. SIGINT is Ctrl-C for pipe sessions. The lifecycle follows from what the \
+             process does; to end a session for sure use terminal_terminate."
+                .into(),
+            vec![
+                session_id(),
+                Param::new("signal", Kind::OneOf(SIGNALS), "The signal to send.").required(),
+                Param::new(
+                    "target",
+                    Kind::OneOf(&["group", "leader"]),
+                    "The whole process group, or only the process that was started.",
+                ),
+            ],
+            envelope(snapshot_properties()),
+            Effect::Act,
+        ),
+        spec(
+            "terminal_keys",
+            format!(
+                "Send named keys to a session's input as the byte sequences an xterm sends: \
+                 {KEY_NAMES}. On a PTY, C-c interrupts the foreground job and C-d is EOF at \
+                 the start of a line. Then read the effect with terminal_screen or \
+                 terminal_read."
+            ),
+            vec![
+                session_id(),
+                Param::new(
+                    "keys",
+                    Kind::StrList {
+                        min: 1,
+                        max: MAX_KEYS,
+                    },
+                    "Key names, sent in order.",
+                )
+                .required(),
+            ],
+            envelope(json!({
+                "accepted_bytes": {"type": "integer", "minimum": 0},
+                "stdin_closed": {"type": "boolean"},
+            })),
+            Effect::Act,
+        ),
+        spec(
+            "terminal_resize",
+            "Set a PTY session's window size; the program receives SIGWINCH and usually \
+             redraws. NOT_A_PTY for pipe sessions. Check the result with terminal_screen."
+                .into(),
+            vec![
+                session_id(),
+                Param::new(
+                    "rows",
+                    Kind::Int {
+                        min: 1,
+                        max: 1000,
+                        default: 24,
+                    },
+                    "Rows.",
+                )
+                .required(),
+                Param::new(
+                    "cols",
+                    Kind::Int {
+                        min: 1,
+                        max: 1000,
+                        default: 80,
+                    },
+                    "Columns.",
+                )
+                .required(),
+            ],
+            envelope(json!({
+                "rows": {"type": "integer"},
+                "cols": {"type": "integer"},
+            })),
+            Effect::Act,
+        ),
+        spec(
+            "terminal_screen",
+            "A PTY session's screen as a terminal emulator renders it now: its lines, size, \
+             cursor, whether the alternate screen is on, the window title, and optionally \
+             lines that scrolled off the top. Always current, even after old output was \
+             evicted from the buffer. Use it for full-screen programs; NOT_A_PTY for pipe \
+             sessions."
+                .into(),
+            vec![
+                session_id(),
+                Param::new(
+                    "scrollback",
+                    Kind::Int {
+                        min: 0,
+                        max: SCREEN_MAX_SCROLLBACK,
+                        default: 0,
+                    },
+                    "Lines from above the screen to include, most recent last.",
+                ),
+            ],
+            envelope(json!({
+                "lines": {"type": "array", "items": {"type": "string"}},
+                "rows": {"type": "integer"},
+                "cols": {"type": "integer"},
+                "cursor": {
+                    "type": "object",
+                    "properties": {"row": {"type": "integer"}, "col": {"type": "integer"}},
+                },
+                "alternate_screen": {"type": "boolean"},
+                "title": {"type": "string"},
+                "scrollback": {"type": "array", "items": {"type": "string"}},
+            })),
+            Effect::Read,
+        ),
     ]
 }
+
+/// Signals a client may send.
+pub const SIGNALS: &[&str] = &[
+    "SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "SIGKILL", "SIGUSR1", "SIGUSR2", "SIGCONT",
+    "SIGSTOP", "SIGTSTP", "SIGWINCH",
+];
 
 /// Success fields plus the error object: every result, ok or not, fits this schema.
 fn envelope(success: Value) -> Map<String, Value> {

@@ -3,6 +3,7 @@
 //! Every tool is dispatched in `TerminalServer::dispatch`.
 
 mod catalog;
+mod keys;
 mod params;
 
 use std::sync::Arc;
@@ -16,11 +17,18 @@ use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer, ServerHandler};
 use serde::Serialize;
 use serde_json::{Map, Value};
-use tokio_util::sync::CancellationToken;
+use std::str::FromStr;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use nix::sys::signal::Signal;
+use rmcp::model::ProgressNotificationParam;
 
 use crate::errors::ToolError;
-use crate::session::{Reason, Sessions, StartRequest};
+use crate::limits::WAIT_PROGRESS_EVERY;
+use crate::output::{Search, Stream};
+use crate::session::{Reason, Sessions, StartRequest, Streams, Target, WaitRequest};
 use catalog::{ToolSpec, catalog};
+use keys::{KEY_NAMES, key_bytes};
 use params::Args;
 
 #[derive(Clone)]
@@ -39,8 +47,9 @@ impl TerminalServer {
         &self,
         tool: &str,
         args: &Args,
-        cancel: &CancellationToken,
+        context: &RequestContext<RoleServer>,
     ) -> Result<Value, ToolError> {
+        let cancel = &context.ct;
         let sessions = &self.sessions;
         let session = || sessions.get(args.str("session_id").unwrap_or_default());
         match tool {
@@ -82,7 +91,118 @@ impl TerminalServer {
             "terminal_terminate" => ok(session()?
                 .terminate(Reason::User, args.int("grace_ms"))
                 .await),
+            "terminal_list" => {
+                let snapshots: Vec<_> = sessions.retained().iter().map(|s| s.snapshot()).collect();
+                let running = snapshots.iter().filter(|s| !s.status.is_final()).count();
+                ok(serde_json::json!({
+                    "running": running,
+                    "retained": snapshots.len(),
+                    "max_sessions": sessions.config.limits.max_sessions,
+                    "max_records": sessions.config.limits.max_records,
+                    "sessions": snapshots,
+                }))
+            }
+            "terminal_forget" => {
+                let id = args.str("session_id").unwrap_or_default();
+                sessions.forget(id)?;
+                ok(serde_json::json!({ "forgotten": id }))
+            }
+            "terminal_wait" => self.wait(args, context).await,
+            "terminal_signal" => {
+                let name = args.choice("signal");
+                let signal = Signal::from_str(name)
+                    .map_err(|_| ToolError::invalid_argument("signal", "is not a signal"))?;
+                let target = match args.choice("target") {
+                    "leader" => Target::Leader,
+                    _ => Target::Group,
+                };
+                let session = session()?;
+                session.signal(signal, target)?;
+                ok(session.snapshot())
+            }
+            "terminal_keys" => {
+                let mut bytes = Vec::new();
+                for name in args.str_list("keys") {
+                    let key = key_bytes(name).ok_or_else(|| {
+                        ToolError::invalid_argument(
+                            "keys",
+                            format!(
+                                "holds `{name}`, which is not a key name; valid names: {KEY_NAMES}"
+                            ),
+                        )
+                    })?;
+                    bytes.extend(key);
+                }
+                let stdin_closed = session()?.send(&bytes, false, cancel).await?;
+                ok(serde_json::json!({
+                    "accepted_bytes": bytes.len(),
+                    "stdin_closed": stdin_closed,
+                }))
+            }
+            "terminal_resize" => {
+                let (rows, cols) = (args.int("rows") as u16, args.int("cols") as u16);
+                session()?.resize(rows, cols)?;
+                ok(serde_json::json!({ "rows": rows, "cols": cols }))
+            }
+            "terminal_screen" => ok(session()?.screen(args.int("scrollback") as usize)?),
             other => Err(ToolError::internal(format!("tool {other} has no handler"))),
+        }
+    }
+}
+
+impl TerminalServer {
+    /// `terminal_wait`, reporting progress while it waits when the request asked for it.
+    async fn wait(
+        &self,
+        args: &Args,
+        context: &RequestContext<RoleServer>,
+    ) -> Result<Value, ToolError> {
+        let session = self
+            .sessions
+            .get(args.str("session_id").unwrap_or_default())?;
+        let search = match args.str("pattern") {
+            Some(pattern) => Some(Search::new(pattern).map_err(|why| {
+                ToolError::invalid_argument("pattern", format!("is not a usable regex: {why}"))
+            })?),
+            None => None,
+        };
+        let streams = match args.choice("stream") {
+            "stdout" => Streams::Only(Stream::Stdout),
+            "stderr" => Streams::Only(Stream::Stderr),
+            _ => Streams::Any,
+        };
+        let timeout_ms = args.int("timeout_ms");
+        let request = WaitRequest {
+            cursor: args.int("cursor"),
+            search,
+            streams,
+            timeout: Duration::from_millis(timeout_ms),
+            strip_ansi: args.bool("strip_ansi"),
+        };
+        let searched = AtomicU64::new(0);
+        let waiting = session.wait(request, &searched, &context.ct);
+        let Some(token) = context.meta.get_progress_token() else {
+            return ok(waiting.await?);
+        };
+        tokio::pin!(waiting);
+        let started = tokio::time::Instant::now();
+        let mut ticks = tokio::time::interval(WAIT_PROGRESS_EVERY);
+        ticks.tick().await;
+        loop {
+            tokio::select! {
+                result = &mut waiting => return ok(result?),
+                _ = ticks.tick() => {
+                    let elapsed = started.elapsed().as_millis() as f64;
+                    let message = format!(
+                        "waiting; {} code points searched",
+                        searched.load(Ordering::Relaxed)
+                    );
+                    let progress = ProgressNotificationParam::new(token.clone(), elapsed)
+                        .with_total(timeout_ms as f64)
+                        .with_message(message);
+                    let _ = context.peer.notify_progress(progress).await;
+                }
+            }
         }
     }
 }
@@ -142,7 +262,7 @@ impl ServerHandler for TerminalServer {
             ));
         };
         let outcome = match Args::decode(&spec.params, request.arguments) {
-            Ok(args) => self.dispatch(spec.name, &args, &context.ct).await,
+            Ok(args) => self.dispatch(spec.name, &args, &context).await,
             Err(error) => Err(error),
         };
         let result = match outcome {

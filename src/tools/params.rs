@@ -24,6 +24,13 @@ pub enum Kind {
         default: u64,
     },
     Bool,
+    /// One of the listed strings.
+    OneOf(&'static [&'static str]),
+    /// An array of `min..=max` strings.
+    StrList {
+        min: usize,
+        max: usize,
+    },
     /// An object of string values.
     StrMap,
 }
@@ -60,6 +67,10 @@ impl Param {
                 json!({"type": "integer", "minimum": min, "maximum": max, "default": default})
             }
             Kind::Bool => json!({"type": "boolean", "default": false}),
+            Kind::OneOf(values) => json!({"type": "string", "enum": values, "default": values[0]}),
+            Kind::StrList { min, max } => json!({
+                "type": "array", "items": {"type": "string"}, "minItems": min, "maxItems": max,
+            }),
             Kind::StrMap => json!({
                 "type": "object",
                 "additionalProperties": {"type": "string"},
@@ -103,6 +114,22 @@ impl Param {
             Kind::Bool => match value {
                 Value::Bool(_) => Ok(()),
                 _ => fail(format!("must be true or false, got {got}")),
+            },
+            Kind::OneOf(values) => match value.as_str() {
+                Some(s) if values.contains(&s) => Ok(()),
+                _ => fail(format!("must be one of {}, got {got}", values.join(", "))),
+            },
+            Kind::StrList { min, max } => match value.as_array() {
+                Some(items) if !(*min..=*max).contains(&items.len()) => fail(format!(
+                    "must hold {min} to {max} items, got {}",
+                    items.len()
+                )),
+                Some(items) if items.iter().all(Value::is_string) => Ok(()),
+                Some(_) => fail("must hold only strings".into()),
+                None => fail(format!(
+                    "must be an array of strings, got {}",
+                    type_name(value)
+                )),
             },
             Kind::StrMap => match value.as_object() {
                 Some(map) => match map.iter().find(|(_, v)| !v.is_string()) {
@@ -217,6 +244,29 @@ impl Args {
             .unwrap_or(false)
     }
 
+    /// A `OneOf` argument, or its first (default) value.
+    pub fn choice(&self, name: &str) -> &str {
+        match self.values.get(name).and_then(Value::as_str) {
+            Some(s) => s,
+            None => self
+                .params
+                .iter()
+                .find_map(|p| match (p.name == name, &p.kind) {
+                    (true, Kind::OneOf(values)) => Some(values[0]),
+                    _ => None,
+                })
+                .unwrap_or_default(),
+        }
+    }
+
+    pub fn str_list(&self, name: &str) -> Vec<&str> {
+        self.values
+            .get(name)
+            .and_then(Value::as_array)
+            .map(|items| items.iter().filter_map(Value::as_str).collect())
+            .unwrap_or_default()
+    }
+
     pub fn str_map(&self, name: &str) -> std::collections::BTreeMap<String, String> {
         self.values
             .get(name)
@@ -247,6 +297,8 @@ mod tests {
                 "c",
             ),
             Param::new("strip", Kind::Bool, "s"),
+            Param::new("stream", Kind::OneOf(&["any", "stdout"]), "s"),
+            Param::new("keys", Kind::StrList { min: 1, max: 2 }, "k"),
         ]
     }
 
@@ -305,6 +357,21 @@ mod tests {
                 "session_id",
                 "32 lowercase hex",
             ),
+            (
+                json!({"session_id": SID, "stream": "err"}),
+                "stream",
+                "one of any, stdout",
+            ),
+            (
+                json!({"session_id": SID, "keys": []}),
+                "keys",
+                "1 to 2 items",
+            ),
+            (
+                json!({"session_id": SID, "keys": ["a", 1]}),
+                "keys",
+                "only strings",
+            ),
         ];
         for (args, param, rule) in cases {
             let e = decode(args.clone())
@@ -321,6 +388,7 @@ mod tests {
         let a = decode(json!({"session_id": SID})).unwrap();
         assert_eq!(a.int("cursor"), 0);
         assert!(!a.bool("strip"));
+        assert_eq!(a.choice("stream"), "any");
         let a = decode(json!({"session_id": SID, "cursor": 7, "strip": true})).unwrap();
         assert_eq!(a.int("cursor"), 7);
         assert!(a.bool("strip"));

@@ -1,0 +1,199 @@
+//! The rendered screen of a PTY session: a vt100 emulator fed every byte the terminal
+//! produced (so it is right even after the output buffer evicted those bytes), plus the
+//! answers to the program's terminal queries (cursor position, device attributes, status).
+
+use std::num::NonZeroU16;
+
+use serde::Serialize;
+
+/// Scrollback lines kept for a screen 80 columns wide; wider screens keep proportionally
+/// fewer, so a session's emulator stays within a few MiB.
+const SCROLLBACK_LINES_AT_80_COLS: usize = 10_000;
+/// Answer to "what terminal are you" (`ESC [ c`): a VT102-class terminal.
+const DEVICE_ATTRIBUTES: &[u8] = b"\x1b[?6c";
+
+#[derive(Default)]
+struct Events {
+    title: String,
+    /// Bytes to write back to the program (answers to its queries), in order.
+    replies: Vec<u8>,
+}
+
+impl vt100::Callbacks for Events {
+    fn set_window_title(&mut self, _: &mut vt100::Screen, title: &[u8]) {
+        self.title = String::from_utf8_lossy(title).into_owned();
+    }
+
+    fn unhandled_csi(
+        &mut self,
+        screen: &mut vt100::Screen,
+        i1: Option<u8>,
+        _i2: Option<u8>,
+        params: &[&[u16]],
+        c: char,
+    ) {
+        let first = params.first().and_then(|p| p.first()).copied().unwrap_or(0);
+        match (i1, c, first) {
+            // Cursor position report, 1-based.
+            (None, 'n', 6) => {
+                let (row, col) = screen.cursor_position();
+                self.replies
+                    .extend_from_slice(format!("\x1b[{};{}R", row + 1, col + 1).as_bytes());
+            }
+            // Device status: OK.
+            (None, 'n', 5) => self.replies.extend_from_slice(b"\x1b[0n"),
+            (None, 'c', 0) => self.replies.extend_from_slice(DEVICE_ATTRIBUTES),
+            _ => {}
+        }
+    }
+}
+
+pub struct Screen {
+    parser: vt100::Parser<Events>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Cursor {
+    pub row: u16,
+    pub col: u16,
+}
+
+#[derive(Debug, Serialize)]
+pub struct ScreenView {
+    pub lines: Vec<String>,
+    pub rows: u16,
+    pub cols: u16,
+    pub cursor: Cursor,
+    pub alternate_screen: bool,
+    pub title: String,
+    /// Lines that scrolled off the top, oldest first (only as many as asked for).
+    pub scrollback: Vec<String>,
+}
+
+fn size(n: u16) -> NonZeroU16 {
+    NonZeroU16::new(n).unwrap_or(NonZeroU16::MIN)
+}
+
+impl Screen {
+    pub fn new(rows: u16, cols: u16) -> Self {
+        let scrollback = SCROLLBACK_LINES_AT_80_COLS * 80 / usize::from(cols.max(80));
+        Screen {
+            parser: vt100::Parser::new_with_callbacks(
+                size(rows),
+                size(cols),
+                scrollback,
+                Events::default(),
+            ),
+        }
+    }
+
+    /// Feed terminal output; returns the answers owed to the program, if any.
+    pub fn feed(&mut self, bytes: &[u8]) -> Vec<u8> {
+        self.parser.process(bytes);
+        std::mem::take(&mut self.parser.callbacks_mut().replies)
+    }
+
+    pub fn resize(&mut self, rows: u16, cols: u16) {
+        self.parser.screen_mut().set_size(size(rows), size(cols));
+    }
+
+    /// The screen as rendered now, with up to `scrollback` lines from above it.
+    pub fn view(&mut self, scrollback: usize) -> ScreenView {
+        let (rows, cols) = self.parser.screen().size();
+        let (rows, cols) = (rows.get(), cols.get());
+        let lines: Vec<String> = self
+            .parser
+            .screen()
+            .rows(0, cols)
+            .map(|l| l.trim_end().to_owned())
+            .collect();
+        let (row, col) = self.parser.screen().cursor_position();
+        let history = self.scrollback(scrollback, rows, cols);
+        let screen = self.parser.screen();
+        ScreenView {
+            lines,
+            rows,
+            cols,
+            cursor: Cursor { row, col },
+            alternate_screen: screen.alternate_screen(),
+            title: self.parser.callbacks().title.clone(),
+            scrollback: history,
+        }
+    }
+
+    /// The last `wanted` lines above the screen, oldest first. vt100 exposes scrollback by
+    /// shifting the visible window up, so collect it window by window, then reset the view.
+    fn scrollback(&mut self, wanted: usize, rows: u16, cols: u16) -> Vec<String> {
+        let screen = self.parser.screen_mut();
+        screen.set_scrollback(usize::MAX);
+        let available = screen.scrollback();
+        let wanted = wanted.min(available);
+        let mut lines = Vec::with_capacity(wanted);
+        let mut offset = wanted;
+        while offset > 0 {
+            screen.set_scrollback(offset);
+            let take = offset.min(usize::from(rows));
+            lines.extend(
+                screen
+                    .rows(0, cols)
+                    .take(take)
+                    .map(|l| l.trim_end().to_owned()),
+            );
+            offset -= take;
+        }
+        screen.set_scrollback(0);
+        lines
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renders_text_cursor_title_and_alternate_screen() {
+        let mut s = Screen::new(5, 20);
+        s.feed(b"hello\r\nworld\x1b]0;my title\x07");
+        let v = s.view(0);
+        assert_eq!(v.lines[..2], ["hello", "world"]);
+        assert_eq!((v.cursor.row, v.cursor.col), (1, 5));
+        assert_eq!(v.title, "my title");
+        assert!(!v.alternate_screen);
+        s.feed(b"\x1b[?1049h\x1b[2J\x1b[3;4Hfull");
+        let v = s.view(0);
+        assert!(v.alternate_screen);
+        assert_eq!(v.lines[2], "   full");
+        s.feed(b"\x1b[?1049l");
+        assert_eq!(s.view(0).lines[0], "hello");
+    }
+
+    #[test]
+    fn answers_cursor_position_and_device_queries() {
+        let mut s = Screen::new(24, 80);
+        assert_eq!(s.feed(b"ab\x1b[6n"), b"\x1b[1;3R");
+        assert_eq!(s.feed(b"\x1b[c"), DEVICE_ATTRIBUTES);
+        assert_eq!(s.feed(b"\x1b[5n"), b"\x1b[0n");
+        assert_eq!(s.feed(b"plain"), b"");
+    }
+
+    #[test]
+    fn scrollback_returns_lines_above_the_screen_oldest_first() {
+        let mut s = Screen::new(3, 10);
+        for i in 0..10 {
+            s.feed(format!("line{i}\r\n").as_bytes());
+        }
+        let v = s.view(5);
+        assert_eq!(v.lines, ["line8", "line9", ""]);
+        assert_eq!(v.scrollback, ["line3", "line4", "line5", "line6", "line7"]);
+        assert_eq!(s.view(100).scrollback.len(), 8);
+        assert_eq!(s.view(0).lines, ["line8", "line9", ""]);
+    }
+
+    #[test]
+    fn resize_changes_the_rendered_size() {
+        let mut s = Screen::new(24, 80);
+        s.resize(10, 40);
+        let v = s.view(0);
+        assert_eq!((v.rows, v.cols, v.lines.len()), (10, 40, 10));
+    }
+}

@@ -1,0 +1,153 @@
+//! Spawning a child on a new pseudo-terminal: the child gets the slave as stdin, stdout and
+//! stderr and as its controlling terminal (setsid + TIOCSCTTY); the server keeps the master,
+//! non-blocking and registered with the reactor, so no thread per session blocks on it.
+
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::unix::process::CommandExt;
+use std::process::{Command, Stdio};
+
+use nix::fcntl::{FcntlArg, FdFlag, OFlag, fcntl};
+use nix::pty::{Winsize, openpty};
+use tokio::io::Interest;
+use tokio::io::unix::AsyncFd;
+use tokio::sync::oneshot;
+
+use super::spawn::{SpawnError, SpawnSpec, describe};
+use super::{Exit, Reaper};
+
+/// The server's end of a session's terminal.
+pub struct PtyMaster {
+    fd: AsyncFd<OwnedFd>,
+}
+
+pub struct PtyChild {
+    pub pid: i32,
+    pub master: PtyMaster,
+    pub exit: oneshot::Receiver<Exit>,
+}
+
+fn winsize(rows: u16, cols: u16) -> Winsize {
+    Winsize {
+        ws_row: rows,
+        ws_col: cols,
+        ws_xpixel: 0,
+        ws_ypixel: 0,
+    }
+}
+
+fn set_cloexec(fd: &OwnedFd) -> io::Result<()> {
+    fcntl(fd, FcntlArg::F_SETFD(FdFlag::FD_CLOEXEC))?;
+    Ok(())
+}
+
+pub fn spawn_pty(
+    spec: &SpawnSpec,
+    rows: u16,
+    cols: u16,
+    reaper: &Reaper,
+) -> Result<PtyChild, SpawnError> {
+    let program = &spec.argv[0];
+    let setup_failed = |_| SpawnError(format!("cannot open a terminal for `{program}`; try again"));
+    let pty = openpty(&winsize(rows, cols), None).map_err(|e| setup_failed(io::Error::from(e)))?;
+    // Other children must not inherit either end (a stray slave would keep EOF away).
+    set_cloexec(&pty.master).map_err(setup_failed)?;
+    set_cloexec(&pty.slave).map_err(setup_failed)?;
+    let stdio = || pty.slave.try_clone().map(Stdio::from);
+    let mut command = Command::new(program);
+    command
+        .args(&spec.argv[1..])
+        .env_clear()
+        .envs(spec.env.iter().map(|(k, v)| (k, v)))
+        .current_dir(&spec.cwd)
+        .stdin(stdio().map_err(setup_failed)?)
+        .stdout(stdio().map_err(setup_failed)?)
+        .stderr(stdio().map_err(setup_failed)?);
+    // SAFETY: setsid and ioctl are async-signal-safe and touch no memory of the parent.
+    unsafe {
+        command.pre_exec(|| {
+            nix::unistd::setsid()?;
+            if libc::ioctl(0, libc::TIOCSCTTY as _, 0) == -1 {
+                return Err(io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let spawned = reaper.spawn_registered(|| {
+        let child = command.spawn()?;
+        let pid = child.id() as i32;
+        Ok(((), pid))
+    });
+    // The parent's copies of the slave must go, or the master never sees EOF.
+    drop(command);
+    drop(pty.slave);
+    let ((), pid, exit) = spawned.map_err(|e| SpawnError(describe(program, &e)))?;
+    let flags = fcntl(&pty.master, FcntlArg::F_GETFL)
+        .map(OFlag::from_bits_truncate)
+        .and_then(|flags| fcntl(&pty.master, FcntlArg::F_SETFL(flags | OFlag::O_NONBLOCK)));
+    // SAFETY: the fd is an open, non-blocking pty master owned here and by nothing else.
+    let registered = flags.map_err(io::Error::from).and_then(|_| {
+        unsafe {
+            AsyncFd::register_with_interest(pty.master, Interest::READABLE | Interest::WRITABLE)
+        }
+        .map_err(|_| io::Error::other("registration with the reactor failed"))
+    });
+    match registered {
+        Ok(fd) => Ok(PtyChild {
+            pid,
+            master: PtyMaster { fd },
+            exit,
+        }),
+        Err(_) => {
+            super::signal_group(pid, nix::sys::signal::Signal::SIGKILL);
+            Err(SpawnError(format!(
+                "`{program}` started but its terminal could not be set up; it was killed"
+            )))
+        }
+    }
+}
+
+impl PtyMaster {
+    /// Read what the terminal produced; `Ok(0)` once every slave is closed (EIO).
+    pub async fn read(&self, buf: &mut [u8]) -> io::Result<usize> {
+        loop {
+            let mut guard = self.fd.readable().await?;
+            match guard.try_io(|fd| nix::unistd::read(fd.get_ref(), buf).map_err(io::Error::from)) {
+                Ok(Err(e)) if e.raw_os_error() == Some(libc::EIO) => return Ok(0),
+                Ok(result) => return result,
+                Err(_would_block) => continue,
+            }
+        }
+    }
+
+    pub async fn write_all(&self, mut bytes: &[u8]) -> io::Result<()> {
+        while !bytes.is_empty() {
+            let mut guard = self.fd.writable().await?;
+            match guard
+                .try_io(|fd| nix::unistd::write(fd.get_ref(), bytes).map_err(io::Error::from))
+            {
+                Ok(Ok(n)) => bytes = &bytes[n..],
+                Ok(Err(e)) => return Err(e),
+                Err(_would_block) => continue,
+            }
+        }
+        Ok(())
+    }
+
+    /// Write without waiting; for short replies to the program's terminal queries.
+    pub fn try_write(&self, bytes: &[u8]) {
+        let _ = nix::unistd::write(self.fd.get_ref().as_fd(), bytes);
+    }
+
+    /// Set the window size; the kernel sends SIGWINCH to the terminal's foreground group.
+    pub fn resize(&self, rows: u16, cols: u16) -> io::Result<()> {
+        let size = winsize(rows, cols);
+        // SAFETY: TIOCSWINSZ reads one Winsize from the pointer, which outlives the call.
+        let rc = unsafe { libc::ioctl(self.fd.get_ref().as_raw_fd(), libc::TIOCSWINSZ, &size) };
+        if rc == -1 {
+            Err(io::Error::last_os_error())
+        } else {
+            Ok(())
+        }
+    }
+}

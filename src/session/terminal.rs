@@ -1,0 +1,76 @@
+//! What only some sessions can do: resize and render a terminal; and signals, which every
+//! session takes.
+
+use nix::sys::signal::Signal;
+
+use super::Session;
+use crate::errors::{ErrorCode, ToolError};
+use crate::output::ScreenView;
+use crate::process::{signal_group, signal_process};
+
+/// Who receives a signal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Target {
+    Group,
+    Leader,
+}
+
+impl Session {
+    fn not_a_pty(&self) -> ToolError {
+        ToolError::new(
+            ErrorCode::NotAPty,
+            format!(
+                "session {} runs on pipes, not a terminal; only profiles with mode \"pty\" \
+                 have a screen and a size. Use terminal_read for its output",
+                self.id
+            ),
+        )
+    }
+
+    /// Set the window size of the terminal and of its emulator; the program gets SIGWINCH.
+    pub fn resize(&self, rows: u16, cols: u16) -> Result<(), ToolError> {
+        let terminal = self.terminal.as_ref().ok_or_else(|| self.not_a_pty())?;
+        if self.status().is_final() {
+            return Err(self.not_running());
+        }
+        self.update(|s| {
+            if let Some(screen) = s.screen.as_mut() {
+                screen.resize(rows, cols);
+            }
+        });
+        terminal
+            .resize(rows, cols)
+            .map_err(|_| ToolError::internal("the terminal refused the new size"))
+    }
+
+    pub fn screen(&self, scrollback: usize) -> Result<ScreenView, ToolError> {
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        match state.screen.as_mut() {
+            Some(screen) => Ok(screen.view(scrollback)),
+            None => Err(self.not_a_pty()),
+        }
+    }
+
+    /// Deliver a signal; the lifecycle follows from what the process does with it.
+    pub fn signal(&self, signal: Signal, target: Target) -> Result<(), ToolError> {
+        if self.status().is_final() {
+            return Err(self.not_running());
+        }
+        match target {
+            Target::Group => signal_group(self.pid, signal),
+            Target::Leader => signal_process(self.pid, signal),
+        }
+        Ok(())
+    }
+
+    pub(super) fn not_running(&self) -> ToolError {
+        ToolError::new(
+            ErrorCode::SessionNotRunning,
+            format!(
+                "session {} has ended ({}); read its output, or start a new session",
+                self.id,
+                self.status().as_str()
+            ),
+        )
+    }
+}
