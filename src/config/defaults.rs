@@ -4,9 +4,9 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use super::{Config, Limits, Profile};
+use super::{Config, Limits, Mode, Profile};
 
-/// Demo profiles: id, `demo-process` mode, description.
+/// Demo profiles on pipes: id (= `demo-process` mode), description.
 const DEMO_PROFILES: &[(&str, &str)] = &[
     (
         "stream",
@@ -48,7 +48,19 @@ const DEMO_PROFILES: &[(&str, &str)] = &[
         "ignore-term",
         "ignores SIGTERM (prints `ignoring SIGTERM`), so only SIGKILL ends it",
     ),
+    (
+        "escape",
+        "starts a daemon that leaves the process group (setsid) and keeps writing for 30 s, \
+         prints `daemon <pid>` and exits: the case process-group cleanup cannot reach",
+    ),
 ];
+
+/// The demo profile on a terminal.
+const PTY_TUI: (&str, &str) = (
+    "pty-tui",
+    "a full-screen terminal UI (alternate screen, title `pty-tui`): shows its size, key \
+     count, last key and a counter (+/-/Up/Down); redraws on resize; q quits",
+);
 
 /// Where `demo-process` is: the sibling of this executable (both are installed together).
 pub fn demo_process_path() -> PathBuf {
@@ -60,13 +72,19 @@ pub fn demo_process_path() -> PathBuf {
 
 fn demo_profiles() -> BTreeMap<String, Profile> {
     let demo = demo_process_path().display().to_string();
-    DEMO_PROFILES
+    let profile = |id: &str, description: &str| {
+        let argv = vec![demo.clone(), id.to_owned()];
+        (id.to_owned(), Profile::new(argv, description))
+    };
+    let mut profiles: BTreeMap<String, Profile> = DEMO_PROFILES
         .iter()
-        .map(|(id, description)| {
-            let argv = vec![demo.clone(), (*id).to_owned()];
-            ((*id).to_owned(), Profile::new(argv, description))
-        })
-        .collect()
+        .map(|(id, description)| profile(id, description))
+        .collect();
+    let (id, description) = PTY_TUI;
+    let (id, mut tui) = profile(id, description);
+    tui.mode = Mode::Pty;
+    profiles.insert(id, tui);
+    profiles
 }
 
 /// The default config with `root` (canonical) as the only allowed root and default cwd.
@@ -88,7 +106,8 @@ mod tests {
     fn default_config_round_trips_through_the_validator() {
         let root = std::env::temp_dir().canonicalize().unwrap();
         let config = default_config(&root);
-        assert_eq!(config.commands.len(), 13);
+        assert_eq!(config.commands.len(), 15);
+        assert_eq!(config.commands["pty-tui"].mode, Mode::Pty);
         let parsed = super::super::parse_config(&config.to_json(), &root).unwrap();
         assert_eq!(parsed, config);
     }

@@ -201,7 +201,7 @@ impl Session {
         let grace = Duration::from_millis(grace_ms);
         if !first {
             self.wait_final(grace + KILL_CONFIRM).await;
-            return self.snapshot();
+            return self.settled_snapshot().await;
         }
         tracing::info!(session = %self.id, pid = self.pid, ?reason, "terminating");
         signal_group(self.pid, Signal::SIGTERM);
@@ -212,6 +212,17 @@ impl Session {
                 self.update(|s| s.finish(Status::Failed));
             }
         }
+        self.settled_snapshot().await
+    }
+
+    /// The snapshot once the output is settled too (complete, or declared incomplete after
+    /// the drain deadline), so a final snapshot does not change afterwards.
+    async fn settled_snapshot(&self) -> Snapshot {
+        let settle = DRAIN_DEADLINE + DRAIN_DEADLINE;
+        self.wait_until(Instant::now() + settle, |s| {
+            !s.status.is_final() || s.output_complete || s.output_incomplete
+        })
+        .await;
         self.snapshot()
     }
 }
