@@ -228,8 +228,10 @@ impl ServerHandler for TerminalServer {
             ))
             .with_instructions(
                 "Start owner-approved commands as sessions (terminal_start), read their output \
-                 by cursor (terminal_read), write their stdin (terminal_write), check them \
-                 (terminal_status) and end their whole process group (terminal_terminate).",
+                 by cursor (terminal_read) or wait for a pattern (terminal_wait), write their \
+                 stdin (terminal_write) or send keys (terminal_keys), look at a terminal's \
+                 screen (terminal_screen), check them (terminal_status, terminal_list) and end \
+                 their whole process group (terminal_terminate).",
             )
     }
 
