@@ -5,7 +5,7 @@
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::process::CommandExt;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 
 use nix::fcntl::{FcntlArg, FdFlag, OFlag, fcntl};
 use nix::pty::{Winsize, openpty};
@@ -13,7 +13,7 @@ use tokio::io::Interest;
 use tokio::io::unix::AsyncFd;
 use tokio::sync::oneshot;
 
-use super::spawn::{SpawnError, SpawnSpec, describe};
+use super::spawn::{SpawnError, SpawnSpec, command, describe};
 use super::{Exit, Reaper};
 
 /// The server's end of a session's terminal.
@@ -54,12 +54,8 @@ pub fn spawn_pty(
     set_cloexec(&pty.master).map_err(setup_failed)?;
     set_cloexec(&pty.slave).map_err(setup_failed)?;
     let stdio = || pty.slave.try_clone().map(Stdio::from);
-    let mut command = Command::new(program);
+    let mut command = command(spec);
     command
-        .args(&spec.argv[1..])
-        .env_clear()
-        .envs(spec.env.iter().map(|(k, v)| (k, v)))
-        .current_dir(&spec.cwd)
         .stdin(stdio().map_err(setup_failed)?)
         .stdout(stdio().map_err(setup_failed)?)
         .stderr(stdio().map_err(setup_failed)?);

@@ -29,14 +29,21 @@ pub struct PipeChild {
 #[derive(Debug)]
 pub struct SpawnError(pub String);
 
-pub fn spawn_pipes(spec: &SpawnSpec, reaper: &Reaper) -> Result<PipeChild, SpawnError> {
-    let program = &spec.argv[0];
-    let mut command = Command::new(program);
+/// The spec's argv, with exactly its environment and working directory.
+pub(super) fn command(spec: &SpawnSpec) -> Command {
+    let mut command = Command::new(&spec.argv[0]);
     command
         .args(&spec.argv[1..])
         .env_clear()
         .envs(spec.env.iter().map(|(k, v)| (k, v)))
-        .current_dir(&spec.cwd)
+        .current_dir(&spec.cwd);
+    command
+}
+
+pub fn spawn_pipes(spec: &SpawnSpec, reaper: &Reaper) -> Result<PipeChild, SpawnError> {
+    let program = &spec.argv[0];
+    let mut command = command(spec);
+    command
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());

@@ -46,25 +46,7 @@ impl Session {
             let page = s
                 .output
                 .read(cursor, max_bytes, PAGE_MAX_ENTRIES)
-                .map_err(|e| match e {
-                    ReadError::Expired { base } => ToolError::new(
-                        ErrorCode::CursorExpired,
-                        format!(
-                            "output before cursor {base} was evicted (the buffer keeps the newest \
-                         output only); note the gap and resume at base_cursor {base}"
-                        ),
-                    )
-                    .with("base_cursor", base)
-                    .with("next_cursor", s.output.end()),
-                    ReadError::Invalid { end } => ToolError::new(
-                        ErrorCode::InvalidCursor,
-                        format!(
-                            "cursor {cursor} is past the end of the output ({end}); use a \
-                         next_cursor this server returned"
-                        ),
-                    )
-                    .with("next_cursor", end),
-                })?;
+                .map_err(|e| read_error(e, cursor, s.output.end()))?;
             Ok::<_, ToolError>(ReadResult {
                 records: page.entries,
                 base_cursor: s.output.base(),
@@ -190,6 +172,29 @@ impl Session {
                 Ok(())
             }
         })
+    }
+}
+
+/// The error for a cursor the buffer cannot read from.
+pub(super) fn read_error(error: ReadError, cursor: u64, end: u64) -> ToolError {
+    match error {
+        ReadError::Expired { base } => ToolError::new(
+            ErrorCode::CursorExpired,
+            format!(
+                "output before cursor {base} was evicted (the buffer keeps the newest output \
+                 only); note the gap and resume at base_cursor {base}"
+            ),
+        )
+        .with("base_cursor", base)
+        .with("next_cursor", end),
+        ReadError::Invalid { end } => ToolError::new(
+            ErrorCode::InvalidCursor,
+            format!(
+                "cursor {cursor} is past the end of the output ({end}); use a next_cursor this \
+                 server returned"
+            ),
+        )
+        .with("next_cursor", end),
     }
 }
 

@@ -10,10 +10,11 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::Session;
+use super::io::read_error;
 use super::state::{Snapshot, State};
 use crate::errors::{ErrorCode, ToolError};
 use crate::limits::PAGE_MAX_ENTRIES;
-use crate::output::{AnsiStripper, Entry, Page, ReadError, Search, Stream};
+use crate::output::{AnsiStripper, Entry, Page, Search, Stream};
 
 /// Text taken from the buffer per step of the search.
 const SEARCH_STEP_BYTES: usize = 64 * 1024;
@@ -90,28 +91,10 @@ impl Filter {
     }
 }
 
-fn expired(base: u64) -> ToolError {
-    ToolError::new(
-        ErrorCode::CursorExpired,
-        format!(
-            "output at the cursor was evicted before it could be searched; note the gap and \
-             wait again from base_cursor {base}"
-        ),
-    )
-    .with("base_cursor", base)
-}
-
 fn page_at(s: &State, cursor: u64) -> Result<Page, ToolError> {
     s.output
         .read(cursor, SEARCH_STEP_BYTES, PAGE_MAX_ENTRIES)
-        .map_err(|e| match e {
-            ReadError::Expired { base } => expired(base).with("next_cursor", s.output.end()),
-            ReadError::Invalid { end } => ToolError::new(
-                ErrorCode::InvalidCursor,
-                format!("cursor {cursor} is past the end of the output ({end}); use a next_cursor this server returned"),
-            )
-            .with("next_cursor", end),
-        })
+        .map_err(|e| read_error(e, cursor, s.output.end()))
 }
 
 impl Session {
