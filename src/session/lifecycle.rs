@@ -205,6 +205,8 @@ impl Session {
         }
         tracing::info!(session = %self.id, pid = self.pid, ?reason, "terminating");
         signal_group(self.pid, Signal::SIGTERM);
+        // A stopped group (SIGSTOP, SIGTSTP) only acts on SIGTERM once it runs again.
+        signal_group(self.pid, Signal::SIGCONT);
         if !self.wait_final(grace).await {
             signal_group(self.pid, Signal::SIGKILL);
             if !self.wait_final(KILL_CONFIRM).await {
