@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
-use harness::libtest_mimic::{self, Arguments, Failed, Trial};
+use harness::libtest_mimic::{self, Arguments, Completion, Failed, Trial};
 use harness::{ServerSpec, load_scenarios, run_scenario};
 
 fn main() {
@@ -22,9 +22,13 @@ fn main() {
                 Ok(s) => s.tags.first().cloned().unwrap_or_default(),
                 Err(_) => String::new(),
             };
-            Trial::test(item.name.clone(), move || {
+            // A scenario whose `requires` are missing is reported as ignored, with the reason.
+            Trial::ignorable_test(item.name.clone(), move || {
                 let scenario = item.scenario.map_err(Failed::from)?;
                 let ev = run_scenario(&scenario, &spec);
+                if let Some(why) = ev.skip_reason() {
+                    return Ok(Completion::ignored_with(why));
+                }
                 let path = evidence_dir.join(format!("{}.json", ev.name));
                 let saved = std::fs::create_dir_all(&evidence_dir)
                     .and_then(|()| {
@@ -32,7 +36,7 @@ fn main() {
                     })
                     .is_ok();
                 if ev.passed() {
-                    Ok(())
+                    Ok(Completion::Completed)
                 } else if saved {
                     Err(format!("{}\nevidence: {}", ev.summary(), path.display()).into())
                 } else {

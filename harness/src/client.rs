@@ -13,8 +13,12 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use process_wrap::tokio::{ChildWrapper, CommandWrap, CommandWrapper};
-use rmcp::model::{CallToolRequest, CallToolRequestParams, ClientRequest, ServerResult};
-use rmcp::service::{PeerRequestOptions, RunningService};
+use rmcp::handler::client::ClientHandler;
+use rmcp::model::{
+    CallToolRequest, CallToolRequestParams, ClientRequest, ProgressNotificationParam,
+    ProgressToken, ServerResult,
+};
+use rmcp::service::{NotificationContext, PeerRequestOptions, RequestHandle, RunningService};
 use rmcp::transport::TokioChildProcess;
 use rmcp::{RoleClient, ServiceExt};
 use serde_json::{Value, json};
@@ -143,8 +147,77 @@ impl ChildWrapper for Observed {
     }
 }
 
+/// One notifications/progress the client received, with when it arrived.
+#[derive(Debug, Clone)]
+pub struct Progress {
+    pub token: ProgressToken,
+    pub at: Instant,
+    /// `{progress, total, message}` as sent (absent fields omitted).
+    pub value: Value,
+}
+
+/// The client side of the connection: a plain client that keeps every progress notification.
+/// rmcp attaches a progress token to every request it sends, so a server that reports
+/// progress does so for any call; steps pick out the notifications of their own request.
+#[derive(Debug, Clone, Default)]
+pub struct Recorder {
+    progress: Arc<Mutex<Vec<Progress>>>,
+}
+
+impl Recorder {
+    /// Notifications received so far for `token`, oldest first.
+    pub fn progress_for(&self, token: &ProgressToken) -> Vec<Progress> {
+        self.progress
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .filter(|p| &p.token == token)
+            .cloned()
+            .collect()
+    }
+}
+
+impl ClientHandler for Recorder {
+    async fn on_progress(
+        &self,
+        params: ProgressNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        let mut value = json!({"progress": params.progress});
+        if let Some(total) = params.total {
+            value["total"] = json!(total);
+        }
+        if let Some(message) = &params.message {
+            value["message"] = json!(message);
+        }
+        self.progress
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(Progress {
+                token: params.progress_token,
+                at: Instant::now(),
+                value,
+            });
+    }
+}
+
+/// How long after a response the notifications sent before it are given to be recorded: the
+/// client dispatches notifications on their own tasks, so one may be handled just after the
+/// response that followed it on the wire.
+pub const NOTIFICATION_SETTLE: Duration = Duration::from_millis(100);
+
+/// A call sent with `call_then_cancel`: its result if it came first, and its progress token.
+#[derive(Debug)]
+pub struct Cancelled {
+    pub result: Option<ToolResult>,
+    pub token: ProgressToken,
+    /// When notifications/cancelled went out (None if the result came first).
+    pub cancelled_at: Option<Instant>,
+}
+
 pub struct McpServer {
-    client: Option<RunningService<RoleClient, ()>>,
+    client: Option<RunningService<RoleClient, Recorder>>,
+    recorder: Recorder,
     pub pid: u32,
     log: SharedLog,
     stderr: Arc<Mutex<Vec<u8>>>,
@@ -183,14 +256,16 @@ impl McpServer {
                 }
             })
         });
+        let recorder = Recorder::default();
         let mut server = McpServer {
             client: None,
+            recorder: recorder.clone(),
             pid,
             log,
             stderr: buffer,
             stderr_task,
         };
-        match ().serve(transport).await {
+        match recorder.serve(transport).await {
             Ok(client) => {
                 server.client = Some(client);
                 Ok(server)
@@ -202,7 +277,7 @@ impl McpServer {
         }
     }
 
-    fn client(&self) -> Result<&RunningService<RoleClient, ()>, String> {
+    fn client(&self) -> Result<&RunningService<RoleClient, Recorder>, String> {
         self.client
             .as_ref()
             .ok_or_else(|| "the server connection is closed".to_string())
@@ -221,6 +296,43 @@ impl McpServer {
         serde_json::to_value(result).map_err(|e| e.to_string())
     }
 
+    /// Send a call, returning the handle (which knows the request's progress token).
+    async fn send_call(
+        &self,
+        tool: &str,
+        args: &Value,
+    ) -> Result<RequestHandle<RoleClient>, String> {
+        let request = ClientRequest::CallToolRequest(CallToolRequest::new(params(tool, args)));
+        self.client()?
+            .send_cancellable_request(request, PeerRequestOptions::no_options())
+            .await
+            .map_err(|e| format!("cannot send tools/call {tool}: {e}"))
+    }
+
+    /// Call a tool and return its result with the notifications/progress received for the
+    /// request (each `{progress, total, message}`).
+    pub async fn call_with_progress(
+        &self,
+        tool: &str,
+        args: &Value,
+    ) -> Result<(ToolResult, Vec<Value>), String> {
+        let handle = self.send_call(tool, args).await?;
+        let token = handle.progress_token.clone();
+        let response = handle
+            .await_response()
+            .await
+            .map_err(|e| format!("tools/call {tool} failed at the protocol level: {e}"))?;
+        let result = tool_result(response)?;
+        tokio::time::sleep(NOTIFICATION_SETTLE).await;
+        let progress = self.progress_for(&token);
+        Ok((result, progress.into_iter().map(|p| p.value).collect()))
+    }
+
+    /// Progress notifications received so far for one request.
+    pub fn progress_for(&self, token: &ProgressToken) -> Vec<Progress> {
+        self.recorder.progress_for(token)
+    }
+
     /// Send a call and cancel it with notifications/cancelled after `after`. Returns the
     /// result if it arrived before the cancellation.
     pub async fn call_then_cancel(
@@ -228,33 +340,29 @@ impl McpServer {
         tool: &str,
         args: &Value,
         after: Duration,
-    ) -> Result<Option<ToolResult>, String> {
-        let request = ClientRequest::CallToolRequest(CallToolRequest::new(params(tool, args)));
-        let mut handle = self
-            .client()?
-            .send_cancellable_request(request, PeerRequestOptions::no_options())
-            .await
-            .map_err(|e| format!("cannot send tools/call {tool}: {e}"))?;
+    ) -> Result<Cancelled, String> {
+        let mut handle = self.send_call(tool, args).await?;
+        let token = handle.progress_token.clone();
         tokio::select! {
             response = &mut handle.rx => {
                 let result = response
                     .map_err(|_| "connection closed".to_string())?
                     .map_err(|e| format!("tools/call {tool} failed: {e}"))?;
-                match result {
-                    ServerResult::CallToolResult(r) => {
-                        serde_json::to_value(r).map(Some).map_err(|e| e.to_string())
-                    }
-                    other => Ok(Some(json!({"unexpected": format!("{other:?}")}))),
-                }
+                Ok(Cancelled { result: Some(tool_result(result)?), token, cancelled_at: None })
             }
             () = tokio::time::sleep(after) => {
                 handle
                     .cancel(Some("cancelled by the scenario".into()))
                     .await
                     .map_err(|e| format!("cannot send notifications/cancelled: {e}"))?;
-                Ok(None)
+                Ok(Cancelled { result: None, token, cancelled_at: Some(Instant::now()) })
             }
         }
+    }
+
+    /// The number of open file descriptors of the server process.
+    pub fn open_fds(&self) -> Result<u64, String> {
+        procfs::open_fds(self.pid)
     }
 
     pub async fn list_tools(&self) -> Result<Value, String> {
@@ -364,6 +472,13 @@ impl McpServer {
                 nix::sys::signal::Signal::SIGKILL,
             );
         }
+    }
+}
+
+fn tool_result(result: ServerResult) -> Result<ToolResult, String> {
+    match result {
+        ServerResult::CallToolResult(r) => serde_json::to_value(r).map_err(|e| e.to_string()),
+        other => Ok(json!({"unexpected": format!("{other:?}")})),
     }
 }
 

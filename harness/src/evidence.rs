@@ -35,6 +35,9 @@ pub struct Counts {
     pub total: usize,
     pub passed: usize,
     pub failed: usize,
+    /// Scenarios whose `requires` are missing here: neither passed nor failed.
+    #[serde(default)]
+    pub skipped: usize,
 }
 
 impl RunEvidence {
@@ -42,8 +45,17 @@ impl RunEvidence {
         self.counts = Counts {
             total: self.scenarios.len(),
             passed: self.scenarios.iter().filter(|s| s.passed()).count(),
-            failed: self.scenarios.iter().filter(|s| !s.passed()).count(),
+            failed: self
+                .scenarios
+                .iter()
+                .filter(|s| s.verdict == Verdict::Fail)
+                .count(),
+            skipped: self.skipped().count(),
         };
+    }
+
+    fn skipped(&self) -> impl Iterator<Item = &ScenarioEvidence> {
+        self.scenarios.iter().filter(|s| s.skip_reason().is_some())
     }
 }
 
@@ -84,6 +96,11 @@ impl ScenarioEvidence {
 
     pub fn passed(&self) -> bool {
         self.verdict == Verdict::Pass
+    }
+
+    /// Why the scenario did not run (its `requires` are missing), when it was skipped.
+    pub fn skip_reason(&self) -> Option<&str> {
+        (self.verdict == Verdict::Skipped).then(|| self.failure.as_deref().unwrap_or("skipped"))
     }
 
     /// A failure message for a test runner: what failed and where.

@@ -110,12 +110,12 @@ fn verify(
                             ev
                         }
                     };
-                    eprintln!(
-                        "{:<32} {} ({} ms)",
-                        ev.name,
-                        if ev.passed() { "ok" } else { "FAILED" },
-                        ev.duration_ms
-                    );
+                    let verdict = match ev.skip_reason() {
+                        Some(why) => format!("skipped: {why}"),
+                        None if ev.passed() => "ok".into(),
+                        None => "FAILED".into(),
+                    };
+                    eprintln!("{:<32} {verdict} ({} ms)", ev.name, ev.duration_ms);
                     results
                         .lock()
                         .unwrap_or_else(|e| e.into_inner())
@@ -131,9 +131,10 @@ fn verify(
     run.count();
     write_evidence(output, &run)?;
     eprintln!(
-        "{} passed, {} failed of {}; evidence in {}",
+        "{} passed, {} failed, {} skipped of {}; evidence in {}",
         run.counts.passed,
         run.counts.failed,
+        run.counts.skipped,
         run.counts.total,
         output.display()
     );

@@ -1,4 +1,5 @@
-//! Process facts from /proc: is a PID alive, who is in a process group, a zombie's status.
+//! Process facts from /proc: is a PID alive, who is in a process group, a zombie's status,
+//! how many files a process holds open.
 //! A zombie has ended: it counts as gone.
 
 use std::fs;
@@ -51,9 +52,28 @@ pub fn zombie_status(pid: u32) -> Option<(Option<i32>, Option<i32>)> {
     })
 }
 
+/// The number of open file descriptors of `pid` (entries of /proc/<pid>/fd).
+pub fn open_fds(pid: u32) -> Result<u64, String> {
+    let entries = fs::read_dir(format!("/proc/{pid}/fd"))
+        .map_err(|e| format!("cannot list /proc/{pid}/fd: {e}"))?;
+    Ok(entries.filter(|e| e.is_ok()).count() as u64)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn counts_own_fds_and_sees_a_new_one() {
+        let me = std::process::id();
+        let before = open_fds(me).unwrap();
+        assert!(before >= 3, "{before}");
+        let file = fs::File::open("/proc/self/stat").unwrap();
+        // Other test threads may open files too, so only the lower bound is certain.
+        assert!(open_fds(me).unwrap() > before.saturating_sub(8));
+        drop(file);
+        assert!(open_fds(u32::MAX).is_err());
+    }
 
     #[test]
     fn own_process_is_alive_and_in_its_group() {

@@ -14,8 +14,8 @@ pub fn render(ev: &RunEvidence) -> String {
     let _ = writeln!(out, "# mcp-terminal acceptance report\n");
     let _ = writeln!(
         out,
-        "**{verdict}**: {} of {} scenarios passed, {} failed.\n",
-        ev.counts.passed, ev.counts.total, ev.counts.failed
+        "**{verdict}**: {} of {} scenarios passed, {} failed, {} skipped.\n",
+        ev.counts.passed, ev.counts.total, ev.counts.failed, ev.counts.skipped
     );
     let _ = writeln!(out, "| | |\n|---|---|");
     let _ = writeln!(out, "| date | {} – {} |", ev.started_at, ev.finished_at);
@@ -51,7 +51,11 @@ pub fn render(ev: &RunEvidence) -> String {
             s.steps.len()
         );
     }
-    let failed: Vec<&ScenarioEvidence> = ev.scenarios.iter().filter(|s| !s.passed()).collect();
+    let failed: Vec<&ScenarioEvidence> = ev
+        .scenarios
+        .iter()
+        .filter(|s| s.verdict == Verdict::Fail)
+        .collect();
     if !failed.is_empty() {
         let _ = writeln!(out, "\n## Failures\n");
         for s in failed {
@@ -60,6 +64,17 @@ pub fn render(ev: &RunEvidence) -> String {
                 let _ = writeln!(out, "{}\n", s.description.trim());
             }
             let _ = writeln!(out, "```text\n{}\n```\n", fence_safe(&s.summary()));
+        }
+    }
+    let skipped: Vec<(&str, &str)> = ev
+        .scenarios
+        .iter()
+        .filter_map(|s| Some((s.name.as_str(), s.skip_reason()?)))
+        .collect();
+    if !skipped.is_empty() {
+        let _ = writeln!(out, "\n## Skipped\n");
+        for (name, why) in skipped {
+            let _ = writeln!(out, "- {name}: {why}");
         }
     }
     let _ = writeln!(out, "\n## Scenario descriptions\n");
@@ -113,6 +128,7 @@ mod tests {
                 total: 2,
                 passed: 1,
                 failed: 1,
+                skipped: 0,
             },
             scenarios: vec![pass, fail],
             git_commit: Some("abc123".into()),

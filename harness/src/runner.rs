@@ -47,6 +47,11 @@ pub fn run_scenario(scenario: &Scenario, spec: &ServerSpec) -> ScenarioEvidence 
     let _shared = (!serial).then(|| SERIAL.read().unwrap_or_else(PoisonError::into_inner));
     let began = Instant::now();
     let mut ev = ScenarioEvidence::new(&scenario.name, &scenario.description, &scenario.tags);
+    if let Some(why) = scenario.missing_requirement() {
+        ev.verdict = Verdict::Skipped;
+        ev.failure = Some(why);
+        return ev;
+    }
     match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

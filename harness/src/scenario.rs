@@ -16,6 +16,8 @@ use crate::matcher;
 
 /// Default whole-scenario bound.
 const DEFAULT_SCENARIO_TIMEOUT_MS: u64 = 60_000;
+/// Upper bound on `repeat.times`, so a typo cannot make a scenario run for hours.
+pub const MAX_REPEAT_TIMES: u64 = 1_000;
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -29,6 +31,10 @@ pub struct Scenario {
     pub timeout_ms: u64,
     #[serde(default)]
     pub server: ServerSetup,
+    /// Absolute paths that must exist for the scenario to run (e.g. `/usr/bin/python3`); when
+    /// one is missing the scenario is skipped with the reason, never passed.
+    #[serde(default)]
+    pub requires: Vec<String>,
     pub steps: Vec<Step>,
 }
 
@@ -43,6 +49,12 @@ impl Scenario {
             Some(loc) => format!("{}:{}:{}: {e}", path.display(), loc.line(), loc.column()),
             None => format!("{}: {e}", path.display()),
         })?;
+        if let Some(bad) = scenario.requires.iter().find(|p| !p.starts_with('/')) {
+            return Err(format!(
+                "{}: requires: `{bad}` must be an absolute path",
+                path.display()
+            ));
+        }
         let stem = path.file_stem().and_then(|s| s.to_str()).unwrap_or("");
         if scenario.name != stem {
             return Err(format!(
@@ -56,6 +68,14 @@ impl Scenario {
 
     pub fn is_serial(&self) -> bool {
         self.tags.iter().any(|t| t == "serial")
+    }
+
+    /// Why the scenario cannot run here: the first required path that does not exist.
+    pub fn missing_requirement(&self) -> Option<String> {
+        self.requires
+            .iter()
+            .find(|p| !Path::new(p).exists())
+            .map(|p| format!("requires {p}, which does not exist on this machine"))
     }
 }
 
@@ -173,6 +193,8 @@ pub enum Action {
     ServerInfo(Matcher),
     Fs(FsStep),
     Let(LetStep),
+    ServerFds(ServerFdsSpec),
+    Repeat(RepeatSpec),
 }
 
 impl Action {
@@ -188,6 +210,8 @@ impl Action {
             Action::ServerInfo(_) => "server_info".into(),
             Action::Fs(_) => "fs".into(),
             Action::Let(l) => format!("let {}", l.var),
+            Action::ServerFds(_) => "server_fds".into(),
+            Action::Repeat(r) => format!("repeat {} times", r.times),
         }
     }
 }
@@ -204,6 +228,39 @@ pub struct CallStep {
     pub save: Saves,
     pub save_regex: SaveRegexes,
     pub cancel_after_ms: Option<u64>,
+    /// Match the notifications/progress received for this request (a list of
+    /// `{progress, total, message}`); for a cancelled call, those before the cancellation.
+    pub progress: Option<Matcher>,
+    /// The answer must arrive within this many ms of the request.
+    pub within_ms: Option<u64>,
+    /// After the cancellation, no progress notification for the request may arrive for this
+    /// many ms: the server stopped working on it.
+    pub cancel_quiet_ms: Option<u64>,
+}
+
+/// Read the server's open file descriptor count: `save` it into a variable, or poll until it
+/// `matches` (bounded by `within_ms`).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServerFdsSpec {
+    pub save: Option<String>,
+    pub matches: Option<Matcher>,
+    #[serde(default = "default_process_within")]
+    pub within_ms: u64,
+}
+
+/// Run `steps` `times` times; `${<var>}` holds the iteration index, from 0.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RepeatSpec {
+    pub times: u64,
+    #[serde(default = "default_repeat_var")]
+    pub var: String,
+    pub steps: Vec<Step>,
+}
+
+fn default_repeat_var() -> String {
+    "i".into()
 }
 
 #[derive(Debug, Clone)]
@@ -313,6 +370,8 @@ pub enum ProcState {
 pub struct ProcessStep {
     /// A list of PIDs, or a variable holding one (numbers or numeric strings).
     pub pids: Option<Value>,
+    /// Send this signal to `pids` first (e.g. to end a daemon the server cannot reach).
+    pub signal: Option<SignalName>,
     /// A process group id: no live process may be in it (for `gone`).
     pub group: Option<Value>,
     pub state: ProcState,
@@ -493,6 +552,11 @@ struct StepFields {
     fs: Option<FsStep>,
     #[serde(rename = "let")]
     let_: Option<LetStep>,
+    progress: Option<Matcher>,
+    within_ms: Option<u64>,
+    cancel_quiet_ms: Option<u64>,
+    server_fds: Option<ServerFdsSpec>,
+    repeat: Option<RepeatSpec>,
 }
 
 impl StepFields {
@@ -516,12 +580,17 @@ impl StepFields {
             ("server_info", self.server_info.is_some()),
             ("fs", self.fs.is_some()),
             ("let", self.let_.is_some()),
+            ("progress", self.progress.is_some()),
+            ("within_ms", self.within_ms.is_some()),
+            ("cancel_quiet_ms", self.cancel_quiet_ms.is_some()),
+            ("server_fds", self.server_fds.is_some()),
+            ("repeat", self.repeat.is_some()),
         ];
         flags.iter().filter(|(_, p)| *p).map(|(k, _)| *k).collect()
     }
 }
 
-const KINDS: [&str; 10] = [
+const KINDS: [&str; 12] = [
     "call",
     "until",
     "collect",
@@ -532,6 +601,8 @@ const KINDS: [&str; 10] = [
     "server_info",
     "fs",
     "let",
+    "server_fds",
+    "repeat",
 ];
 
 impl TryFrom<StepFields> for Step {
@@ -559,6 +630,9 @@ impl TryFrom<StepFields> for Step {
                 "save",
                 "save_regex",
                 "cancel_after_ms",
+                "progress",
+                "within_ms",
+                "cancel_quiet_ms",
             ],
             "until" => &["until", "save", "save_regex"],
             "collect" => &["collect", "expect", "assert", "save", "save_regex"],
@@ -580,6 +654,12 @@ impl TryFrom<StepFields> for Step {
                 {
                     return Err("a cancelled call expects no result: drop expect/save".into());
                 }
+                if f.cancel_after_ms.is_some() && f.within_ms.is_some() {
+                    return Err("a cancelled call has no answer to time: drop within_ms".into());
+                }
+                if f.cancel_quiet_ms.is_some() && f.cancel_after_ms.is_none() {
+                    return Err("`cancel_quiet_ms` needs `cancel_after_ms`".into());
+                }
                 let args = f.args.unwrap_or_else(empty_object);
                 if !args.is_object() {
                     return Err("`args` must be a mapping".into());
@@ -592,6 +672,9 @@ impl TryFrom<StepFields> for Step {
                     save: f.save.unwrap_or_default(),
                     save_regex: f.save_regex.unwrap_or_default(),
                     cancel_after_ms: f.cancel_after_ms,
+                    progress: f.progress,
+                    within_ms: f.within_ms,
+                    cancel_quiet_ms: f.cancel_quiet_ms,
                 })
             }
             "until" => Action::Until(UntilStep {
@@ -633,6 +716,9 @@ impl TryFrom<StepFields> for Step {
                 if p.pids.is_none() && p.group.is_none() {
                     return Err("a process step needs `pids` or `group`".into());
                 }
+                if p.signal.is_some() && p.pids.is_none() {
+                    return Err("a process step's `signal` goes to `pids`: name them".into());
+                }
                 Action::Process(p)
             }
             "server" => {
@@ -664,6 +750,23 @@ impl TryFrom<StepFields> for Step {
                     return Err("a let step needs `value`, or `repeat` with `times`".into());
                 }
                 Action::Let(l)
+            }
+            "server_fds" => {
+                let spec = f.server_fds.expect("kind key present");
+                if spec.save.is_some() == spec.matches.is_some() {
+                    return Err("a server_fds step needs exactly one of save, matches".into());
+                }
+                Action::ServerFds(spec)
+            }
+            "repeat" => {
+                let r = f.repeat.expect("kind key present");
+                if !(1..=MAX_REPEAT_TIMES).contains(&r.times) {
+                    return Err(format!("repeat.times must be 1..={MAX_REPEAT_TIMES}"));
+                }
+                if r.steps.is_empty() {
+                    return Err("repeat.steps must not be empty".into());
+                }
+                Action::Repeat(r)
             }
             other => unreachable!("kind {other} is in KINDS"),
         };
@@ -784,6 +887,103 @@ mod tests {
     fn name_must_equal_stem() {
         let err = load("name: other\nsteps: []\n").unwrap_err();
         assert!(err.contains("file stem"), "{err}");
+    }
+
+    #[test]
+    fn parses_progress_timing_and_cancel_options() {
+        let s = load(
+            "name: demo\nsteps:\n  - call: terminal_wait\n    args: {}\n    \
+             progress: {$len: {$ge: 1}}\n    within_ms: 500\n  - call: terminal_wait\n    \
+             cancel_after_ms: 300\n    cancel_quiet_ms: 1000\n    progress: {$any: true}\n",
+        )
+        .unwrap();
+        let Action::Call(c) = &s.steps[0].action else {
+            panic!("not a call")
+        };
+        assert!(c.progress.is_some());
+        assert_eq!(c.within_ms, Some(500));
+        let Action::Call(c) = &s.steps[1].action else {
+            panic!("not a call")
+        };
+        assert_eq!(
+            (c.cancel_after_ms, c.cancel_quiet_ms),
+            (Some(300), Some(1000))
+        );
+        let err = load("name: demo\nsteps:\n  - call: x\n    cancel_quiet_ms: 5\n").unwrap_err();
+        assert!(err.contains("needs `cancel_after_ms`"), "{err}");
+        let err =
+            load("name: demo\nsteps:\n  - call: x\n    cancel_after_ms: 5\n    within_ms: 5\n")
+                .unwrap_err();
+        assert!(err.contains("within_ms"), "{err}");
+        let err = load("name: demo\nsteps:\n  - until: {call: x, matches: {}}\n    progress: []\n")
+            .unwrap_err();
+        assert!(err.contains("does not apply"), "{err}");
+    }
+
+    #[test]
+    fn parses_server_fds() {
+        let s = load(
+            "name: demo\nsteps:\n  - server_fds: {save: before}\n  - server_fds: \
+             {matches: \"${before}\", within_ms: 3000}\n",
+        )
+        .unwrap();
+        let Action::ServerFds(f) = &s.steps[1].action else {
+            panic!("not server_fds")
+        };
+        assert_eq!(f.within_ms, 3000);
+        let err = load("name: demo\nsteps:\n  - server_fds: {}\n").unwrap_err();
+        assert!(err.contains("exactly one of save, matches"), "{err}");
+    }
+
+    #[test]
+    fn parses_nested_repeat_and_bounds_it() {
+        let s = load(
+            "name: demo\nsteps:\n  - repeat:\n      times: 3\n      steps:\n        - call: a\n",
+        )
+        .unwrap();
+        let Action::Repeat(r) = &s.steps[0].action else {
+            panic!("not a repeat")
+        };
+        assert_eq!((r.times, r.var.as_str(), r.steps.len()), (3, "i", 1));
+        let err =
+            load("name: demo\nsteps:\n  - repeat: {times: 0, steps: [{call: a}]}\n").unwrap_err();
+        assert!(err.contains("repeat.times"), "{err}");
+        let err = load("name: demo\nsteps:\n  - repeat: {times: 2000, steps: [{call: a}]}\n")
+            .unwrap_err();
+        assert!(err.contains("repeat.times"), "{err}");
+        // A bad inner step is located at its own line.
+        let err = load(
+            "name: demo\nsteps:\n  - repeat:\n      times: 2\n      steps:\n        - call: a\n          \
+             expct: 1\n",
+        )
+        .unwrap_err();
+        assert!(err.starts_with("scenarios/demo.yaml:7:"), "{err}");
+    }
+
+    #[test]
+    fn requires_paths_are_absolute_and_checked() {
+        let s = load("name: demo\nrequires: [/nonexistent/tool, /bin]\nsteps: []\n").unwrap();
+        let why = s.missing_requirement().unwrap();
+        assert!(why.contains("/nonexistent/tool"), "{why}");
+        let s = load("name: demo\nrequires: [/]\nsteps: []\n").unwrap();
+        assert_eq!(s.missing_requirement(), None);
+        let err = load("name: demo\nrequires: [python3]\nsteps: []\n").unwrap_err();
+        assert!(err.contains("absolute"), "{err}");
+    }
+
+    #[test]
+    fn process_signal_needs_pids() {
+        let s =
+            load("name: demo\nsteps:\n  - process: {pids: [5], signal: SIGKILL, state: gone}\n")
+                .unwrap();
+        let Action::Process(p) = &s.steps[0].action else {
+            panic!("not a process step")
+        };
+        assert_eq!(p.signal, Some(SignalName::Kill));
+        let err =
+            load("name: demo\nsteps:\n  - process: {group: 5, signal: SIGKILL, state: gone}\n")
+                .unwrap_err();
+        assert!(err.contains("signal"), "{err}");
     }
 
     #[test]

@@ -15,8 +15,8 @@ use crate::procfs;
 use crate::raw::{LINE_TIMEOUT, RawServer};
 use crate::runner::{Run, wait_gone};
 use crate::scenario::{
-    Action, CallStep, CollectStep, FsStep, ProcState, ProcessStep, RawAction, SaveRegexes, Saves,
-    ServerStep, SignalName, Step, TextAssert, UntilStep,
+    Action, CallStep, CollectStep, FsStep, ProcState, ProcessStep, RawAction, RepeatSpec,
+    SaveRegexes, Saves, ServerFdsSpec, ServerStep, SignalName, Step, TextAssert, UntilStep,
 };
 use crate::vars::lookup_path;
 
@@ -53,6 +53,8 @@ impl Run<'_> {
                 self.matches("initialize result matches", &expected, &info)
             }
             Action::Fs(fs) => self.fs_step(fs),
+            Action::ServerFds(spec) => self.server_fds_step(spec).await,
+            Action::Repeat(r) => self.repeat_step(r).await,
             Action::Let(l) => {
                 let value = match (&l.value, &l.repeat, l.times) {
                     (Some(v), _, _) => self.vars.subst(v)?,
@@ -85,7 +87,36 @@ impl Run<'_> {
             Err(e) => json!({"protocol_error": e}),
         };
         self.record(json!({"tool": tool, "arguments": args}), &response, began);
-        let raw = result?;
+        self.reply(tool, result?)
+    }
+
+    /// Like `tool`, also returning the notifications/progress received for the request and
+    /// how long the answer took.
+    async fn tool_with_progress(
+        &mut self,
+        tool: &str,
+        args: &Value,
+    ) -> Result<(Reply, Vec<Value>, Duration), String> {
+        let began = Instant::now();
+        let result = self.connected()?.call_with_progress(tool, args).await;
+        // The client waits briefly after the answer for late-dispatched notifications.
+        let took = began
+            .elapsed()
+            .saturating_sub(crate::client::NOTIFICATION_SETTLE);
+        let response = match &result {
+            Ok((v, progress)) => json!({"result": v, "progress": progress}),
+            Err(e) => json!({"protocol_error": e}),
+        };
+        self.record(
+            json!({"tool": tool, "arguments": args, "progress_token": true}),
+            &response,
+            began,
+        );
+        let (raw, progress) = result?;
+        Ok((self.reply(tool, raw)?, progress, took))
+    }
+
+    fn reply(&mut self, tool: &str, raw: Value) -> Result<Reply, String> {
         let reply = Reply {
             structured: raw.get("structuredContent").cloned().unwrap_or(Value::Null),
             is_error: raw.get("isError") == Some(&Value::Bool(true)),
@@ -118,7 +149,7 @@ impl Run<'_> {
     async fn call_step(&mut self, c: &CallStep) -> Result<(), String> {
         let args = self.vars.subst(&c.args)?;
         if let Some(ms) = c.cancel_after_ms {
-            return self.cancelled_call(&c.tool, &args, ms).await;
+            return self.cancelled_call(c, &args, ms).await;
         }
         let expected = match (&c.expect, &c.expect_error) {
             (_, Some(code)) => json!({"ok": false, "error": {"code": self.vars.subst_text(code)?}}),
@@ -126,7 +157,26 @@ impl Run<'_> {
             // A call with no expectation must at least succeed.
             (None, None) => json!({"ok": true}),
         };
-        let reply = self.tool(&c.tool, &args).await?;
+        let (reply, progress, took) = if c.progress.is_some() {
+            self.tool_with_progress(&c.tool, &args).await?
+        } else {
+            let began = Instant::now();
+            let reply = self.tool(&c.tool, &args).await?;
+            (reply, Vec::new(), began.elapsed())
+        };
+        if let Some(ms) = c.within_ms {
+            let result = if took <= Duration::from_millis(ms) {
+                Ok(())
+            } else {
+                Err(format!("it took {} ms", took.as_millis()))
+            };
+            self.check(format!("{} answers within {ms} ms", c.tool), result)?;
+        }
+        if let Some(m) = &c.progress {
+            let expected = self.vars.subst(&m.0)?;
+            let what = format!("{} progress notifications match", c.tool);
+            self.matches(&what, &expected, &Value::Array(progress))?;
+        }
         if let Some(ok) = expected.get("ok").and_then(Value::as_bool) {
             let want_error = !ok;
             let result = if reply.is_error == want_error {
@@ -148,15 +198,18 @@ impl Run<'_> {
         self.save_regexes(&c.save_regex, &reply.structured)
     }
 
-    async fn cancelled_call(&mut self, tool: &str, args: &Value, ms: u64) -> Result<(), String> {
+    async fn cancelled_call(&mut self, c: &CallStep, args: &Value, ms: u64) -> Result<(), String> {
+        let tool = c.tool.as_str();
         let began = Instant::now();
         let outcome = self
             .connected()?
             .call_then_cancel(tool, args, Duration::from_millis(ms))
             .await;
         let response = match &outcome {
-            Ok(None) => json!({"cancelled_after_ms": ms}),
-            Ok(Some(result)) => result.clone(),
+            Ok(sent) => match &sent.result {
+                None => json!({"cancelled_after_ms": ms}),
+                Some(result) => result.clone(),
+            },
             Err(e) => json!({"protocol_error": e}),
         };
         self.record(
@@ -164,7 +217,8 @@ impl Run<'_> {
             &response,
             began,
         );
-        let result = match outcome? {
+        let sent = outcome?;
+        let result = match &sent.result {
             None => Ok(()),
             Some(result) => {
                 if let Some(s) = result.get("structuredContent") {
@@ -178,6 +232,111 @@ impl Run<'_> {
         self.check(
             format!("{tool} is still running after {ms} ms and is cancelled"),
             result,
+        )?;
+        let cancelled_at = sent.cancelled_at.unwrap_or_else(Instant::now);
+        if let Some(m) = &c.progress {
+            let before: Vec<Value> = self
+                .connected()?
+                .progress_for(&sent.token)
+                .into_iter()
+                .filter(|p| p.at <= cancelled_at)
+                .map(|p| p.value)
+                .collect();
+            let expected = self.vars.subst(&m.0)?;
+            let what = format!("{tool} progress notifications before the cancellation match");
+            self.matches(&what, &expected, &Value::Array(before))?;
+        }
+        if let Some(quiet) = c.cancel_quiet_ms {
+            let quiet = Duration::from_millis(quiet);
+            // Anything already on its way when the cancellation went out is allowed a moment.
+            let grace = cancelled_at + crate::client::NOTIFICATION_SETTLE;
+            tokio::time::sleep_until((cancelled_at + quiet).into()).await;
+            let late: Vec<Value> = self
+                .connected()?
+                .progress_for(&sent.token)
+                .into_iter()
+                .filter(|p| p.at > grace)
+                .map(|p| p.value)
+                .collect();
+            self.record(
+                json!({"observe_after_cancel_ms": quiet.as_millis() as u64}),
+                &json!({"late_progress": late}),
+                cancelled_at,
+            );
+            let result = if late.is_empty() {
+                Ok(())
+            } else {
+                Err(format!(
+                    "progress still arrived after the cancellation: {late:?}"
+                ))
+            };
+            self.check(
+                format!(
+                    "no progress for the cancelled {tool} in the {} ms after cancelling",
+                    quiet.as_millis()
+                ),
+                result,
+            )?;
+        }
+        Ok(())
+    }
+
+    async fn server_fds_step(&mut self, spec: &ServerFdsSpec) -> Result<(), String> {
+        let began = Instant::now();
+        let within = Duration::from_millis(spec.within_ms);
+        let mut reads = Vec::new();
+        loop {
+            let count = self.connected()?.open_fds()?;
+            reads.push(count);
+            let done = match (&spec.save, &spec.matches) {
+                (Some(var), _) => {
+                    self.record(json!({"server_fds": "read"}), &json!(count), began);
+                    self.check(format!("saved ${{{var}}} = {count} open fds"), Ok(()))?;
+                    self.vars.set(var, Value::from(count));
+                    return Ok(());
+                }
+                (None, Some(m)) => {
+                    let expected = self.vars.subst(&m.0)?;
+                    match matcher::check(&expected, &Value::from(count)) {
+                        Ok(()) => Ok(()),
+                        Err(_) if began.elapsed() < within => {
+                            tokio::time::sleep(POLL_PAUSE * 5).await;
+                            continue;
+                        }
+                        Err(mm) => Err(matcher::explain(&expected, &Value::from(count), &mm)),
+                    }
+                }
+                (None, None) => Err("a server_fds step needs save or matches".into()),
+            };
+            let last = reads.len().saturating_sub(10);
+            self.record(
+                json!({"server_fds": "poll", "within_ms": spec.within_ms}),
+                &json!({"reads": reads.len(), "last_counts": &reads[last..]}),
+                began,
+            );
+            return self.check(
+                format!(
+                    "the server's open fd count matches within {} ms",
+                    spec.within_ms
+                ),
+                done,
+            );
+        }
+    }
+
+    async fn repeat_step(&mut self, r: &RepeatSpec) -> Result<(), String> {
+        for i in 0..r.times {
+            self.vars.set(&r.var, Value::from(i));
+            for (index, inner) in r.steps.iter().enumerate() {
+                if let Err(e) = Box::pin(self.step(inner)).await {
+                    let label = inner.label(index);
+                    return Err(format!("iteration {}={i}, step {label}: {e}", r.var));
+                }
+            }
+        }
+        self.check(
+            format!("{} iterations of {} steps ran", r.times, r.steps.len()),
+            Ok(()),
         )
     }
 
@@ -360,6 +519,23 @@ impl Run<'_> {
             None => Vec::new(),
         };
         self.watched_pids.extend(&pids);
+        if let Some(name) = p.signal {
+            let sig = signal_of(name);
+            let began = Instant::now();
+            let mut sent = Vec::new();
+            for &pid in &pids {
+                // Only a live process that is not the server itself.
+                if procfs::is_alive(pid) && Some(pid) != self.server.as_ref().map(|s| s.pid) {
+                    let r = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), sig);
+                    sent.push(json!({"pid": pid, "result": r.map_err(|e| e.to_string()).err()}));
+                }
+            }
+            self.record(
+                json!({"signal": sig.as_str(), "pids": pids}),
+                &json!(sent),
+                began,
+            );
+        }
         let group = match &p.group {
             Some(v) => Some(pid_of(&self.vars.subst(v)?)?),
             None => None,
@@ -409,12 +585,7 @@ impl Run<'_> {
         let server = self.server.as_mut().expect("connected");
         let began = Instant::now();
         if let Some(name) = s.signal {
-            let sig = match name {
-                SignalName::Term => Signal::SIGTERM,
-                SignalName::Int => Signal::SIGINT,
-                SignalName::Kill => Signal::SIGKILL,
-            };
-            server.signal(sig)?;
+            server.signal(signal_of(name))?;
         }
         if s.close_stdin {
             // The transport closes stdin, waits, and only then escalates; give it room.
@@ -608,6 +779,14 @@ impl Run<'_> {
             ));
         }
         Ok(path)
+    }
+}
+
+fn signal_of(name: SignalName) -> Signal {
+    match name {
+        SignalName::Term => Signal::SIGTERM,
+        SignalName::Int => Signal::SIGINT,
+        SignalName::Kill => Signal::SIGKILL,
     }
 }
 
