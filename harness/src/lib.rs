@@ -1,5 +1,6 @@
 //! Conformance harness for mcp-terminal: a YAML scenario language and a runner that drives
-//! the real server through a real MCP client (rmcp) and records evidence.
+//! the real server through a real MCP client (rmcp) and records evidence. The language is
+//! described in `harness/README.md`.
 //!
 //! Responsibilities:
 //! - `scenario`: the language types (unknown keys are errors that name file:line);
