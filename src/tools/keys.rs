@@ -3,8 +3,8 @@
 
 /// Every accepted name, for error messages and the tool description.
 pub const KEY_NAMES: &str = "Enter Tab Escape Backspace Delete Up Down Left Right Home End \
-     PageUp PageDown Insert Space F1…F12, C-a…C-z (also C-@ C-[ C-\\ C-] C-^ C-_ C-?), and M- \
-     before any key or single character (M-x, M-Enter)";
+     PageUp PageDown Insert Space F1…F12, C-a…C-z (also C-@ C-[ C-\\ C-] C-^ C-_ C-?), any \
+     single printable character (x, 7, é), and M- before any of these (M-x, M-Enter)";
 
 fn named(name: &str) -> Option<&'static [u8]> {
     Some(match name {
@@ -44,6 +44,12 @@ pub fn key_bytes(name: &str) -> Option<Vec<u8>> {
     if let Some(bytes) = named(name) {
         return Some(bytes.to_vec());
     }
+    let mut chars = name.chars();
+    if let (Some(c), None) = (chars.next(), chars.next())
+        && !c.is_control()
+    {
+        return Some(c.to_string().into_bytes());
+    }
     if let Some(rest) = name.strip_prefix("C-") {
         let mut chars = rest.chars();
         let (Some(c), None) = (chars.next(), chars.next()) else {
@@ -62,12 +68,7 @@ pub fn key_bytes(name: &str) -> Option<Vec<u8>> {
         };
     }
     if let Some(rest) = name.strip_prefix("M-") {
-        let mut chars = rest.chars();
-        let key = match (chars.next(), chars.next()) {
-            (Some(c), None) => c.to_string().into_bytes(),
-            _ => key_bytes(rest)?,
-        };
-        return Some([b"\x1b".as_slice(), &key].concat());
+        return Some([b"\x1b".as_slice(), &key_bytes(rest)?].concat());
     }
     None
 }
@@ -92,11 +93,14 @@ mod tests {
             ("M-Enter", b"\x1b\r"),
             ("M-C-c", b"\x1b\x03"),
             ("Space", b" "),
+            ("x", b"x"),
+            ("é", "é".as_bytes()),
+            ("+", b"+"),
         ];
         for (name, bytes) in cases {
             assert_eq!(key_bytes(name).as_deref(), Some(*bytes), "{name}");
         }
-        for bad in ["enter", "C-", "C-ab", "M-", "F13", "x", ""] {
+        for bad in ["enter", "C-", "C-ab", "M-", "F13", "\n", "xy", ""] {
             assert_eq!(key_bytes(bad), None, "{bad}");
         }
     }

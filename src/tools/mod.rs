@@ -192,7 +192,7 @@ impl TerminalServer {
             tokio::select! {
                 result = &mut waiting => return ok(result?),
                 _ = ticks.tick() => {
-                    let elapsed = started.elapsed().as_millis() as f64;
+                    let elapsed = (started.elapsed().as_millis() as u64).min(timeout_ms) as f64;
                     let message = format!(
                         "waiting; {} code points searched",
                         searched.load(Ordering::Relaxed)
