@@ -11,14 +11,16 @@ use std::collections::VecDeque;
 use tokio::io::{
     AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader, DuplexStream,
 };
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 
 use crate::limits::MAX_FRAME_BYTES;
 
 const PIPE_CAPACITY: usize = 2 * MAX_FRAME_BYTES;
 
-/// Start the pumps; returns the reader and writer the MCP service should use.
-pub fn guard<R, W>(stdin: R, stdout: W) -> (DuplexStream, DuplexStream)
+/// Start the pumps; returns the reader and writer the MCP service should use, and a
+/// receiver that fires when stdin reaches EOF (so shutdown need not wait for the service
+/// to drain requests still in flight).
+pub fn guard<R, W>(stdin: R, stdout: W) -> (DuplexStream, DuplexStream, oneshot::Receiver<()>)
 where
     R: AsyncRead + Unpin + Send + 'static,
     W: AsyncWrite + Unpin + Send + 'static,
@@ -26,9 +28,13 @@ where
     let (service_in, pump_in) = tokio::io::duplex(PIPE_CAPACITY);
     let (service_out, pump_out) = tokio::io::duplex(PIPE_CAPACITY);
     let (replies_tx, replies_rx) = mpsc::unbounded_channel();
-    tokio::spawn(pump_input(stdin, pump_in, replies_tx));
+    let (eof_tx, eof_rx) = oneshot::channel();
+    tokio::spawn(async move {
+        pump_input(stdin, pump_in, replies_tx).await;
+        let _ = eof_tx.send(());
+    });
     tokio::spawn(pump_output(pump_out, stdout, replies_rx));
-    (service_in, service_out)
+    (service_in, service_out, eof_rx)
 }
 
 fn error_frame(code: i64, message: &str) -> Vec<u8> {

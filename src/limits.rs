@@ -46,5 +46,7 @@ pub const COMMAND_ID_MAX_CHARS: usize = 128;
 /// Profiles per config.
 pub const MAX_PROFILES: usize = 128;
 
-/// Bound on terminating every session at server shutdown.
+/// Grace between SIGTERM and SIGKILL for sessions ended by server shutdown.
 pub const SHUTDOWN_GRACE: Duration = Duration::from_millis(500);
+/// After shutdown ended every session, how long answers still in flight may take.
+pub const SHUTDOWN_FLUSH: Duration = Duration::from_secs(1);

@@ -143,28 +143,33 @@ async fn run(config: Config) -> Result<(), String> {
     let reaper = Reaper::start().map_err(|e| format!("cannot watch child processes: {e}"))?;
     let sessions = Arc::new(Sessions::new(Arc::new(config), reaper));
     let (stdin, stdout) = rmcp::transport::io::stdio_pipes();
-    let transport = framing::guard(stdin, stdout);
+    let (service_in, service_out, stdin_closed) = framing::guard(stdin, stdout);
     let server = TerminalServer::new(sessions.clone());
     tracing::info!(version = env!("CARGO_PKG_VERSION"), "serving MCP on stdio");
 
     let serving = async {
-        match server.serve(transport).await {
+        match server.serve((service_in, service_out)).await {
             Ok(service) => {
                 let _ = service.waiting().await;
             }
             Err(e) => tracing::warn!("the client did not complete the handshake: {e}"),
         }
-        "stdin closed"
     };
-    let why = tokio::select! {
-        why = serving => why,
-        _ = sigterm.recv() => "SIGTERM",
-        _ = sigint.recv() => "SIGINT",
+    tokio::pin!(serving);
+    let (why, served) = tokio::select! {
+        () = &mut serving => ("the client closed the connection", true),
+        _ = stdin_closed => ("stdin closed", false),
+        _ = sigterm.recv() => ("SIGTERM", false),
+        _ = sigint.recv() => ("SIGINT", false),
     };
     tracing::info!("shutting down ({why})");
     sessions
         .shutdown(limits::SHUTDOWN_GRACE.as_millis() as u64)
         .await;
+    if !served {
+        // Requests still in flight (a wait on a session that just ended) can answer now.
+        let _ = tokio::time::timeout(limits::SHUTDOWN_FLUSH, serving).await;
+    }
     tracing::info!("shutdown complete");
     Ok(())
 }
