@@ -1,0 +1,198 @@
+//! The command line contract: `make-config`, `check-config`, `stdio` with a bad config, help
+//! and usage errors — exit codes, where messages go, and that stdout stays clean.
+
+use std::path::Path;
+
+use assert_cmd::Command;
+use serde_json::{Value, json};
+
+fn mcp_terminal() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_mcp-terminal"))
+}
+
+fn stdout_of(output: &std::process::Output) -> String {
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+fn stderr_of(output: &std::process::Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+/// Write a config made by `make-config` with `change` applied, and return its path.
+fn config_with(dir: &Path, change: impl FnOnce(&mut Value)) -> std::path::PathBuf {
+    let path = dir.join("config.json");
+    let root = dir.canonicalize().unwrap();
+    mcp_terminal()
+        .args(["make-config", "--output"])
+        .arg(&path)
+        .arg("--root")
+        .arg(&root)
+        .assert()
+        .success();
+    let mut config: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    change(&mut config);
+    std::fs::write(&path, config.to_string()).unwrap();
+    path
+}
+
+#[test]
+fn make_config_writes_every_field_with_absolute_paths_and_checks_clean() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().canonicalize().unwrap();
+    let path = dir.path().join("nested/dir/config.json");
+    let made = mcp_terminal()
+        .args(["make-config", "--output"])
+        .arg(&path)
+        .arg("--root")
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert!(made.status.success(), "{}", stderr_of(&made));
+    assert_eq!(stdout_of(&made), "", "make-config prints nothing on stdout");
+    let config: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    assert_eq!(config["allowed_roots"], json!([root]));
+    assert_eq!(config["default_cwd"], json!(root));
+    for field in [
+        "max_sessions",
+        "max_records",
+        "buffer_bytes",
+        "buffer_records",
+        "default_timeout_ms",
+        "max_timeout_ms",
+        "retention_seconds",
+        "max_input_bytes",
+        "max_wait_ms",
+        "audit_log",
+    ] {
+        assert!(config.get(field).is_some(), "{field} is written");
+    }
+    let demo = Path::new(env!("CARGO_BIN_EXE_mcp-terminal")).with_file_name("demo-process");
+    let demo = demo.canonicalize().unwrap();
+    let commands = config["commands"].as_object().unwrap();
+    assert_eq!(commands.len(), 15);
+    for (id, profile) in commands {
+        assert_eq!(
+            profile["argv"][0],
+            json!(demo),
+            "{id} points at demo-process"
+        );
+    }
+    assert_eq!(commands["pty-tui"]["mode"], "pty");
+
+    let checked = mcp_terminal()
+        .args(["check-config", "--config"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert!(checked.status.success(), "{}", stderr_of(&checked));
+    let summary = stdout_of(&checked);
+    assert!(
+        summary.contains(&format!("allowed_roots: {}", root.display())),
+        "{summary}"
+    );
+    assert!(summary.contains("commands (15):"), "{summary}");
+}
+
+#[test]
+fn check_config_names_the_field_and_rule_and_exits_2() {
+    let cases: Vec<(Box<dyn FnOnce(&mut Value)>, &str)> = vec![
+        (
+            Box::new(|c| c["commands"]["stream"]["allowed_env"] = json!(["LD_PRELOAD"])),
+            "`commands.stream.allowed_env[0]`: `LD_PRELOAD` starts with the denied prefix",
+        ),
+        (
+            Box::new(|c| c["commands"]["stream"]["allowed_env"] = json!(["GITHUB_TOKEN"])),
+            "`commands.stream.allowed_env[0]`: `GITHUB_TOKEN` contains the denied word TOKEN",
+        ),
+        (
+            Box::new(|c| c["max_sessions"] = json!(true)),
+            "`max_sessions`: must be an integer from 1 to 64, got a boolean true",
+        ),
+        (
+            Box::new(|c| c["max_records"] = json!(4)),
+            "`max_records`: must be at least max_sessions (8), got 4",
+        ),
+        (
+            Box::new(|c| c["surprise"] = json!(1)),
+            "`surprise`: unknown field",
+        ),
+        (
+            Box::new(|c| c["commands"]["long"]["argv"] = json!(["sleep", "1"])),
+            "`commands.long.argv[0]`: must be an absolute path",
+        ),
+    ];
+    for (change, message) in cases {
+        let dir = tempfile::tempdir().unwrap();
+        let path = config_with(dir.path(), change);
+        let out = mcp_terminal()
+            .args(["check-config", "--config"])
+            .arg(&path)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{message}");
+        assert_eq!(stdout_of(&out), "");
+        assert!(
+            stderr_of(&out).contains(message),
+            "expected {message:?} in {:?}",
+            stderr_of(&out)
+        );
+    }
+}
+
+#[test]
+fn stdio_with_a_bad_config_exits_2_before_speaking() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = config_with(dir.path(), |c| c["buffer_bytes"] = json!(3));
+    let out = mcp_terminal()
+        .args(["stdio", "--config"])
+        .arg(&path)
+        .write_stdin("")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(stdout_of(&out), "", "nothing but protocol frames on stdout");
+    assert!(stderr_of(&out).contains("`buffer_bytes`: must be an integer from 4 to 16777216"));
+
+    let missing = mcp_terminal()
+        .args(["stdio", "--config", "/no/such/config.json"])
+        .output()
+        .unwrap();
+    assert_eq!(missing.status.code(), Some(2));
+    assert_eq!(stdout_of(&missing), "");
+}
+
+#[test]
+fn help_version_and_usage_errors() {
+    let help = mcp_terminal().arg("--help").output().unwrap();
+    assert!(help.status.success());
+    for command in ["stdio", "make-config", "check-config"] {
+        assert!(stdout_of(&help).contains(command), "--help lists {command}");
+    }
+    let version = mcp_terminal().arg("--version").output().unwrap();
+    assert_eq!(
+        stdout_of(&version).trim(),
+        format!("mcp-terminal {}", env!("CARGO_PKG_VERSION"))
+    );
+    for args in [
+        &["bogus"][..],
+        &["make-config"],
+        &["check-config"],
+        &["stdio", "--nope"],
+    ] {
+        let out = mcp_terminal().args(args).output().unwrap();
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        assert_eq!(stdout_of(&out), "", "{args:?}");
+    }
+}
+
+#[test]
+fn stdio_on_immediate_eof_exits_0() {
+    let dir = tempfile::tempdir().unwrap();
+    mcp_terminal()
+        .arg("stdio")
+        .current_dir(dir.path())
+        .write_stdin("")
+        .assert()
+        .code(0)
+        .stdout("");
+}
