@@ -35,6 +35,12 @@ fn config_with(dir: &Path, change: impl FnOnce(&mut Value)) -> std::path::PathBu
     path
 }
 
+/// Set the value at a JSON pointer, creating the last key if needed.
+fn set(config: &mut Value, pointer: &str, value: Value) {
+    let (parent, key) = pointer.rsplit_once('/').unwrap();
+    config.pointer_mut(parent).unwrap()[key] = value;
+}
+
 #[test]
 fn make_config_writes_every_field_with_absolute_paths_and_checks_clean() {
     let dir = tempfile::tempdir().unwrap();
@@ -95,35 +101,37 @@ fn make_config_writes_every_field_with_absolute_paths_and_checks_clean() {
 
 #[test]
 fn check_config_names_the_field_and_rule_and_exits_2() {
-    let cases: Vec<(Box<dyn FnOnce(&mut Value)>, &str)> = vec![
+    let cases = [
         (
-            Box::new(|c| c["commands"]["stream"]["allowed_env"] = json!(["LD_PRELOAD"])),
+            "/commands/stream/allowed_env",
+            json!(["LD_PRELOAD"]),
             "`commands.stream.allowed_env[0]`: `LD_PRELOAD` starts with the denied prefix",
         ),
         (
-            Box::new(|c| c["commands"]["stream"]["allowed_env"] = json!(["GITHUB_TOKEN"])),
+            "/commands/stream/allowed_env",
+            json!(["GITHUB_TOKEN"]),
             "`commands.stream.allowed_env[0]`: `GITHUB_TOKEN` contains the denied word TOKEN",
         ),
         (
-            Box::new(|c| c["max_sessions"] = json!(true)),
+            "/max_sessions",
+            json!(true),
             "`max_sessions`: must be an integer from 1 to 64, got a boolean true",
         ),
         (
-            Box::new(|c| c["max_records"] = json!(4)),
+            "/max_records",
+            json!(4),
             "`max_records`: must be at least max_sessions (8), got 4",
         ),
+        ("/surprise", json!(1), "`surprise`: unknown field"),
         (
-            Box::new(|c| c["surprise"] = json!(1)),
-            "`surprise`: unknown field",
-        ),
-        (
-            Box::new(|c| c["commands"]["long"]["argv"] = json!(["sleep", "1"])),
+            "/commands/long/argv",
+            json!(["sleep", "1"]),
             "`commands.long.argv[0]`: must be an absolute path",
         ),
     ];
-    for (change, message) in cases {
+    for (pointer, value, message) in cases {
         let dir = tempfile::tempdir().unwrap();
-        let path = config_with(dir.path(), change);
+        let path = config_with(dir.path(), |c| set(c, pointer, value));
         let out = mcp_terminal()
             .args(["check-config", "--config"])
             .arg(&path)
@@ -142,7 +150,7 @@ fn check_config_names_the_field_and_rule_and_exits_2() {
 #[test]
 fn stdio_with_a_bad_config_exits_2_before_speaking() {
     let dir = tempfile::tempdir().unwrap();
-    let path = config_with(dir.path(), |c| c["buffer_bytes"] = json!(3));
+    let path = config_with(dir.path(), |c| set(c, "/buffer_bytes", json!(3)));
     let out = mcp_terminal()
         .args(["stdio", "--config"])
         .arg(&path)
