@@ -7,8 +7,10 @@
 //! - `matcher`, `vars`, `collect`: pure logic, unit-tested;
 //! - `client`, `raw`, `procfs`: the server under test and the processes it starts;
 //! - `runner`, `steps`: one scenario from fresh root to verdict;
-//! - `evidence`, `report`: the JSON record of a run and the Markdown acceptance report.
+//! - `evidence`, `report`: the JSON record of a run and the Markdown acceptance report;
+//! - `bench`: speed and memory of the server through the same client.
 
+pub mod bench;
 pub mod client;
 pub mod collect;
 pub mod evidence;

@@ -1,11 +1,13 @@
 //! `harness verify` runs scenarios against the server and writes evidence;
-//! `harness report` turns evidence into the acceptance report.
+//! `harness report` turns evidence into the acceptance report;
+//! `harness bench` measures the server's speed and memory.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Mutex;
 
 use clap::{Parser, Subcommand};
+use harness::bench;
 use harness::evidence::{self, ScenarioEvidence};
 use harness::{RunEvidence, ServerSpec, load_scenarios, report, run_scenario};
 
@@ -37,6 +39,19 @@ enum Command {
         #[arg(long)]
         jobs: Option<usize>,
     },
+    /// Measure the server's speed and memory; write JSON (and optionally Markdown).
+    Bench {
+        #[arg(long)]
+        output: PathBuf,
+        #[arg(long)]
+        markdown: Option<PathBuf>,
+        /// Few samples each: a smoke check, not a measurement.
+        #[arg(long)]
+        quick: bool,
+        /// The mcp-terminal binary; default: beside this harness, built if absent.
+        #[arg(long)]
+        server: Option<PathBuf>,
+    },
     /// Generate the acceptance report from an evidence file.
     Report {
         #[arg(long)]
@@ -56,6 +71,12 @@ fn main() -> ExitCode {
             jobs,
         } => verify(&output, &scenarios, server, &scenarios_dir, jobs),
         Command::Report { evidence, output } => write_report(&evidence, &output),
+        Command::Bench {
+            output,
+            markdown,
+            quick,
+            server,
+        } => bench(&output, markdown.as_deref(), quick, server),
     };
     match result {
         Ok(code) => code,
@@ -145,12 +166,54 @@ fn verify(
     })
 }
 
-fn write_evidence(output: &Path, run: &RunEvidence) -> Result<(), String> {
-    if let Some(parent) = output.parent().filter(|p| !p.as_os_str().is_empty()) {
+fn bench(
+    output: &Path,
+    markdown: Option<&Path>,
+    quick: bool,
+    server: Option<PathBuf>,
+) -> Result<ExitCode, String> {
+    let server = match server {
+        Some(path) => path,
+        None => default_server()?,
+    };
+    let server = server
+        .canonicalize()
+        .map_err(|e| format!("server {}: {e}", server.display()))?;
+    if !server.parent().is_some_and(|d| d.ends_with("release")) {
+        eprintln!(
+            "harness: warning: {} is not a release build; measure with --release",
+            server.display()
+        );
+    }
+    let report = bench::run(&server, Path::new(WORKSPACE), quick);
+    write_file(
+        output,
+        &serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?,
+    )?;
+    print!("{}", bench::table(&report));
+    if let Some(path) = markdown {
+        write_file(path, &bench::markdown(&report))?;
+    }
+    eprintln!("benchmark results in {}", output.display());
+    Ok(if report.passed {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+fn write_file(path: &Path, text: &str) -> Result<(), String> {
+    if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
         std::fs::create_dir_all(parent).map_err(|e| format!("{}: {e}", parent.display()))?;
     }
-    let json = serde_json::to_string_pretty(run).map_err(|e| e.to_string())?;
-    std::fs::write(output, json).map_err(|e| format!("{}: {e}", output.display()))
+    std::fs::write(path, text).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+fn write_evidence(output: &Path, run: &RunEvidence) -> Result<(), String> {
+    write_file(
+        output,
+        &serde_json::to_string_pretty(run).map_err(|e| e.to_string())?,
+    )
 }
 
 /// `mcp-terminal` beside this executable (same profile directory), built first if absent.
