@@ -20,8 +20,9 @@ pub const WAIT_DEFAULT_MS: u64 = 10_000;
 pub const WAIT_PATTERN_MAX_CHARS: usize = 1024;
 /// How often a waiting `terminal_wait` reports progress when the client asked for it.
 pub const WAIT_PROGRESS_EVERY: Duration = Duration::from_millis(500);
-/// Keys per `terminal_keys` call.
+/// Keys per `terminal_keys` call, and characters per key name.
 pub const MAX_KEYS: usize = 64;
+pub const KEY_NAME_MAX_CHARS: usize = 16;
 /// Scrollback lines `terminal_screen` returns at most.
 pub const SCREEN_MAX_SCROLLBACK: u64 = 10_000;
 /// `terminal_terminate.grace_ms` default and upper bound.
@@ -50,3 +51,21 @@ pub const MAX_PROFILES: usize = 128;
 pub const SHUTDOWN_GRACE: Duration = Duration::from_millis(500);
 /// After shutdown ended every session, how long answers still in flight may take.
 pub const SHUTDOWN_FLUSH: Duration = Duration::from_secs(1);
+
+/// Global caps over all retained sessions: `max_records × buffer_records` and
+/// `max_records × buffer_bytes`.
+pub const CAP_TOTAL_RECORDS: u64 = 2_097_152;
+pub const CAP_TOTAL_BYTES: u64 = 67_108_864;
+
+/// Terminal rows and columns, in profiles and in `terminal_resize`.
+pub const TERMINAL_MAX_SIZE: u16 = 1000;
+/// Characters of a requested `cwd`.
+pub const CWD_MAX_CHARS: usize = 4096;
+
+/// Cells of scrollback a PTY session's emulator may keep (a cell is about 32 bytes, so
+/// about 6 MiB): 2,500 lines at 80 columns, 200 at 1,000; never more than the lines below.
+pub const SCROLLBACK_CELLS: usize = 200_000;
+pub const SCROLLBACK_MAX_LINES: usize = 10_000;
+
+/// Text a `terminal_wait` searches per step under the session lock.
+pub const SEARCH_STEP_BYTES: usize = 64 * 1024;

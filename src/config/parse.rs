@@ -7,13 +7,11 @@ use std::path::{Path, PathBuf};
 use serde_json::{Map, Value};
 
 use super::{Config, Limits, Mode, OnFull, Profile, Shell};
-use crate::limits::{COMMAND_ID_MAX_CHARS, MAX_PROFILES};
+use crate::limits::{
+    CAP_TOTAL_BYTES, CAP_TOTAL_RECORDS, COMMAND_ID_MAX_CHARS, MAX_PROFILES, TERMINAL_MAX_SIZE,
+};
 use crate::policy::{denied_env_name, inside_roots, invalid_env_name};
 use crate::strict::{Fields, type_name};
-
-/// `max_records × buffer_records` and `max_records × buffer_bytes` may not exceed these.
-const CAP_TOTAL_RECORDS: u64 = 2_097_152;
-const CAP_TOTAL_BYTES: u64 = 67_108_864;
 
 /// Validate a parsed config document. Missing `allowed_roots` / `default_cwd` default to
 /// `default_root`.
@@ -298,8 +296,9 @@ fn parse_profile(id: &str, value: &Value) -> Result<Profile, String> {
             ));
         }
     };
-    let rows = f.uint("rows", 1, 1000)?.unwrap_or(24) as u16;
-    let cols = f.uint("cols", 1, 1000)?.unwrap_or(80) as u16;
+    let max = u64::from(TERMINAL_MAX_SIZE);
+    let rows = f.uint("rows", 1, max)?.unwrap_or(24) as u16;
+    let cols = f.uint("cols", 1, max)?.unwrap_or(80) as u16;
     let shell = match f.string("shell")? {
         None => None,
         Some("posix") => Some(Shell::Posix),

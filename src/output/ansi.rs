@@ -4,11 +4,6 @@
 //! A sequence cut off by the end of the text is dropped to its end; the streaming
 //! `AnsiStripper` carries an unfinished sequence over to the next piece.
 
-pub fn strip_ansi(text: &str) -> String {
-    let mut stripper = AnsiStripper::default();
-    text.chars().filter(|c| stripper.keep(*c)).collect()
-}
-
 /// A streaming stripper: feed code points in order, across any number of pieces.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct AnsiStripper {
@@ -60,7 +55,12 @@ impl AnsiStripper {
 
 #[cfg(test)]
 mod tests {
-    use super::{AnsiStripper, strip_ansi};
+    use super::AnsiStripper;
+
+    fn strip_ansi(text: &str) -> String {
+        let mut stripper = AnsiStripper::default();
+        text.chars().filter(|c| stripper.keep(*c)).collect()
+    }
 
     #[test]
     fn strips_every_kind_of_sequence() {

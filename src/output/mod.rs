@@ -8,7 +8,7 @@ mod decoder;
 mod screen;
 mod search;
 
-pub use ansi::{AnsiStripper, strip_ansi};
+pub use ansi::AnsiStripper;
 pub use buffer::{Entry, OutputBuffer, Page, ReadError, Stream};
 pub use decoder::Utf8Decoder;
 pub use screen::{Screen, ScreenView};

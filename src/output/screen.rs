@@ -6,9 +6,8 @@ use std::num::NonZeroU16;
 
 use serde::Serialize;
 
-/// Scrollback lines kept for a screen 80 columns wide; wider screens keep proportionally
-/// fewer, so a session's emulator stays within a few MiB.
-const SCROLLBACK_LINES_AT_80_COLS: usize = 10_000;
+use crate::limits::{SCROLLBACK_CELLS, SCROLLBACK_MAX_LINES};
+
 /// Answer to "what terminal are you" (`ESC [ c`): a VT102-class terminal.
 const DEVICE_ATTRIBUTES: &[u8] = b"\x1b[?6c";
 
@@ -76,15 +75,14 @@ fn size(n: u16) -> NonZeroU16 {
 
 impl Screen {
     pub fn new(rows: u16, cols: u16) -> Self {
-        let scrollback = SCROLLBACK_LINES_AT_80_COLS * 80 / usize::from(cols.max(80));
         Screen {
-            parser: vt100::Parser::new_with_callbacks(
-                size(rows),
-                size(cols),
-                scrollback,
-                Events::default(),
-            ),
+            parser: Self::parser(rows, cols, Events::default()),
         }
+    }
+
+    fn parser(rows: u16, cols: u16, events: Events) -> vt100::Parser<Events> {
+        let scrollback = (SCROLLBACK_CELLS / usize::from(cols.max(1))).min(SCROLLBACK_MAX_LINES);
+        vt100::Parser::new_with_callbacks(size(rows), size(cols), scrollback, events)
     }
 
     /// Feed terminal output; returns the answers owed to the program, if any.
@@ -93,8 +91,24 @@ impl Screen {
         std::mem::take(&mut self.parser.callbacks_mut().replies)
     }
 
+    /// Resize. Scrollback is kept while its cell budget still holds at the new width;
+    /// a wider screen would outgrow it, so the emulator is rebuilt from the visible screen
+    /// (contents, cursor, modes and title kept; the scrollback starts again).
     pub fn resize(&mut self, rows: u16, cols: u16) {
-        self.parser.screen_mut().set_size(size(rows), size(cols));
+        let capacity = self.parser.screen().scrollback_capacity();
+        if capacity * usize::from(cols) <= SCROLLBACK_CELLS {
+            self.parser.screen_mut().set_size(size(rows), size(cols));
+            return;
+        }
+        let state = self.parser.screen().state_formatted();
+        let events = Events {
+            title: std::mem::take(&mut self.parser.callbacks_mut().title),
+            replies: Vec::new(),
+        };
+        let mut parser = Self::parser(rows, cols, events);
+        parser.process(state.as_bytes());
+        parser.callbacks_mut().replies.clear();
+        self.parser = parser;
     }
 
     /// The screen as rendered now, with up to `scrollback` lines from above it.
@@ -187,6 +201,23 @@ mod tests {
         assert_eq!(v.scrollback, ["line3", "line4", "line5", "line6", "line7"]);
         assert_eq!(s.view(100).scrollback.len(), 8);
         assert_eq!(s.view(0).lines, ["line8", "line9", ""]);
+    }
+
+    #[test]
+    fn widening_past_the_scrollback_budget_keeps_the_screen() {
+        let mut s = Screen::new(4, 80);
+        for i in 0..100 {
+            s.feed(format!("line{i}\r\n").as_bytes());
+        }
+        s.feed(b"\x1b]0;kept\x07tail");
+        s.resize(4, 1000);
+        let v = s.view(10);
+        assert_eq!((v.rows, v.cols), (4, 1000));
+        assert_eq!(v.lines, ["line97", "line98", "line99", "tail"]);
+        assert_eq!((v.cursor.row, v.cursor.col), (3, 4));
+        assert_eq!(v.title, "kept");
+        assert!(v.scrollback.is_empty(), "the scrollback starts again");
+        assert!(s.parser.screen().scrollback_capacity() * 1000 <= SCROLLBACK_CELLS);
     }
 
     #[test]

@@ -23,10 +23,14 @@ pub struct Search {
 impl Search {
     pub fn new(pattern: &str) -> Result<Search, String> {
         let regex = Regex::new(pattern).map_err(|e| e.to_string())?;
-        let dfa = DFA::new(pattern).map_err(|_| {
-            "uses a Unicode word boundary (\\b or \\B), which incremental search cannot \
-             follow; use the ASCII form (?-u:\\b)"
-                .to_owned()
+        let dfa = DFA::new(pattern).map_err(|e| {
+            if regex.as_str().contains("\\b") || regex.as_str().contains("\\B") {
+                "uses a Unicode word boundary (\\b or \\B), which incremental search cannot \
+                 follow; use the ASCII form (?-u:\\b)"
+                    .to_owned()
+            } else {
+                e.to_string()
+            }
         })?;
         let mut cache = dfa.create_cache();
         let state = dfa
@@ -52,7 +56,8 @@ impl Search {
     }
 
     /// Feed the next piece of text; true once a match has ended within what was fed.
-    pub fn feed(&mut self, text: &str) -> bool {
+    /// `at_end`: nothing follows this piece yet, so a match may end exactly at its end.
+    pub fn feed(&mut self, text: &str, at_end: bool) -> bool {
         for &byte in text.as_bytes() {
             self.scanned += 1;
             match self.dfa.next_state(&mut self.cache, self.state, byte) {
@@ -66,9 +71,11 @@ impl Search {
                 return true;
             }
         }
-        self.dfa
-            .next_eoi_state(&mut self.cache, self.state)
-            .is_ok_and(|state| state.is_match())
+        at_end
+            && self
+                .dfa
+                .next_eoi_state(&mut self.cache, self.state)
+                .is_ok_and(|state| state.is_match())
     }
 }
 
@@ -78,7 +85,7 @@ mod tests {
 
     fn feed_all(pattern: &str, pieces: &[&str]) -> Option<usize> {
         let mut s = Search::new(pattern).unwrap();
-        pieces.iter().position(|p| s.feed(p))
+        pieces.iter().position(|p| s.feed(p, true))
     }
 
     #[test]
@@ -91,6 +98,14 @@ mod tests {
         assert_eq!(feed_all("x{3}", &["xx", "yx", "x"]), None);
         assert_eq!(feed_all("(?m)^done$", &["not done yet\n", "done"]), Some(1));
         assert_eq!(feed_all("日本", &["\u{65e5}", "\u{672c}"]), Some(1));
+    }
+
+    #[test]
+    fn the_end_counts_only_where_nothing_follows_yet() {
+        let mut s = Search::new("x$").unwrap();
+        assert!(!s.feed("ax", false), "more text follows this piece");
+        assert!(!s.feed("b", true));
+        assert!(s.feed("x", true));
     }
 
     #[test]
@@ -107,10 +122,10 @@ mod tests {
         let mut s = Search::new("needle").unwrap();
         let hay = "hay ".repeat(25_000);
         for c in hay.chars() {
-            assert!(!s.feed(c.encode_utf8(&mut [0; 4])));
+            assert!(!s.feed(c.encode_utf8(&mut [0; 4]), true));
         }
         assert_eq!(s.scanned(), hay.len() as u64);
-        assert!(s.feed("needle"));
+        assert!(s.feed("needle", true));
         assert_eq!(s.scanned(), hay.len() as u64 + 6);
     }
 }

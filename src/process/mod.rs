@@ -13,9 +13,70 @@ pub use spawn::{PipeChild, SpawnSpec, spawn_pipes};
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 
+/// Whether our child `pid` has already ended (a zombie, or already reaped), without
+/// reaping it: the reaper still collects its status.
+pub fn has_exited(pid: i32) -> bool {
+    use nix::sys::wait::{Id, WaitPidFlag, WaitStatus, waitid};
+    let flags = WaitPidFlag::WEXITED | WaitPidFlag::WNOHANG | WaitPidFlag::WNOWAIT;
+    loop {
+        return match waitid(Id::Pid(Pid::from_raw(pid)), flags) {
+            Ok(WaitStatus::StillAlive) => false,
+            Ok(_) | Err(nix::errno::Errno::ECHILD) => true,
+            Err(nix::errno::Errno::EINTR) => continue,
+            // Unknown: treat it as running, so it is still signalled.
+            Err(_) => false,
+        };
+    }
+}
+
 /// Signal one process. A process that no longer exists is fine.
 pub fn signal_process(pid: i32, signal: Signal) {
     let _ = nix::sys::signal::kill(Pid::from_raw(pid), signal);
+}
+
+/// Signal every process group of the session led by `sid`: the leader's group, and the
+/// groups a job-control shell made for its jobs inside that session.
+pub fn signal_session(sid: i32, signal: Signal) {
+    signal_group(sid, signal);
+    for group in session_groups(sid) {
+        signal_group(group, signal);
+    }
+}
+
+/// Process groups other than `sid` with a member in the session `sid`, from /proc.
+fn session_groups(sid: i32) -> Vec<i32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let mut groups = Vec::new();
+    for entry in entries.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        // After the parenthesised command name: state ppid pgrp session ...
+        let Some((_, fields)) = stat.rsplit_once(')') else {
+            continue;
+        };
+        let mut fields = fields
+            .split_whitespace()
+            .skip(2)
+            .map(|f| f.parse::<i32>().ok());
+        if let (Some(Some(group)), Some(Some(session))) = (fields.next(), fields.next())
+            && session == sid
+            && group != sid
+            && !groups.contains(&group)
+        {
+            groups.push(group);
+        }
+    }
+    groups
 }
 
 /// Signal the whole process group led by `pgid`. A group that no longer exists is fine.

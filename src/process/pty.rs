@@ -135,6 +135,16 @@ impl PtyMaster {
         let _ = nix::unistd::write(self.fd.get_ref().as_fd(), bytes);
     }
 
+    /// The terminal's EOF character as the program set it (Ctrl-D unless changed).
+    pub fn eof_char(&self) -> u8 {
+        use nix::sys::termios::{SpecialCharacterIndices, tcgetattr};
+        tcgetattr(self.fd.get_ref())
+            .map(|t| t.control_chars[SpecialCharacterIndices::VEOF as usize])
+            .ok()
+            .filter(|c| *c != 0)
+            .unwrap_or(0x04)
+    }
+
     /// Set the window size; the kernel sends SIGWINCH to the terminal's foreground group.
     pub fn resize(&self, rows: u16, cols: u16) -> io::Result<()> {
         let size = winsize(rows, cols);

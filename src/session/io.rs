@@ -10,7 +10,7 @@ use super::state::Status;
 use super::{Input, Session};
 use crate::errors::{ErrorCode, ToolError};
 use crate::limits::{PAGE_MAX_ENTRIES, WRITE_DRAIN_TIMEOUT};
-use crate::output::{Entry, ReadError, strip_ansi};
+use crate::output::{AnsiStripper, Entry, ReadError};
 
 #[derive(Debug, Serialize)]
 pub struct ReadResult {
@@ -59,8 +59,12 @@ impl Session {
             })
         })?;
         if strip {
+            // One stripper per stream: a sequence split by the other stream's output is
+            // still one sequence.
+            let mut strippers = [AnsiStripper::default(); 2];
             result.records.retain_mut(|e| {
-                e.text = strip_ansi(&e.text);
+                let stripper = &mut strippers[e.stream as usize];
+                e.text = e.text.chars().filter(|c| stripper.keep(*c)).collect();
                 !e.text.is_empty()
             });
         }
@@ -92,8 +96,8 @@ impl Session {
     }
 
     /// Send bytes to the program's input; with `close`, end the input after them: close
-    /// the pipe, or on a terminal send its EOF character (Ctrl-D). Returns whether stdin
-    /// is now closed.
+    /// the pipe, or on a terminal send its EOF character (Ctrl-D), leaving the terminal
+    /// open for more keys. Returns whether stdin is now closed.
     pub async fn send(
         &self,
         bytes: &[u8],
@@ -108,12 +112,19 @@ impl Session {
             return Err(stdin_closed());
         };
         let with_eof;
-        let bytes = match sink {
-            Input::Pty(_) if close => {
-                with_eof = [bytes, b"\x04"].concat();
-                with_eof.as_slice()
+        let (bytes, closes_pipe) = match sink {
+            Input::Pty(master) if close => {
+                // The terminal's EOF character ends input only at the start of a line;
+                // after a partial line, the first one sends that line and a second is EOF.
+                let at_line_start =
+                    bytes.is_empty() || bytes.ends_with(b"\n") || bytes.ends_with(b"\r");
+                let eof = master.eof_char();
+                let eofs: &[u8] = if at_line_start { &[eof] } else { &[eof, eof] };
+                with_eof = [bytes, eofs].concat();
+                (with_eof.as_slice(), false)
             }
-            Input::Pty(_) | Input::Pipe(_) => bytes,
+            Input::Pty(_) => (bytes, false),
+            Input::Pipe(_) => (bytes, close),
         };
         let outcome = tokio::select! {
             written = tokio::time::timeout(WRITE_DRAIN_TIMEOUT, sink.write_all(bytes)) => Some(written),
@@ -139,7 +150,7 @@ impl Session {
                 return Err(uncertain());
             }
         };
-        if failure.is_some() || close {
+        if failure.is_some() || closes_pipe {
             input.take();
         }
         let closed = input.is_none();

@@ -14,7 +14,7 @@ use super::{Input, Session, Snapshot};
 use crate::config::Mode;
 use crate::limits::{DRAIN_DEADLINE, KILL_CONFIRM, READ_CHUNK_BYTES};
 use crate::output::{OutputBuffer, Screen, Stream, Utf8Decoder};
-use crate::process::{Exit, PipeChild, PtyChild, PtyMaster, signal_group};
+use crate::process::{Exit, PipeChild, PtyChild, PtyMaster, has_exited, signal_session};
 
 pub struct NewSession {
     pub id: String,
@@ -161,8 +161,8 @@ async fn supervise(session: Arc<Session>, mut exit: oneshot::Receiver<Exit>, tim
             s.status
         }),
     };
-    // Same-group descendants must not linger or hold the pipes open.
-    signal_group(session.pid, Signal::SIGKILL);
+    // Descendants left in the session must not linger or hold the pipes open.
+    signal_session(session.pid, Signal::SIGKILL);
     session.input.lock().await.take();
     tracing::info!(session = %session.id, pid = session.pid, status = status.as_str(), "process ended");
 
@@ -190,13 +190,20 @@ impl Session {
     /// End the session: SIGTERM to the group, `grace_ms`, SIGKILL, confirm. Idempotent:
     /// a final session is returned unchanged, and a second caller waits for the first.
     pub async fn terminate(&self, reason: Reason, grace_ms: u64) -> Snapshot {
+        // A process that already ended on its own (not yet recorded by the supervisor)
+        // ended without controller action: it stays EXITED, not TERMINATED.
+        let exited = has_exited(self.pid);
         let first = self.update(|s| match s.status {
-            Status::Running => {
+            Status::Running if !exited => {
                 s.status = Status::Terminating;
                 s.reason = Some(reason);
                 true
             }
-            Status::Terminating | Status::Exited | Status::Terminated | Status::Failed => false,
+            Status::Running
+            | Status::Terminating
+            | Status::Exited
+            | Status::Terminated
+            | Status::Failed => false,
         });
         let grace = Duration::from_millis(grace_ms);
         if !first {
@@ -204,11 +211,11 @@ impl Session {
             return self.settled_snapshot().await;
         }
         tracing::info!(session = %self.id, pid = self.pid, ?reason, "terminating");
-        signal_group(self.pid, Signal::SIGTERM);
+        signal_session(self.pid, Signal::SIGTERM);
         // A stopped group (SIGSTOP, SIGTSTP) only acts on SIGTERM once it runs again.
-        signal_group(self.pid, Signal::SIGCONT);
+        signal_session(self.pid, Signal::SIGCONT);
         if !self.wait_final(grace).await {
-            signal_group(self.pid, Signal::SIGKILL);
+            signal_session(self.pid, Signal::SIGKILL);
             if !self.wait_final(KILL_CONFIRM).await {
                 tracing::error!(session = %self.id, pid = self.pid, "process survived SIGKILL");
                 self.update(|s| s.finish(Status::Failed));

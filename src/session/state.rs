@@ -90,7 +90,9 @@ impl State {
             return;
         }
         self.status = status;
-        self.reason.get_or_insert(Reason::Natural);
+        if status != Status::Failed {
+            self.reason.get_or_insert(Reason::Natural);
+        }
         self.final_at = Some(Instant::now());
         self.last_activity = SystemTime::now();
     }

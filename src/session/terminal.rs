@@ -33,14 +33,15 @@ impl Session {
         if self.status().is_final() {
             return Err(self.not_running());
         }
+        terminal
+            .resize(rows, cols)
+            .map_err(|_| ToolError::internal("the terminal refused the new size"))?;
         self.update(|s| {
             if let Some(screen) = s.screen.as_mut() {
                 screen.resize(rows, cols);
             }
         });
-        terminal
-            .resize(rows, cols)
-            .map_err(|_| ToolError::internal("the terminal refused the new size"))
+        Ok(())
     }
 
     pub fn screen(&self, scrollback: usize) -> Result<ScreenView, ToolError> {

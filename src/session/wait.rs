@@ -13,11 +13,8 @@ use super::Session;
 use super::io::read_error;
 use super::state::{Snapshot, State};
 use crate::errors::{ErrorCode, ToolError};
-use crate::limits::PAGE_MAX_ENTRIES;
-use crate::output::{AnsiStripper, Entry, Page, Search, Stream};
-
-/// Text taken from the buffer per step of the search.
-const SEARCH_STEP_BYTES: usize = 64 * 1024;
+use crate::limits::{PAGE_MAX_ENTRIES, SEARCH_STEP_BYTES};
+use crate::output::{AnsiStripper, Entry, Page, ReadError, Search, Stream};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Streams {
@@ -111,25 +108,48 @@ impl Session {
         let mut filter = Filter::new(request.streams, request.strip_ansi);
         let mut scan = request.cursor;
         loop {
-            // One step of the search, under the lock; at most SEARCH_STEP_BYTES of text.
-            let (page, end, done) = self.inspect(|s| {
-                let page = page_at(s, scan)?;
+            // One step under the lock: search at most SEARCH_STEP_BYTES of new text, and
+            // if a match ended in it, find that match before anything can be evicted.
+            let step = self.inspect(|s| {
+                let end = s.output.end();
                 let done = s.status.is_final() && (s.output_complete || s.output_incomplete);
-                Ok::<_, ToolError>((page, s.output.end(), done))
-            })?;
-            if let Some(search) = request.search.as_mut() {
+                let Some(search) = request.search.as_mut() else {
+                    if request.cursor > end {
+                        return Err(read_error(ReadError::Invalid { end }, request.cursor, end));
+                    }
+                    scan = end;
+                    return Ok(Step::Idle { done, end });
+                };
+                let page = page_at(s, scan)?;
                 let mut text = String::new();
                 filter.each(&page.entries, |_, c| text.push(c));
                 scan = page.next_cursor;
-                searched.store(scan - request.cursor, Ordering::Relaxed);
-                if search.feed(&text)
-                    && let Some(found) = self.find(
-                        request.cursor,
-                        search.regex(),
-                        request.streams,
-                        request.strip_ansi,
-                    )?
-                {
+                if search.feed(&text, !page.has_more) {
+                    let streams = (request.streams, request.strip_ansi);
+                    match find(s, request.cursor, search.regex(), streams) {
+                        Some(found) => return Ok(Step::Matched(found)),
+                        // The match's start was evicted between two steps.
+                        None if s.output.base() > request.cursor => {
+                            return Err(read_error(
+                                ReadError::Expired {
+                                    base: s.output.base(),
+                                },
+                                request.cursor,
+                                end,
+                            ));
+                        }
+                        None => {}
+                    }
+                }
+                Ok(if page.has_more {
+                    Step::More
+                } else {
+                    Step::Idle { done, end }
+                })
+            })?;
+            searched.store(scan - request.cursor, Ordering::Relaxed);
+            match step {
+                Step::Matched(found) => {
                     return Ok(WaitResult {
                         outcome: "matched",
                         next_cursor: found.end_cursor,
@@ -137,14 +157,9 @@ impl Session {
                         session: self.snapshot(),
                     });
                 }
-                if page.has_more {
-                    continue;
-                }
-            } else {
-                scan = end;
-            }
-            if done {
-                return Ok(self.finish_wait("exited", end));
+                Step::More => continue,
+                Step::Idle { done: true, end } => return Ok(self.finish_wait("exited", end)),
+                Step::Idle { done: false, .. } => {}
             }
             tokio::select! {
                 _ = changes.changed() => {}
@@ -164,62 +179,66 @@ impl Session {
             session: self.snapshot(),
         }
     }
+}
 
-    /// The leftmost match in the retained output from `from`, searched as the wait searches.
-    fn find(
-        &self,
-        from: u64,
-        regex: &Regex,
-        streams: Streams,
-        strip: bool,
-    ) -> Result<Option<Match>, ToolError> {
-        let mut filter = Filter::new(streams, strip);
-        let mut text = String::new();
-        // (byte offset in `text`, cursor) wherever the searched text skips records.
-        let mut marks: Vec<(usize, u64)> = Vec::new();
-        let mut next_expected = None;
-        self.inspect(|s| {
-            let mut cursor = from.max(s.output.base());
-            loop {
-                let page = page_at(s, cursor)?;
-                filter.each(&page.entries, |at, c| {
-                    if next_expected != Some(at) {
-                        marks.push((text.len(), at));
-                    }
-                    text.push(c);
-                    next_expected = Some(at + 1);
-                });
-                if !page.has_more {
-                    return Ok::<_, ToolError>(());
-                }
-                cursor = page.next_cursor;
+/// One step of a wait.
+enum Step {
+    Matched(Match),
+    /// More retained output waits to be searched now.
+    More,
+    /// Everything available was searched; `done` once the session is final and drained.
+    Idle {
+        done: bool,
+        end: u64,
+    },
+}
+
+/// The leftmost match in the retained output from `from`, searched as the wait searches
+/// (`streams`: which streams, and whether escape sequences are stripped).
+fn find(s: &State, from: u64, regex: &Regex, (streams, strip): (Streams, bool)) -> Option<Match> {
+    let mut filter = Filter::new(streams, strip);
+    let mut text = String::new();
+    // (byte offset in `text`, cursor) wherever the searched text skips records.
+    let mut marks: Vec<(usize, u64)> = Vec::new();
+    let mut next_expected = None;
+    let mut cursor = from.max(s.output.base());
+    loop {
+        let page = page_at(s, cursor).ok()?;
+        filter.each(&page.entries, |at, c| {
+            if next_expected != Some(at) {
+                marks.push((text.len(), at));
             }
-        })?;
-        let Some(captures) = regex.captures(&text) else {
-            return Ok(None);
-        };
-        let whole = captures.get(0).expect("group 0 always takes part");
-        let cursor_at = |offset: usize| {
-            let mark = marks
-                .partition_point(|(o, _)| *o <= offset)
-                .saturating_sub(1);
-            let (start, cursor) = marks.get(mark).copied().unwrap_or((0, from));
-            cursor + text[start..offset].chars().count() as u64
-        };
-        let start_cursor = cursor_at(whole.start());
-        let end_cursor = match whole.as_str().chars().next_back() {
-            Some(last) => cursor_at(whole.end() - last.len_utf8()) + 1,
-            None => start_cursor,
-        };
-        Ok(Some(Match {
-            text: whole.as_str().to_owned(),
-            start_cursor,
-            end_cursor,
-            groups: captures
-                .iter()
-                .skip(1)
-                .map(|g| g.map(|m| m.as_str().to_owned()))
-                .collect(),
-        }))
+            text.push(c);
+            next_expected = Some(at + 1);
+        });
+        if !page.has_more {
+            break;
+        }
+        cursor = page.next_cursor;
     }
+
+    let captures = regex.captures(&text)?;
+    let whole = captures.get(0).expect("group 0 always takes part");
+    let cursor_at = |offset: usize| {
+        let mark = marks
+            .partition_point(|(o, _)| *o <= offset)
+            .saturating_sub(1);
+        let (start, cursor) = marks.get(mark).copied().unwrap_or((0, from));
+        cursor + text[start..offset].chars().count() as u64
+    };
+    let start_cursor = cursor_at(whole.start());
+    let end_cursor = match whole.as_str().chars().next_back() {
+        Some(last) => cursor_at(whole.end() - last.len_utf8()) + 1,
+        None => start_cursor,
+    };
+    Some(Match {
+        text: whole.as_str().to_owned(),
+        start_cursor,
+        end_cursor,
+        groups: captures
+            .iter()
+            .skip(1)
+            .map(|g| g.map(|m| m.as_str().to_owned()))
+            .collect(),
+    })
 }

@@ -8,9 +8,9 @@ use super::keys::KEY_NAMES;
 use super::params::{Kind, Param, input_schema};
 use crate::config::Config;
 use crate::limits::{
-    COMMAND_ID_MAX_CHARS, GRACE_DEFAULT_MS, GRACE_MAX_MS, MAX_CURSOR, MAX_KEYS, READ_MAX_BYTES,
-    READ_MAX_WAIT_MS, READ_MIN_BYTES, SCREEN_MAX_SCROLLBACK, WAIT_DEFAULT_MS,
-    WAIT_PATTERN_MAX_CHARS,
+    COMMAND_ID_MAX_CHARS, CWD_MAX_CHARS, GRACE_DEFAULT_MS, GRACE_MAX_MS, KEY_NAME_MAX_CHARS,
+    MAX_CURSOR, MAX_KEYS, READ_MAX_BYTES, READ_MAX_WAIT_MS, READ_MIN_BYTES, SCREEN_MAX_SCROLLBACK,
+    TERMINAL_MAX_SIZE, WAIT_DEFAULT_MS, WAIT_PATTERN_MAX_CHARS,
 };
 
 pub struct ToolSpec {
@@ -100,7 +100,10 @@ pub fn catalog(config: &Config) -> Vec<ToolSpec> {
                 .required(),
                 Param::new(
                     "cwd",
-                    Kind::Str { min: 1, max: 4096 },
+                    Kind::Str {
+                        min: 1,
+                        max: CWD_MAX_CHARS,
+                    },
                     "Working directory: absolute, or relative to the default; must be inside \
                      the owner's allowed roots. Default: the owner's default_cwd.",
                 ),
@@ -363,6 +366,7 @@ pub fn catalog(config: &Config) -> Vec<ToolSpec> {
                     Kind::StrList {
                         min: 1,
                         max: MAX_KEYS,
+                        max_chars: KEY_NAME_MAX_CHARS,
                     },
                     "Key names, sent in order.",
                 )
@@ -385,7 +389,7 @@ pub fn catalog(config: &Config) -> Vec<ToolSpec> {
                     "rows",
                     Kind::Int {
                         min: 1,
-                        max: 1000,
+                        max: u64::from(TERMINAL_MAX_SIZE),
                         default: 24,
                     },
                     "Rows.",
@@ -395,7 +399,7 @@ pub fn catalog(config: &Config) -> Vec<ToolSpec> {
                     "cols",
                     Kind::Int {
                         min: 1,
-                        max: 1000,
+                        max: u64::from(TERMINAL_MAX_SIZE),
                         default: 80,
                     },
                     "Columns.",

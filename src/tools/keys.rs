@@ -39,8 +39,16 @@ fn named(name: &str) -> Option<&'static [u8]> {
     })
 }
 
-/// The bytes of one key name, or `None` if the name is not a key.
+/// The bytes of one key name, or `None` if the name is not a key. `M-` means ESC first,
+/// and may stand once before a key.
 pub fn key_bytes(name: &str) -> Option<Vec<u8>> {
+    match name.strip_prefix("M-") {
+        Some(key) => Some([b"\x1b".as_slice(), &plain_key(key)?].concat()),
+        None => plain_key(name),
+    }
+}
+
+fn plain_key(name: &str) -> Option<Vec<u8>> {
     if let Some(bytes) = named(name) {
         return Some(bytes.to_vec());
     }
@@ -67,9 +75,6 @@ pub fn key_bytes(name: &str) -> Option<Vec<u8>> {
             _ => None,
         };
     }
-    if let Some(rest) = name.strip_prefix("M-") {
-        return Some([b"\x1b".as_slice(), &key_bytes(rest)?].concat());
-    }
     None
 }
 
@@ -92,6 +97,7 @@ mod tests {
             ("M-x", b"\x1bx"),
             ("M-Enter", b"\x1b\r"),
             ("M-C-c", b"\x1b\x03"),
+            ("M--", b"\x1b-"),
             ("Space", b" "),
             ("x", b"x"),
             ("é", "é".as_bytes()),
@@ -100,7 +106,10 @@ mod tests {
         for (name, bytes) in cases {
             assert_eq!(key_bytes(name).as_deref(), Some(*bytes), "{name}");
         }
-        for bad in ["enter", "C-", "C-ab", "M-", "F13", "\n", "xy", ""] {
+        let deep = "M-".repeat(60_000) + "x";
+        for bad in [
+            "enter", "C-", "C-ab", "M-", "M-M-x", "F13", "\n", "xy", "", &deep,
+        ] {
             assert_eq!(key_bytes(bad), None, "{bad}");
         }
     }

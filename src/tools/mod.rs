@@ -23,7 +23,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use nix::sys::signal::Signal;
 use rmcp::model::ProgressNotificationParam;
 
-use crate::errors::ToolError;
+use crate::errors::{ErrorCode, ToolError};
 use crate::limits::WAIT_PROGRESS_EVERY;
 use crate::output::{Search, Stream};
 use crate::session::{Reason, Sessions, StartRequest, Streams, Target, WaitRequest};
@@ -132,6 +132,17 @@ impl TerminalServer {
                         )
                     })?;
                     bytes.extend(key);
+                }
+                let limit = sessions.config.limits.max_input_bytes;
+                if bytes.len() > limit {
+                    return Err(ToolError::new(
+                        ErrorCode::InputTooLarge,
+                        format!(
+                            "the keys make {} bytes, over the limit of {limit}; nothing was \
+                             sent: send fewer keys per call",
+                            bytes.len()
+                        ),
+                    ));
                 }
                 let stdin_closed = session()?.send(&bytes, false, cancel).await?;
                 ok(serde_json::json!({

@@ -26,10 +26,11 @@ pub enum Kind {
     Bool,
     /// One of the listed strings.
     OneOf(&'static [&'static str]),
-    /// An array of `min..=max` strings.
+    /// An array of `min..=max` strings of at most `max_chars` characters each.
     StrList {
         min: usize,
         max: usize,
+        max_chars: usize,
     },
     /// An object of string values.
     StrMap,
@@ -68,8 +69,15 @@ impl Param {
             }
             Kind::Bool => json!({"type": "boolean", "default": false}),
             Kind::OneOf(values) => json!({"type": "string", "enum": values, "default": values[0]}),
-            Kind::StrList { min, max } => json!({
-                "type": "array", "items": {"type": "string"}, "minItems": min, "maxItems": max,
+            Kind::StrList {
+                min,
+                max,
+                max_chars,
+            } => json!({
+                "type": "array",
+                "items": {"type": "string", "minLength": 1, "maxLength": max_chars},
+                "minItems": min,
+                "maxItems": max,
             }),
             Kind::StrMap => json!({
                 "type": "object",
@@ -119,13 +127,26 @@ impl Param {
                 Some(s) if values.contains(&s) => Ok(()),
                 _ => fail(format!("must be one of {}, got {got}", values.join(", "))),
             },
-            Kind::StrList { min, max } => match value.as_array() {
+            Kind::StrList {
+                min,
+                max,
+                max_chars,
+            } => match value.as_array() {
                 Some(items) if !(*min..=*max).contains(&items.len()) => fail(format!(
                     "must hold {min} to {max} items, got {}",
                     items.len()
                 )),
-                Some(items) if items.iter().all(Value::is_string) => Ok(()),
-                Some(_) => fail("must hold only strings".into()),
+                Some(items)
+                    if items.iter().all(|i| {
+                        i.as_str()
+                            .is_some_and(|s| (1..=*max_chars).contains(&s.chars().count()))
+                    }) =>
+                {
+                    Ok(())
+                }
+                Some(_) => fail(format!(
+                    "must hold only strings of 1 to {max_chars} characters"
+                )),
                 None => fail(format!(
                     "must be an array of strings, got {}",
                     type_name(value)
@@ -298,7 +319,15 @@ mod tests {
             ),
             Param::new("strip", Kind::Bool, "s"),
             Param::new("stream", Kind::OneOf(&["any", "stdout"]), "s"),
-            Param::new("keys", Kind::StrList { min: 1, max: 2 }, "k"),
+            Param::new(
+                "keys",
+                Kind::StrList {
+                    min: 1,
+                    max: 2,
+                    max_chars: 3,
+                },
+                "k",
+            ),
         ]
     }
 
@@ -371,6 +400,11 @@ mod tests {
                 json!({"session_id": SID, "keys": ["a", 1]}),
                 "keys",
                 "only strings",
+            ),
+            (
+                json!({"session_id": SID, "keys": ["abcd"]}),
+                "keys",
+                "1 to 3 characters",
             ),
         ];
         for (args, param, rule) in cases {
