@@ -2,7 +2,11 @@
 //! environment variable names a client may ever set, and which working directories are
 //! inside the allowed roots.
 
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
+
+use nix::fcntl::OFlag;
+use nix::sys::stat::Mode;
 
 /// Names a client may never set, whatever the profile allows (case-insensitive).
 const DENIED_NAMES: &[&str] = &[
@@ -66,14 +70,18 @@ pub fn denied_env_name(name: &str) -> Option<String> {
     None
 }
 
+/// A working directory that passed the policy, held open: the child changes into this very
+/// directory (`fchdir`), so swapping a path component for a symlink after the check cannot
+/// move it elsewhere.
+pub struct Cwd {
+    pub dir: OwnedFd,
+    pub path: PathBuf,
+}
+
 /// Resolve a requested working directory: absolute, or relative to `default_cwd`;
 /// canonicalised through symlinks; an existing directory inside one of `roots` (which are
-/// canonical already).
-pub fn resolve_cwd(
-    requested: &str,
-    default_cwd: &Path,
-    roots: &[PathBuf],
-) -> Result<PathBuf, String> {
+/// canonical already). The directory is opened, and the path it was opened at is checked.
+pub fn resolve_cwd(requested: &str, default_cwd: &Path, roots: &[PathBuf]) -> Result<Cwd, String> {
     if requested.contains('\0') {
         return Err("contains NUL".into());
     }
@@ -84,9 +92,12 @@ pub fn resolve_cwd(
             joined.display()
         )
     })?;
-    if !canonical.is_dir() {
-        return Err(format!("`{}` is not a directory", canonical.display()));
-    }
+    let flags = OFlag::O_DIRECTORY | OFlag::O_PATH | OFlag::O_CLOEXEC;
+    let dir = nix::fcntl::open(&canonical, flags, Mode::empty())
+        .map_err(|_| format!("`{}` is not a directory", canonical.display()))?;
+    // What the descriptor really is, whatever happened to the path since.
+    let canonical = std::fs::read_link(format!("/proc/self/fd/{}", dir.as_raw_fd()))
+        .map_err(|_| format!("`{}` cannot be resolved", joined.display()))?;
     if !inside_roots(&canonical, roots) {
         return Err(format!(
             "`{}` resolves to `{}`, outside the allowed roots ({})",
@@ -99,7 +110,10 @@ pub fn resolve_cwd(
                 .join(", ")
         ));
     }
-    Ok(canonical)
+    Ok(Cwd {
+        dir,
+        path: canonical,
+    })
 }
 
 pub fn inside_roots(path: &Path, roots: &[PathBuf]) -> bool {
@@ -152,11 +166,16 @@ mod tests {
         std::fs::create_dir(root.join("sub")).unwrap();
         std::os::unix::fs::symlink(outside.path(), root.join("escape")).unwrap();
         let roots = vec![root.clone()];
-        assert_eq!(resolve_cwd("sub", &root, &roots).unwrap(), root.join("sub"));
-        assert_eq!(resolve_cwd(".", &root, &roots).unwrap(), root);
+        assert_eq!(
+            resolve_cwd("sub", &root, &roots).unwrap().path,
+            root.join("sub")
+        );
+        assert_eq!(resolve_cwd(".", &root, &roots).unwrap().path, root);
         assert!(resolve_cwd("..", &root, &roots).is_err());
         assert!(resolve_cwd("escape", &root, &roots).is_err());
         assert!(resolve_cwd("/", &root, &roots).is_err());
         assert!(resolve_cwd("missing", &root, &roots).is_err());
+        std::fs::write(root.join("file"), "").unwrap();
+        assert!(resolve_cwd("file", &root, &roots).is_err());
     }
 }

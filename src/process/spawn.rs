@@ -1,8 +1,8 @@
 //! Spawning a child with piped stdio in a new session (setsid), so that it leads its own
 //! process group and has no controlling terminal of the server's.
 
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::process::CommandExt;
-use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
 use tokio::net::unix::pipe;
@@ -14,7 +14,8 @@ pub struct SpawnSpec {
     pub argv: Vec<String>,
     /// The complete environment; nothing is inherited.
     pub env: Vec<(String, String)>,
-    pub cwd: PathBuf,
+    /// The working directory, opened (the child `fchdir`s into it).
+    pub cwd: OwnedFd,
 }
 
 pub struct PipeChild {
@@ -35,8 +36,18 @@ pub(super) fn command(spec: &SpawnSpec) -> Command {
     command
         .args(&spec.argv[1..])
         .env_clear()
-        .envs(spec.env.iter().map(|(k, v)| (k, v)))
-        .current_dir(&spec.cwd);
+        .envs(spec.env.iter().map(|(k, v)| (k, v)));
+    let cwd = spec.cwd.as_raw_fd();
+    // SAFETY: fchdir is async-signal-safe; the descriptor outlives the spawn (the spec
+    // owns it) and is closed in the child at exec (CLOEXEC).
+    unsafe {
+        command.pre_exec(move || {
+            if libc::fchdir(cwd) == -1 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
     command
 }
 

@@ -93,17 +93,14 @@ impl Sessions {
                 ),
             )
         })?;
-        let cwd = match &request.cwd {
-            None => config.default_cwd.clone(),
-            Some(cwd) => {
-                resolve_cwd(cwd, &config.default_cwd, &config.allowed_roots).map_err(|why| {
-                    ToolError::new(
-                        ErrorCode::CwdNotAllowed,
-                        format!("cwd {why}; pick a directory inside the allowed roots"),
-                    )
-                })?
-            }
-        };
+        let requested = request.cwd.as_deref().unwrap_or(".");
+        let cwd =
+            resolve_cwd(requested, &config.default_cwd, &config.allowed_roots).map_err(|why| {
+                ToolError::new(
+                    ErrorCode::CwdNotAllowed,
+                    format!("cwd {why}; pick a directory inside the allowed roots"),
+                )
+            })?;
         let mut env: BTreeMap<String, String> = BASE_ENV
             .iter()
             .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
@@ -128,8 +125,9 @@ impl Sessions {
         let spec = SpawnSpec {
             argv: profile.argv.clone(),
             env: env.into_iter().collect(),
-            cwd,
+            cwd: cwd.dir,
         };
+        let cwd_path = cwd.path;
         let spawned = match profile.mode {
             Mode::Pipe => spawn_pipes(&spec, &self.reaper).map(Spawned::Pipes),
             Mode::Pty => spawn_pty(&spec, profile.rows, profile.cols, &self.reaper).map(|child| {
@@ -150,7 +148,13 @@ impl Sessions {
             },
             spawned,
         );
-        tracing::info!(session = %session.id, pid = session.pid, command = %request.command_id, "started");
+        tracing::info!(
+            session = %session.id,
+            pid = session.pid,
+            command = %request.command_id,
+            cwd = %cwd_path.display(),
+            "started"
+        );
         self.table
             .lock()
             .unwrap_or_else(|e| e.into_inner())
