@@ -318,7 +318,9 @@ const DESCRIPTIONS: &[(&str, &str)] = &[
     ),
     (
         "tool_roundtrip_ms",
-        "terminal_status on a running `long` session",
+        "calls with small answers on a running `long` session, N of each in turn: \
+         terminal_status; terminal_read from 0 (its one line); terminal_wait from 0 for \
+         `running`, which is already there",
     ),
     (
         "write_echo_latency_ms",
@@ -768,33 +770,49 @@ async fn start_to_exit(mcp: &McpServer, n: usize) -> Result<Vec<Metric>, String>
 
 async fn tool_roundtrip(mcp: &McpServer, n: usize) -> Result<Vec<Metric>, String> {
     let sid = start(mcp, "long").await?;
-    wait_for(mcp, &sid, 0, "running", false).await?;
-    let mut samples = Vec::with_capacity(n);
-    let mut outcome = Ok(());
+    let result = roundtrip_samples(mcp, &sid, n).await;
+    let ended = end(mcp, &sid).await;
+    let [status, read, wait] = result?;
+    ended?;
+    Ok(vec![
+        Metric::distribution("terminal_status", "ms", &status),
+        Metric::distribution("terminal_read_small", "ms", &read),
+        Metric::distribution("terminal_wait_already_matched", "ms", &wait),
+    ])
+}
+
+/// Round trips of calls with small answers on a running `long` session: terminal_status,
+/// terminal_read of its one line, terminal_wait for text already there (no waiting).
+async fn roundtrip_samples(mcp: &McpServer, sid: &str, n: usize) -> Result<[Vec<f64>; 3], String> {
+    wait_for(mcp, sid, 0, "running", false).await?;
+    let mut samples: [Vec<f64>; 3] = Default::default();
     for _ in 0..n {
         let began = Instant::now();
-        match call(mcp, "terminal_status", json!({"session_id": sid})).await {
-            Ok(status) if status.get("status") == Some(&json!("RUNNING")) => {
-                samples.push(ms(began.elapsed()));
-            }
-            Ok(status) => {
-                outcome = Err(format!("`long` is not RUNNING: {status}"));
-                break;
-            }
-            Err(e) => {
-                outcome = Err(e);
-                break;
-            }
+        let status = call(mcp, "terminal_status", json!({"session_id": sid})).await?;
+        samples[0].push(ms(began.elapsed()));
+        if status.get("status") != Some(&json!("RUNNING")) {
+            return Err(format!("`long` is not RUNNING: {status}"));
         }
     }
-    let ended = end(mcp, &sid).await;
-    outcome?;
-    ended?;
-    Ok(vec![Metric::distribution(
-        "terminal_status",
-        "ms",
-        &samples,
-    )])
+    for _ in 0..n {
+        let began = Instant::now();
+        let page = call(
+            mcp,
+            "terminal_read",
+            json!({"session_id": sid, "cursor": 0}),
+        )
+        .await?;
+        samples[1].push(ms(began.elapsed()));
+        if page.pointer("/records/0/text") != Some(&json!("running\n")) {
+            return Err(format!("`long` output is not `running`: {page}"));
+        }
+    }
+    for _ in 0..n {
+        let began = Instant::now();
+        wait_for(mcp, sid, 0, "running", false).await?;
+        samples[2].push(ms(began.elapsed()));
+    }
+    Ok(samples)
 }
 
 async fn write_echo(mcp: &McpServer, n: usize) -> Result<Vec<Metric>, String> {
@@ -803,13 +821,25 @@ async fn write_echo(mcp: &McpServer, n: usize) -> Result<Vec<Metric>, String> {
     let ended = end(mcp, &sid).await;
     let samples = result?;
     ended?;
-    Ok(vec![Metric::distribution("write_to_echo", "ms", &samples)])
+    Ok(vec![
+        Metric::distribution("write_to_echo", "ms", &samples.total),
+        Metric::distribution("terminal_write_call", "ms", &samples.write),
+        Metric::distribution("terminal_wait_call", "ms", &samples.wait),
+    ])
 }
 
-async fn echo_samples(mcp: &McpServer, sid: &str, n: usize) -> Result<Vec<f64>, String> {
+/// Echo round trips: the whole sample and its two calls.
+#[derive(Debug, Default)]
+struct EchoSamples {
+    total: Vec<f64>,
+    write: Vec<f64>,
+    wait: Vec<f64>,
+}
+
+async fn echo_samples(mcp: &McpServer, sid: &str, n: usize) -> Result<EchoSamples, String> {
     let ready = wait_for(mcp, sid, 0, "ready", false).await?;
     let mut cursor = field_u64(&ready, "next_cursor")?;
-    let mut samples = Vec::with_capacity(n);
+    let mut samples = EchoSamples::default();
     for i in 1..=n {
         let began = Instant::now();
         call(
@@ -818,12 +848,16 @@ async fn echo_samples(mcp: &McpServer, sid: &str, n: usize) -> Result<Vec<f64>, 
             json!({"session_id": sid, "text": format!("line {i}\n")}),
         )
         .await?;
+        let written = began.elapsed();
         let matched = wait_for(mcp, sid, cursor, &format!("echo: line {i}"), false).await?;
-        samples.push(ms(began.elapsed()));
+        let total = began.elapsed();
         let text = matched.pointer("/match/text").and_then(Value::as_str);
         if text != Some(format!("echo: line {i}").as_str()) {
             return Err(format!("line {i}: unexpected match {matched}"));
         }
+        samples.total.push(ms(total));
+        samples.write.push(ms(written));
+        samples.wait.push(ms(total - written));
         cursor = field_u64(&matched, "next_cursor")?;
     }
     Ok(samples)
