@@ -75,14 +75,25 @@ impl Filter {
         }
     }
 
-    /// Calls `keep(cursor, char)` for every code point of `entries` that is searched.
-    fn each(&mut self, entries: &[Entry], mut keep: impl FnMut(u64, char)) {
+    /// Calls `run(cursor, text)` for every run of consecutive searched code points in
+    /// `entries`, `cursor` being that of the run's first code point.
+    fn runs(&mut self, entries: &[Entry], mut run: impl FnMut(u64, &str)) {
         for entry in entries.iter().filter(|e| self.streams.accepts(e.stream)) {
+            if !self.strip {
+                run(entry.cursor, &entry.text);
+                continue;
+            }
             let stripper = &mut self.strippers[entry.stream as usize];
-            for (cursor, c) in (entry.cursor..).zip(entry.text.chars()) {
-                if !self.strip || stripper.keep(c) {
-                    keep(cursor, c);
+            let mut start = None;
+            for (cursor, (offset, c)) in (entry.cursor..).zip(entry.text.char_indices()) {
+                if stripper.keep(c) {
+                    start.get_or_insert((cursor, offset));
+                } else if let Some((at, from)) = start.take() {
+                    run(at, &entry.text[from..offset]);
                 }
+            }
+            if let Some((at, from)) = start {
+                run(at, &entry.text[from..]);
             }
         }
     }
@@ -122,7 +133,7 @@ impl Session {
                 };
                 let page = page_at(s, scan)?;
                 let mut text = String::new();
-                filter.each(&page.entries, |_, c| text.push(c));
+                filter.runs(&page.entries, |_, run| text.push_str(run));
                 scan = page.next_cursor;
                 if search.feed(&text, !page.has_more) {
                     let streams = (request.streams, request.strip_ansi);
@@ -204,12 +215,12 @@ fn find(s: &State, from: u64, regex: &Regex, (streams, strip): (Streams, bool)) 
     let mut cursor = from.max(s.output.base());
     loop {
         let page = page_at(s, cursor).ok()?;
-        filter.each(&page.entries, |at, c| {
+        filter.runs(&page.entries, |at, run| {
             if next_expected != Some(at) {
                 marks.push((text.len(), at));
             }
-            text.push(c);
-            next_expected = Some(at + 1);
+            text.push_str(run);
+            next_expected = Some(at + run.chars().count() as u64);
         });
         if !page.has_more {
             break;
@@ -241,4 +252,41 @@ fn find(s: &State, from: u64, regex: &Regex, (streams, strip): (Streams, bool)) 
             .map(|g| g.map(|m| m.as_str().to_owned()))
             .collect(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(cursor: u64, stream: Stream, text: &str) -> Entry {
+        Entry {
+            cursor,
+            stream,
+            text: text.to_owned(),
+        }
+    }
+
+    fn runs(streams: Streams, strip: bool, entries: &[Entry]) -> Vec<(u64, String)> {
+        let mut out = Vec::new();
+        Filter::new(streams, strip).runs(entries, |at, run| out.push((at, run.to_owned())));
+        out
+    }
+
+    #[test]
+    fn runs_follow_streams_and_skip_escape_sequences() {
+        let entries = [
+            entry(0, Stream::Stdout, "a\u{1b}[31mbc"),
+            entry(8, Stream::Stderr, "X\u{1b}"),
+            entry(10, Stream::Stdout, "d\u{1b}[0m"),
+            entry(15, Stream::Stderr, "]0;t\u{7}Y"),
+        ];
+        assert_eq!(
+            runs(Streams::Any, true, &entries),
+            [(0, "a"), (6, "bc"), (8, "X"), (10, "d"), (20, "Y")].map(|(c, t)| (c, t.to_owned()))
+        );
+        assert_eq!(
+            runs(Streams::Only(Stream::Stdout), false, &entries),
+            [(0, "a\u{1b}[31mbc"), (10, "d\u{1b}[0m")].map(|(c, t)| (c, t.to_owned()))
+        );
+    }
 }

@@ -197,8 +197,10 @@ impl TerminalServer {
         };
         tokio::pin!(waiting);
         let started = tokio::time::Instant::now();
-        let mut ticks = tokio::time::interval(WAIT_PROGRESS_EVERY);
-        ticks.tick().await;
+        // The first report is due one period from now (awaiting an immediate first tick
+        // would cost a timer turn on every wait).
+        let mut ticks =
+            tokio::time::interval_at(started + WAIT_PROGRESS_EVERY, WAIT_PROGRESS_EVERY);
         loop {
             tokio::select! {
                 result = &mut waiting => return ok(result?),
