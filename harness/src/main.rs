@@ -87,6 +87,17 @@ fn main() -> ExitCode {
     }
 }
 
+/// The server to run: the given path, or the one built beside this harness; canonical.
+fn resolve_server(server: Option<PathBuf>) -> Result<PathBuf, String> {
+    let server = match server {
+        Some(path) => path,
+        None => default_server()?,
+    };
+    server
+        .canonicalize()
+        .map_err(|e| format!("server {}: {e}", server.display()))
+}
+
 fn verify(
     output: &Path,
     only: &[String],
@@ -94,13 +105,7 @@ fn verify(
     dir: &Path,
     jobs: Option<usize>,
 ) -> Result<ExitCode, String> {
-    let server = match server {
-        Some(path) => path,
-        None => default_server()?,
-    };
-    let server = server
-        .canonicalize()
-        .map_err(|e| format!("server {}: {e}", server.display()))?;
+    let server = resolve_server(server)?;
     let spec = ServerSpec::beside(server.clone());
     let mut loaded = load_scenarios(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     if !only.is_empty() {
@@ -172,13 +177,7 @@ fn bench(
     quick: bool,
     server: Option<PathBuf>,
 ) -> Result<ExitCode, String> {
-    let server = match server {
-        Some(path) => path,
-        None => default_server()?,
-    };
-    let server = server
-        .canonicalize()
-        .map_err(|e| format!("server {}: {e}", server.display()))?;
+    let server = resolve_server(server)?;
     if !server.parent().is_some_and(|d| d.ends_with("release")) {
         eprintln!(
             "harness: warning: {} is not a release build; measure with --release",
