@@ -5,8 +5,9 @@ Usage: python3 sdk_client.py PATH_TO_MCP_TERMINAL
 1. `ClientSession.initialize()`: the classic `initialize` handshake.
 2. `mcp.Client` (mode "auto"): probes `server/discover` first (protocol 2026-07-28), falling
    back to `initialize`.
-Each path lists the tools, starts the `stream` demo profile, reads its output to completion
-and checks the structured results. Prints one line per check; exits non-zero on failure.
+Each path lists the tools, starts the `stream` demo profile, reads its output to completion,
+waits on it, lists sessions, renders the `pty-tui` screen, and checks the structured results
+(which the SDK validates against each tool's output schema). Prints one line per check; exits non-zero on failure.
 """
 
 import asyncio
@@ -61,6 +62,19 @@ async def exercise(call_tool, list_tools, label):
     check(stdout == EXPECTED_STDOUT, f"{label}: stdout read to completion by cursor")
     status = structured(await call_tool("terminal_status", {"session_id": sid}))
     check(status["status"] == "EXITED" and status["exit_code"] == 0, f"{label}: exit code 0")
+
+    waited = structured(
+        await call_tool("terminal_wait", {"session_id": sid, "pattern": r"stderr line (\d)", "stream": "stderr"})
+    )
+    check(waited["outcome"] == "matched" and waited["match"]["groups"] == ["1"], f"{label}: terminal_wait matched")
+    listed = structured(await call_tool("terminal_list", {}))
+    check(any(s["session_id"] == sid for s in listed["sessions"]), f"{label}: terminal_list lists it")
+    tui = structured(await call_tool("terminal_start", {"command_id": "pty-tui"}))
+    structured(await call_tool("terminal_wait", {"session_id": tui["session_id"], "pattern": "counter: 0", "strip_ansi": True}))
+    screen = structured(await call_tool("terminal_screen", {"session_id": tui["session_id"]}))
+    check(screen["lines"][0] == "pty-tui 24x80" and screen["alternate_screen"], f"{label}: terminal_screen renders pty-tui")
+    ended = structured(await call_tool("terminal_terminate", {"session_id": tui["session_id"]}))
+    check(ended["status"] == "TERMINATED", f"{label}: terminal_terminate ends it")
 
     bad = await call_tool("terminal_read", {"session_id": sid, "cursor": True})
     check(bad.is_error is True, f"{label}: a boolean cursor is a tool error")
