@@ -58,6 +58,18 @@ fn spec(
     ToolSpec { name, params, tool }
 }
 
+fn cursor(description: &str) -> Param {
+    Param::new(
+        "cursor",
+        Kind::Int {
+            min: 0,
+            max: MAX_CURSOR,
+            default: 0,
+        },
+        description,
+    )
+}
+
 fn session_id() -> Param {
     Param::new(
         "session_id",
@@ -138,15 +150,7 @@ pub fn catalog(config: &Config) -> Vec<ToolSpec> {
                 .into(),
             vec![
                 session_id(),
-                Param::new(
-                    "cursor",
-                    Kind::Int {
-                        min: 0,
-                        max: MAX_CURSOR,
-                        default: 0,
-                    },
-                    "Absolute cursor to read from (0 = the start of the output).",
-                ),
+                cursor("Absolute cursor to read from (0 = the start of the output)."),
                 Param::new(
                     "max_bytes",
                     Kind::Int {
@@ -280,15 +284,7 @@ pub fn catalog(config: &Config) -> Vec<ToolSpec> {
             ),
             vec![
                 session_id(),
-                Param::new(
-                    "cursor",
-                    Kind::Int {
-                        min: 0,
-                        max: MAX_CURSOR,
-                        default: 0,
-                    },
-                    "Search output from this cursor on.",
-                ),
+                cursor("Search output from this cursor on."),
                 Param::new(
                     "pattern",
                     Kind::Str {
