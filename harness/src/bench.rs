@@ -396,15 +396,8 @@ fn failed(name: &str, why: String, duration_ms: u64) -> Benchmark {
 }
 
 async fn run_all(server: &Path, sizes: Sizes, report: &mut BenchReport) {
-    let dirs = (
-        tempfile::Builder::new()
-            .prefix("mcp-terminal-bench-")
-            .tempdir(),
-        tempfile::Builder::new()
-            .prefix("mcp-terminal-bench-config-")
-            .tempdir(),
-    );
-    let (Ok(root_dir), Ok(config_dir)) = dirs else {
+    let Some((root_dir, config_dir)) = crate::runner::root_and_config_dirs("mcp-terminal-bench")
+    else {
         report
             .notes
             .push("cannot create temporary directories".into());
@@ -451,7 +444,6 @@ async fn run_all(server: &Path, sizes: Sizes, report: &mut BenchReport) {
             memory_failures.push(e);
         }
         Ok(mut mcp) => {
-            tokio::time::sleep(Duration::from_millis(200)).await;
             collect_memory(
                 &mut memory,
                 &mut memory_failures,
@@ -497,7 +489,6 @@ async fn run_all(server: &Path, sizes: Sizes, report: &mut BenchReport) {
             memory_failures.push(e);
         }
         Ok(mut mcp) => {
-            tokio::time::sleep(Duration::from_millis(200)).await;
             collect_memory(
                 &mut memory,
                 &mut memory_failures,
@@ -729,7 +720,6 @@ async fn concurrent_long(mcp: &McpServer) -> Result<Vec<Metric>, String> {
         }
     }
     if outcome.is_ok() {
-        tokio::time::sleep(Duration::from_millis(200)).await;
         outcome = memory_metrics(mcp.pid, "eight_long");
     }
     for sid in &sids {
@@ -935,20 +925,13 @@ async fn flood_session(mcp: &McpServer) -> Result<(String, FloodRun), String> {
     if session.get("exit_code") != Some(&json!(0)) {
         return Err(format!("flood did not exit 0: {result}"));
     }
-    // The wait returns at exit; the output is settled once both pipes reached EOF.
-    let deadline = Instant::now() + POLL_BOUND;
-    loop {
-        let status = call(mcp, "terminal_status", json!({"session_id": sid})).await?;
-        if status.get("output_complete") == Some(&Value::Bool(true)) {
-            if field_u64(&status, "base_cursor")? != 0 {
-                return Err(format!("the flood was truncated: {status}"));
-            }
-            break;
-        }
-        if Instant::now() > deadline {
-            return Err(format!("output_complete never became true: {status}"));
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
+    // A wait without a pattern returns once the output has settled too.
+    let status = call(mcp, "terminal_status", json!({"session_id": sid})).await?;
+    if status.get("output_complete") != Some(&Value::Bool(true)) {
+        return Err(format!("output is not complete after the wait: {status}"));
+    }
+    if field_u64(&status, "base_cursor")? != 0 {
+        return Err(format!("the flood was truncated: {status}"));
     }
     Ok((sid, FloodRun { start_to_exit }))
 }

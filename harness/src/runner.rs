@@ -78,16 +78,19 @@ pub fn run_scenario(scenario: &Scenario, spec: &ServerSpec) -> ScenarioEvidence 
     ev
 }
 
+/// A fresh allowed root for the server, and a separate directory for its config.
+pub fn root_and_config_dirs(prefix: &str) -> Option<(tempfile::TempDir, tempfile::TempDir)> {
+    let dir = |kind: &str| {
+        tempfile::Builder::new()
+            .prefix(&format!("{prefix}-{kind}-"))
+            .tempdir()
+            .ok()
+    };
+    Some((dir("root")?, dir("config")?))
+}
+
 async fn execute(scenario: &Scenario, spec: &ServerSpec, ev: &mut ScenarioEvidence) {
-    let dirs = (
-        tempfile::Builder::new()
-            .prefix("mcp-terminal-root-")
-            .tempdir(),
-        tempfile::Builder::new()
-            .prefix("mcp-terminal-config-")
-            .tempdir(),
-    );
-    let (Ok(root_dir), Ok(config_dir)) = dirs else {
+    let Some((root_dir, config_dir)) = root_and_config_dirs("mcp-terminal") else {
         ev.failure = Some("cannot create temporary directories".into());
         return;
     };

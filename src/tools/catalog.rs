@@ -206,10 +206,7 @@ pub fn catalog(config: &Config) -> Vec<ToolSpec> {
                     "Close stdin after writing (EOF).",
                 ),
             ],
-            envelope(json!({
-                "accepted_bytes": {"type": "integer", "minimum": 0},
-                "stdin_closed": {"type": "boolean"},
-            })),
+            envelope(input_result()),
             Effect::Act,
         ),
         spec(
@@ -368,10 +365,7 @@ pub fn catalog(config: &Config) -> Vec<ToolSpec> {
                 )
                 .required(),
             ],
-            envelope(json!({
-                "accepted_bytes": {"type": "integer", "minimum": 0},
-                "stdin_closed": {"type": "boolean"},
-            })),
+            envelope(input_result()),
             Effect::Act,
         ),
         spec(
@@ -469,6 +463,14 @@ fn envelope(success: Value) -> Map<String, Value> {
     );
     let schema = json!({"type": "object", "properties": properties, "required": ["ok"]});
     schema.as_object().cloned().unwrap_or_default()
+}
+
+/// What writing input returns (terminal_write, terminal_keys).
+fn input_result() -> Value {
+    json!({
+        "accepted_bytes": {"type": "integer", "minimum": 0},
+        "stdin_closed": {"type": "boolean"},
+    })
 }
 
 fn snapshot_properties() -> Value {
