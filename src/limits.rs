@@ -15,6 +15,11 @@ pub const READ_MAX_BYTES: u64 = 65_536;
 pub const PAGE_MAX_ENTRIES: usize = 1024;
 /// `terminal_read.wait_ms` upper bound.
 pub const READ_MAX_WAIT_MS: u64 = 2_000;
+/// `terminal_read.tail_lines` upper bound.
+pub const TAIL_MAX_LINES: u64 = 10_000;
+/// `terminal_wait.idle_ms`: 0 is off, else this range.
+pub const IDLE_MIN_MS: u64 = 10;
+pub const IDLE_MAX_MS: u64 = 60_000;
 /// `terminal_wait`: default timeout and longest pattern.
 pub const WAIT_DEFAULT_MS: u64 = 10_000;
 pub const WAIT_PATTERN_MAX_CHARS: usize = 1024;

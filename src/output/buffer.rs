@@ -9,6 +9,8 @@ use std::collections::VecDeque;
 
 use serde::Serialize;
 
+use super::AnsiStripper;
+
 /// Code points per chunk at most: bounds the scan that maps a cursor to a byte offset.
 const CHUNK_MAX_CHARS: usize = 4096;
 
@@ -186,6 +188,63 @@ impl OutputBuffer {
         }
     }
 
+    /// Cursor where the `lines`-th last retained line begins, or `base` when fewer lines
+    /// are retained. A line ends after `\n`; a final `\n` ends the last line rather than
+    /// starting an empty one (as `tail -n` counts). With `strip`, lines are counted in the
+    /// text without escape sequences (one stripper per stream, from `base`).
+    pub fn tail_start(&self, lines: usize, strip: bool) -> u64 {
+        if lines == 0 {
+            return self.end;
+        }
+        if strip {
+            return self.tail_start_stripped(lines);
+        }
+        let mut found = 0;
+        let mut cursor = self.end;
+        for chunk in self.chunks.iter().rev() {
+            for c in chunk.text.chars().rev() {
+                cursor -= 1;
+                if c == '\n' && cursor + 1 < self.end {
+                    found += 1;
+                    if found == lines {
+                        return cursor + 1;
+                    }
+                }
+            }
+        }
+        self.base
+    }
+
+    fn tail_start_stripped(&self, lines: usize) -> u64 {
+        let mut strippers = [AnsiStripper::default(); 2];
+        // Starts of the last `lines` lines after the first; a line starts after a kept
+        // `\n` once kept text follows it.
+        let mut starts: VecDeque<u64> = VecDeque::with_capacity(lines.min(1024));
+        let mut pending = None;
+        for chunk in &self.chunks {
+            let stripper = &mut strippers[chunk.stream as usize];
+            for (cursor, c) in (chunk.start..).zip(chunk.text.chars()) {
+                if !stripper.keep(c) {
+                    continue;
+                }
+                if let Some(start) = pending.take() {
+                    if starts.len() == lines {
+                        starts.pop_front();
+                    }
+                    starts.push_back(start);
+                }
+                if c == '\n' {
+                    pending = Some(cursor + 1);
+                }
+            }
+        }
+        if starts.len() == lines {
+            starts.front().copied().unwrap_or(self.base)
+        } else {
+            self.base
+        }
+    }
+
     /// A page of at most `max_entries` entries and `max_bytes` bytes of text from `cursor`;
     /// at least one code point whenever any is available there.
     pub fn read(
@@ -326,6 +385,42 @@ mod tests {
         assert_eq!(b.read(b.base(), 100, 1024).unwrap().entries[0].text, "😀");
     }
 
+    #[test]
+    fn tail_start_counts_lines_like_tail() {
+        let mut b = OutputBuffer::new(1 << 20, 1 << 20);
+        assert_eq!(b.tail_start(3, false), 0, "empty");
+        b.append(Stream::Stdout, "a\nb\n");
+        b.append(Stream::Stderr, "c\n");
+        assert_eq!(b.tail_start(1, false), 4);
+        assert_eq!(b.tail_start(2, false), 2);
+        assert_eq!(b.tail_start(3, false), 0);
+        assert_eq!(b.tail_start(9, false), 0);
+        b.append(Stream::Stdout, "partial");
+        assert_eq!(b.tail_start(1, false), 6);
+        assert_eq!(b.tail_start(2, false), 4);
+        let mut b = OutputBuffer::new(6, 1 << 20);
+        b.append(Stream::Stdout, "one\ntwo\nthree\n");
+        assert_eq!(b.tail_start(5, false), b.base(), "fewer retained: the base");
+    }
+
+    #[test]
+    fn stripped_tail_ignores_newlines_inside_escape_sequences() {
+        let mut b = OutputBuffer::new(1 << 20, 1 << 20);
+        b.append(Stream::Stdout, "x\n\u{1b}]0;a\nb\u{7}y\n\u{1b}[0m");
+        assert_eq!(
+            b.tail_start(1, false),
+            12,
+            "raw: the trailing escape is a line"
+        );
+        assert_eq!(
+            b.tail_start(2, false),
+            8,
+            "raw: the newline inside the OSC counts"
+        );
+        assert_eq!(b.tail_start(1, true), 2, "stripped: only x and y lines");
+        assert_eq!(b.tail_start(2, true), 0);
+    }
+
     fn text_strategy() -> impl Strategy<Value = String> {
         proptest::collection::vec(
             prop_oneof![Just('a'), Just('\n'), Just('é'), Just('中'), Just('😀')],
@@ -335,6 +430,23 @@ mod tests {
     }
 
     proptest! {
+        /// The tail starts where a line-splitting model says the N-th last line begins.
+        #[test]
+        fn tail_start_matches_a_model(text in text_strategy(), lines in 1usize..6) {
+            let mut b = OutputBuffer::new(1 << 20, 1 << 20);
+            b.append(Stream::Stdout, &text);
+            let chars: Vec<char> = text.chars().collect();
+            let mut starts = vec![0u64];
+            for (i, c) in chars.iter().enumerate() {
+                if *c == '\n' && i + 1 < chars.len() {
+                    starts.push(i as u64 + 1);
+                }
+            }
+            let expected = if starts.len() >= lines { starts[starts.len() - lines] } else { 0 };
+            prop_assert_eq!(b.tail_start(lines, false), expected);
+            prop_assert_eq!(b.tail_start(lines, true), expected);
+        }
+
         /// Any sequence of appends and evictions: reading from `base` in pages of any size
         /// yields exactly the retained suffix of what was appended, at the cursors claimed.
         #[test]

@@ -6,7 +6,7 @@ use serde::Serialize;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::state::Status;
+use super::state::{State, Status};
 use super::{Input, Session};
 use crate::errors::{ErrorCode, ToolError};
 use crate::limits::{PAGE_MAX_ENTRIES, WRITE_DRAIN_TIMEOUT};
@@ -24,25 +24,39 @@ pub struct ReadResult {
     pub output_incomplete: bool,
 }
 
+/// Where a read starts.
+#[derive(Debug, Clone, Copy)]
+pub enum ReadFrom {
+    Cursor(u64),
+    /// Where the given number of last retained lines begins.
+    Tail(usize),
+}
+
 impl Session {
-    /// A page from `cursor`. When nothing is there yet and more may come (the process is
+    /// A page from `from`. When nothing is there yet and more may come (the process is
     /// running, or final with its output not yet drained), wait up to `wait` for it.
     pub async fn read(
         &self,
-        cursor: u64,
+        from: ReadFrom,
         max_bytes: usize,
         wait: Duration,
         strip: bool,
     ) -> Result<ReadResult, ToolError> {
         let deadline = Instant::now() + wait;
+        let start = |s: &State| match from {
+            ReadFrom::Cursor(cursor) => cursor,
+            ReadFrom::Tail(lines) => s.output.tail_start(lines, strip),
+        };
         if !wait.is_zero() {
             // Anything but "exactly at the end of output that may still grow" answers now.
+            let cursor = self.inspect(start);
             self.wait_until(deadline, |s| {
                 s.output.end() != cursor || s.output_complete || s.output_incomplete
             })
             .await;
         }
         let mut result = self.inspect(|s| {
+            let cursor = start(s);
             let page = s
                 .output
                 .read(cursor, max_bytes, PAGE_MAX_ENTRIES)

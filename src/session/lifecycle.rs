@@ -116,6 +116,9 @@ async fn read_output(session: Arc<Session>, mut source: Source, stream: Stream) 
             let replies = s.screen.as_mut().map(|screen| screen.feed(&bytes[..n]));
             s.output.append(stream, &text);
             s.last_activity = SystemTime::now();
+            if !text.is_empty() {
+                s.last_output = std::time::Instant::now();
+            }
             replies.unwrap_or_default()
         });
         if let (Source::Pty(master), false) = (&source, replies.is_empty()) {

@@ -23,6 +23,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
+pub use io::ReadFrom;
 pub use manager::{Sessions, StartRequest};
 pub use state::{Reason, Snapshot, Status};
 pub use terminal::Target;

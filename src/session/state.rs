@@ -60,6 +60,9 @@ pub struct State {
     pub output_complete: bool,
     pub output_incomplete: bool,
     pub last_activity: SystemTime,
+    /// When output last entered the buffer (or the session started): idle waits count
+    /// from here.
+    pub last_output: Instant,
     /// When the session became final; its retention period counts from here.
     pub final_at: Option<Instant>,
     /// The rendered terminal of a PTY session.
@@ -79,6 +82,7 @@ impl State {
             output_complete: false,
             output_incomplete: false,
             last_activity: SystemTime::now(),
+            last_output: Instant::now(),
             final_at: None,
             screen: None,
         }

@@ -37,6 +37,8 @@ pub struct WaitRequest {
     pub streams: Streams,
     pub timeout: Duration,
     pub strip_ansi: bool,
+    /// Answer `idle` once no output arrived for this long.
+    pub idle: Option<Duration>,
 }
 
 #[derive(Debug, Serialize)]
@@ -114,7 +116,8 @@ impl Session {
         searched: &AtomicU64,
         cancel: &CancellationToken,
     ) -> Result<WaitResult, ToolError> {
-        let deadline = Instant::now() + request.timeout;
+        let started = Instant::now();
+        let deadline = started + request.timeout;
         let mut changes = self.changed.subscribe();
         let mut filter = Filter::new(request.streams, request.strip_ansi);
         let mut scan = request.cursor;
@@ -172,8 +175,28 @@ impl Session {
                 Step::Idle { done: true, end } => return Ok(self.finish_wait("exited", end)),
                 Step::Idle { done: false, .. } => {}
             }
+            // Quiet since the later of the request's start and the last output; every
+            // change re-arms this timer, so output resets it without any polling.
+            let quiet_at = |s: &State| {
+                request
+                    .idle
+                    .map(|idle| Instant::from_std(s.last_output).max(started) + idle)
+            };
+            let idle_at = self.inspect(quiet_at);
+            let idle = async {
+                match idle_at {
+                    Some(at) => tokio::time::sleep_until(at).await,
+                    None => std::future::pending().await,
+                }
+            };
             tokio::select! {
                 _ = changes.changed() => {}
+                () = idle => {
+                    // Output that arrived as the timer fired re-arms it instead.
+                    if self.inspect(quiet_at) == idle_at {
+                        return Ok(self.finish_wait("idle", scan));
+                    }
+                }
                 () = tokio::time::sleep_until(deadline) => return Ok(self.finish_wait("timeout", scan)),
                 () = cancel.cancelled() => {
                     return Err(ToolError::new(ErrorCode::Internal, "the client cancelled this wait"));

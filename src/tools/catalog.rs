@@ -8,9 +8,10 @@ use super::keys::KEY_NAMES;
 use super::params::{Kind, Param, input_schema};
 use crate::config::Config;
 use crate::limits::{
-    COMMAND_ID_MAX_CHARS, CWD_MAX_CHARS, GRACE_DEFAULT_MS, GRACE_MAX_MS, KEY_NAME_MAX_CHARS,
-    MAX_CURSOR, MAX_KEYS, READ_MAX_BYTES, READ_MAX_WAIT_MS, READ_MIN_BYTES, SCREEN_MAX_SCROLLBACK,
-    TERMINAL_MAX_SIZE, WAIT_DEFAULT_MS, WAIT_PATTERN_MAX_CHARS,
+    COMMAND_ID_MAX_CHARS, CWD_MAX_CHARS, GRACE_DEFAULT_MS, GRACE_MAX_MS, IDLE_MAX_MS,
+    KEY_NAME_MAX_CHARS, MAX_CURSOR, MAX_KEYS, READ_MAX_BYTES, READ_MAX_WAIT_MS, READ_MIN_BYTES,
+    SCREEN_MAX_SCROLLBACK, TAIL_MAX_LINES, TERMINAL_MAX_SIZE, WAIT_DEFAULT_MS,
+    WAIT_PATTERN_MAX_CHARS,
 };
 
 pub struct ToolSpec {
@@ -146,11 +147,23 @@ pub fn catalog(config: &Config) -> Vec<ToolSpec> {
              at next_cursor while has_more is true or the session runs; with wait_ms the \
              call waits for new output or exit. output_complete means everything the process \
              wrote is here. On CURSOR_EXPIRED, resume at error.base_cursor (older output was \
-             evicted)."
+             evicted). To see the last lines without cursor arithmetic, pass tail_lines \
+             instead of cursor."
                 .into(),
             vec![
                 session_id(),
                 cursor("Absolute cursor to read from (0 = the start of the output)."),
+                Param::new(
+                    "tail_lines",
+                    Kind::OptInt {
+                        min: 1,
+                        max: TAIL_MAX_LINES,
+                    },
+                    "Instead of cursor: read the last N lines of the retained output (the \
+                     page starts where the N-th last line begins, or at base_cursor if fewer \
+                     are retained). Still bounded by max_bytes: continue at next_cursor \
+                     while has_more. With strip_ansi, lines are counted in the stripped text.",
+                ),
                 Param::new(
                     "max_bytes",
                     Kind::Int {
@@ -270,8 +283,11 @@ pub fn catalog(config: &Config) -> Vec<ToolSpec> {
             "terminal_wait",
             format!(
                 "Wait until a regex pattern matches a session's output at or after cursor, or \
-                 the session ends, or timeout_ms passes; outcome is matched, exited or \
-                 timeout. Without a pattern, wait for the session to end. The match gives \
+                 the session ends, or (with idle_ms) no output has arrived for idle_ms, or \
+                 timeout_ms passes; outcome is matched, exited, idle or timeout. Without a \
+                 pattern, wait for the session to end (or to fall quiet, with idle_ms). Use \
+                 idle_ms for full-screen programs and prompts no pattern can predict, then \
+                 look with terminal_screen or terminal_read. The match gives \
                  its text, groups and cursors; continue from next_cursor (just after the \
                  match, or the end of output). Output is searched once as it arrives, and as \
                  if it ended where it ends now (so `$` matches at the current end). Use it to \
@@ -309,9 +325,20 @@ pub fn catalog(config: &Config) -> Vec<ToolSpec> {
                     Kind::Bool,
                     "Search the text without terminal escape sequences.",
                 ),
+                Param::new(
+                    "idle_ms",
+                    Kind::Int {
+                        min: 0,
+                        max: IDLE_MAX_MS,
+                        default: 0,
+                    },
+                    "0 = off; else 10 to 60000: answer with outcome idle once no output has \
+                     arrived for this long (counted from the later of this call and the last \
+                     output).",
+                ),
             ],
             envelope(json!({
-                "outcome": {"type": "string", "enum": ["matched", "exited", "timeout"]},
+                "outcome": {"type": "string", "enum": ["matched", "exited", "idle", "timeout"]},
                 "match": {
                     "type": ["object", "null"],
                     "properties": {

@@ -24,9 +24,9 @@ use nix::sys::signal::Signal;
 use rmcp::model::ProgressNotificationParam;
 
 use crate::errors::{ErrorCode, ToolError};
-use crate::limits::WAIT_PROGRESS_EVERY;
+use crate::limits::{IDLE_MAX_MS, IDLE_MIN_MS, WAIT_PROGRESS_EVERY};
 use crate::output::{Search, Stream};
-use crate::session::{Reason, Sessions, StartRequest, Streams, Target, WaitRequest};
+use crate::session::{ReadFrom, Reason, Sessions, StartRequest, Streams, Target, WaitRequest};
 use catalog::{ToolSpec, catalog};
 use keys::{KEY_NAMES, key_bytes};
 use params::Args;
@@ -63,9 +63,19 @@ impl TerminalServer {
                 ok(sessions.start(request).await?.snapshot())
             }
             "terminal_read" => {
+                let from = match args.opt_int("tail_lines") {
+                    Some(_) if args.has("cursor") => {
+                        return Err(ToolError::invalid_argument(
+                            "tail_lines",
+                            "cannot be combined with cursor; pass one of the two",
+                        ));
+                    }
+                    Some(lines) => ReadFrom::Tail(lines as usize),
+                    None => ReadFrom::Cursor(args.int("cursor")),
+                };
                 let result = session()?
                     .read(
-                        args.int("cursor"),
+                        from,
                         args.int("max_bytes") as usize,
                         Duration::from_millis(args.int("wait_ms")),
                         args.bool("strip_ansi"),
@@ -183,7 +193,15 @@ impl TerminalServer {
             _ => Streams::Any,
         };
         let timeout_ms = args.int("timeout_ms");
+        let idle_ms = args.int("idle_ms");
+        if (1..IDLE_MIN_MS).contains(&idle_ms) {
+            return Err(ToolError::invalid_argument(
+                "idle_ms",
+                format!("must be 0 (off) or from {IDLE_MIN_MS} to {IDLE_MAX_MS}, got {idle_ms}"),
+            ));
+        }
         let request = WaitRequest {
+            idle: (idle_ms > 0).then(|| Duration::from_millis(idle_ms)),
             cursor: args.int("cursor"),
             search,
             streams,

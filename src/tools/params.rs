@@ -23,6 +23,11 @@ pub enum Kind {
         max: u64,
         default: u64,
     },
+    /// An integer in `min..=max` with no default: absent means the option is off.
+    OptInt {
+        min: u64,
+        max: u64,
+    },
     Bool,
     /// One of the listed strings.
     OneOf(&'static [&'static str]),
@@ -67,6 +72,7 @@ impl Param {
             Kind::Int { min, max, default } => {
                 json!({"type": "integer", "minimum": min, "maximum": max, "default": default})
             }
+            Kind::OptInt { min, max } => json!({"type": "integer", "minimum": min, "maximum": max}),
             Kind::Bool => json!({"type": "boolean", "default": false}),
             Kind::OneOf(values) => json!({"type": "string", "enum": values, "default": values[0]}),
             Kind::StrList {
@@ -115,10 +121,12 @@ impl Param {
                     "must be a session id (32 lowercase hex digits, as terminal_start returned), got {got}"
                 )),
             },
-            Kind::Int { min, max, .. } => match uint_in(value, *min, *max) {
-                Some(_) => Ok(()),
-                None => fail(format!("must be an integer from {min} to {max}, got {got}")),
-            },
+            Kind::Int { min, max, .. } | Kind::OptInt { min, max } => {
+                match uint_in(value, *min, *max) {
+                    Some(_) => Ok(()),
+                    None => fail(format!("must be an integer from {min} to {max}, got {got}")),
+                }
+            }
             Kind::Bool => match value {
                 Value::Bool(_) => Ok(()),
                 _ => fail(format!("must be true or false, got {got}")),
@@ -252,6 +260,10 @@ impl Args {
                 })
                 .unwrap_or_default(),
         }
+    }
+
+    pub fn has(&self, name: &str) -> bool {
+        self.values.contains_key(name)
     }
 
     pub fn opt_int(&self, name: &str) -> Option<u64> {
