@@ -1,9 +1,18 @@
 //! One session's retained output: a sequence of records (code points tagged with their
-//! stream) addressed by absolute cursor, stored as chunks of same-stream text.
+//! stream) addressed by absolute cursor.
+//!
+//! Storage is three flat rings, so its real memory follows the retained text whatever the
+//! pattern of the output: the UTF-8 text itself, one bit per text byte saying which stream
+//! wrote it, and a sparse index of the byte offset of every `MARK_CHARS`-th cursor. A run
+//! of one stream costs nothing of its own, so output that alternates stdout and stderr a
+//! code point at a time takes the same memory as one stream (about 1.13 bytes per
+//! retained byte, see `heap_bytes`).
 //!
 //! Flow at a glance: readers `append` decoded text; when the retained bytes or records
 //! exceed the limits the oldest records are evicted (`base` advances, `truncated` is set);
-//! clients `read` pages from any cursor in `base..=end` without consuming anything.
+//! clients `read` pages from any cursor in `base..=end` without consuming anything. With
+//! `append_within` nothing at or after a given cursor is evicted: it takes only the text
+//! that fits, and the caller holds the rest (`on_full: "pause"`).
 
 use std::collections::VecDeque;
 
@@ -11,40 +20,15 @@ use serde::Serialize;
 
 use super::AnsiStripper;
 
-/// Code points per chunk at most: bounds the scan that maps a cursor to a byte offset.
-const CHUNK_MAX_CHARS: usize = 4096;
+/// Cursors that are multiples of this have their byte offset indexed: bounds the scan
+/// that maps a cursor to a byte offset (to 4 × this many bytes).
+const MARK_CHARS: u64 = 4096;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Stream {
     Stdout,
     Stderr,
-}
-
-#[derive(Debug)]
-struct Chunk {
-    stream: Stream,
-    /// Cursor of the first code point.
-    start: u64,
-    text: String,
-    chars: usize,
-}
-
-impl Chunk {
-    fn end(&self) -> u64 {
-        self.start + self.chars as u64
-    }
-
-    /// Byte offset of the `n`th code point (n ≤ chars).
-    fn byte_offset(&self, n: usize) -> usize {
-        if self.text.len() == self.chars {
-            return n; // all ASCII
-        }
-        self.text
-            .char_indices()
-            .nth(n)
-            .map_or(self.text.len(), |(i, _)| i)
-    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -71,12 +55,35 @@ pub enum ReadError {
     Invalid { end: u64 },
 }
 
+/// The byte offset (counted from the first byte ever appended) of a cursor.
+#[derive(Debug, Clone, Copy)]
+struct Mark {
+    cursor: u64,
+    byte: u64,
+}
+
+/// A UTF-8 lead byte (or ASCII): where a code point starts.
+fn starts_char(b: u8) -> bool {
+    (b as i8) >= -0x40
+}
+
+fn count_chars(bytes: &[u8]) -> u64 {
+    bytes.iter().filter(|b| starts_char(**b)).count() as u64
+}
+
 #[derive(Debug)]
 pub struct OutputBuffer {
-    chunks: VecDeque<Chunk>,
+    /// Retained text: the bytes at offsets `first_byte..first_byte + text.len()`.
+    text: VecDeque<u8>,
+    first_byte: u64,
+    /// Bit `o % 64` of word `o / 64 - first_word` is set when the byte at offset `o` is
+    /// stderr.
+    stderr_bits: VecDeque<u64>,
+    first_word: u64,
+    /// Offsets of the retained cursors that are multiples of `MARK_CHARS`, ascending.
+    marks: VecDeque<Mark>,
     base: u64,
     end: u64,
-    bytes: usize,
     max_bytes: usize,
     max_records: usize,
     truncated: bool,
@@ -85,10 +92,13 @@ pub struct OutputBuffer {
 impl OutputBuffer {
     pub fn new(max_bytes: usize, max_records: usize) -> Self {
         OutputBuffer {
-            chunks: VecDeque::new(),
+            text: VecDeque::new(),
+            first_byte: 0,
+            stderr_bits: VecDeque::new(),
+            first_word: 0,
+            marks: VecDeque::new(),
             base: 0,
             end: 0,
-            bytes: 0,
             max_bytes,
             max_records,
             truncated: false,
@@ -111,81 +121,260 @@ impl OutputBuffer {
     }
 
     #[cfg(test)]
+    /// UTF-8 bytes of the retained records.
     pub fn retained_bytes(&self) -> usize {
-        self.bytes
+        self.text.len()
     }
 
-    pub fn append(&mut self, stream: Stream, mut text: &str) {
-        while !text.is_empty() {
-            let room = match self.chunks.back() {
-                Some(last) if last.stream == stream && last.chars < CHUNK_MAX_CHARS => {
-                    CHUNK_MAX_CHARS - last.chars
-                }
-                _ => {
-                    self.chunks.push_back(Chunk {
-                        stream,
-                        start: self.end,
-                        text: String::new(),
-                        chars: 0,
-                    });
-                    CHUNK_MAX_CHARS
-                }
-            };
-            let split = text.char_indices().nth(room).map_or(text.len(), |(i, _)| i);
-            let (head, rest) = text.split_at(split);
-            let chars = head.chars().count();
-            let last = self.chunks.back_mut().expect("a chunk was just ensured");
-            last.text.push_str(head);
-            last.chars += chars;
-            self.end += chars as u64;
-            self.bytes += head.len();
-            text = rest;
+    #[cfg(test)]
+    /// Heap memory the buffer holds. At most `max_bytes × 9/8` plus 16 bytes per
+    /// `MARK_CHARS` retained records plus a few words: text capacity never exceeds
+    /// `max_bytes`, and the stream bits are one per byte of it.
+    pub fn heap_bytes(&self) -> usize {
+        self.text.capacity()
+            + self.stderr_bits.capacity() * size_of::<u64>()
+            + self.marks.capacity() * size_of::<Mark>()
+    }
+
+    fn end_byte(&self) -> u64 {
+        self.first_byte + self.text.len() as u64
+    }
+
+    /// Append all of `text`, evicting the oldest records as the limits require.
+    pub fn append(&mut self, stream: Stream, text: &str) {
+        let chars = text.chars().count() as u64;
+        let over_records = chars.saturating_sub(self.max_records as u64);
+        if over_records == 0 && text.len() <= self.max_bytes {
+            self.evict_for(text.len(), chars);
+            self.push(stream, text, chars);
+            return;
         }
-        self.evict();
+        // The text alone is over a limit: everything retained goes, and so does the head
+        // of the text, which is never stored.
+        let mut skip = text
+            .char_indices()
+            .nth(over_records as usize)
+            .map_or(text.len(), |(i, _)| i);
+        let mut skipped = over_records;
+        while text.len() - skip > self.max_bytes {
+            skip += text[skip..].chars().next().map_or(1, char::len_utf8);
+            skipped += 1;
+        }
+        self.drop_front(self.end_byte(), self.end);
+        self.truncated = true;
+        self.first_byte += skip as u64;
+        self.end += skipped;
+        self.base = self.end;
+        self.stderr_bits.clear();
+        self.first_word = self.first_byte / 64;
+        self.marks.clear();
+        self.push(stream, &text[skip..], chars - skipped);
     }
 
-    fn records(&self) -> u64 {
-        self.end - self.base
-    }
-
-    fn evict(&mut self) {
-        while self.bytes > self.max_bytes || self.records() > self.max_records as u64 {
-            let over_records = self.records().saturating_sub(self.max_records as u64);
-            let over_bytes = self.bytes.saturating_sub(self.max_bytes);
-            let front = self
-                .chunks
-                .front_mut()
-                .expect("over a limit means not empty");
-            // Drop whole chunks when they are within what must go, else a prefix.
-            let drop_chars = if over_records >= front.chars as u64 || over_bytes >= front.text.len()
-            {
-                front.chars
-            } else {
-                let mut chars = over_records as usize;
-                let mut bytes = front.byte_offset(chars);
-                for c in front.text[bytes..].chars() {
-                    if bytes >= over_bytes {
-                        break;
-                    }
-                    bytes += c.len_utf8();
-                    chars += 1;
+    #[cfg(test)]
+    /// Append the longest prefix of `text` (whole code points) that fits without evicting
+    /// any record at or after `keep_from`, evicting older records as needed; returns the
+    /// prefix's length in bytes.
+    pub fn append_within(&mut self, stream: Stream, text: &str, keep_from: u64) -> usize {
+        let keep_from = keep_from.clamp(self.base, self.end);
+        let kept_bytes = (self.end_byte() - self.byte_at(keep_from)) as usize;
+        let room_bytes = self.max_bytes.saturating_sub(kept_bytes);
+        let room_records = (self.max_records as u64).saturating_sub(self.end - keep_from);
+        let (take, chars) = if text.len() <= room_bytes && text.len() as u64 <= room_records {
+            (text.len(), text.chars().count() as u64)
+        } else {
+            let mut take = 0;
+            let mut chars = 0;
+            for (i, c) in text.char_indices() {
+                if chars == room_records || i + c.len_utf8() > room_bytes {
+                    break;
                 }
-                chars.max(1)
-            };
-            self.truncated = true;
-            if drop_chars == front.chars {
-                let chunk = self.chunks.pop_front().expect("front exists");
-                self.bytes -= chunk.text.len();
-                self.base = chunk.end();
-            } else {
-                let cut = front.byte_offset(drop_chars);
-                front.text.drain(..cut);
-                front.chars -= drop_chars;
-                front.start += drop_chars as u64;
-                self.bytes -= cut;
-                self.base = front.start;
+                take = i + c.len_utf8();
+                chars += 1;
+            }
+            (take, chars)
+        };
+        self.evict_for(take, chars);
+        self.push(stream, &text[..take], chars);
+        take
+    }
+
+    /// Evict the oldest records until `bytes` more bytes and `records` more records fit.
+    fn evict_for(&mut self, bytes: usize, records: u64) {
+        let need_bytes = (self.text.len() + bytes).saturating_sub(self.max_bytes);
+        let need_records = (self.end - self.base + records).saturating_sub(self.max_records as u64);
+        if need_bytes == 0 && need_records == 0 {
+            return;
+        }
+        if need_bytes >= self.text.len() || need_records >= self.end - self.base {
+            self.drop_front(self.end_byte(), self.end);
+            return;
+        }
+        let mut cursor = self.base + need_records;
+        let mut cut = self.byte_at(cursor);
+        let wanted = self.first_byte + need_bytes as u64;
+        if cut < wanted {
+            let from = cut;
+            cut = wanted;
+            while cut < self.end_byte() && !starts_char(self.byte(cut)) {
+                cut += 1;
+            }
+            cursor += self.count_between(from, cut);
+        }
+        self.drop_front(cut, cursor);
+    }
+
+    /// Forget everything before byte offset `cut`, the offset of `cursor`.
+    fn drop_front(&mut self, cut: u64, cursor: u64) {
+        if cursor == self.base {
+            return;
+        }
+        self.truncated = true;
+        self.text.drain(..(cut - self.first_byte) as usize);
+        self.first_byte = cut;
+        self.base = cursor;
+        let words = (cut / 64 - self.first_word) as usize;
+        self.stderr_bits.drain(..words.min(self.stderr_bits.len()));
+        self.first_word = cut / 64;
+        while self.marks.front().is_some_and(|m| m.cursor < cursor) {
+            self.marks.pop_front();
+        }
+    }
+
+    fn push(&mut self, stream: Stream, text: &str, chars: u64) {
+        if text.is_empty() {
+            return;
+        }
+        let start = self.end_byte();
+        let mut mark = self.end.next_multiple_of(MARK_CHARS);
+        if text.len() as u64 == chars {
+            while mark < self.end + chars {
+                let byte = start + (mark - self.end);
+                self.marks.push_back(Mark { cursor: mark, byte });
+                mark += MARK_CHARS;
+            }
+        } else {
+            let mut indices = text.char_indices();
+            let mut at = self.end;
+            while mark < self.end + chars {
+                let (i, _) = indices
+                    .nth((mark - at) as usize)
+                    .expect("the mark is within the text");
+                self.marks.push_back(Mark {
+                    cursor: mark,
+                    byte: start + i as u64,
+                });
+                at = mark + 1;
+                mark += MARK_CHARS;
             }
         }
+        grow_exact(&mut self.text, text.len(), self.max_bytes);
+        self.text.extend(text.as_bytes());
+        let last_word = (self.end_byte() - 1) / 64;
+        let words = (last_word + 1 - self.first_word) as usize;
+        if words > self.stderr_bits.len() {
+            let extra = words - self.stderr_bits.len();
+            grow_exact(&mut self.stderr_bits, extra, self.max_bytes / 64 + 2);
+            self.stderr_bits.resize(words, 0);
+        }
+        if stream == Stream::Stderr {
+            self.set_stderr(start, self.end_byte());
+        }
+        self.end += chars;
+    }
+
+    /// Mark the bytes at offsets `from..to` as stderr.
+    fn set_stderr(&mut self, from: u64, to: u64) {
+        let mut at = from;
+        while at < to {
+            let word = at / 64;
+            let low = at % 64;
+            let high = (to - word * 64).min(64);
+            let upto = if high == 64 { !0 } else { (1u64 << high) - 1 };
+            self.stderr_bits[(word - self.first_word) as usize] |= upto & !((1u64 << low) - 1);
+            at = word * 64 + high;
+        }
+    }
+
+    fn byte(&self, offset: u64) -> u8 {
+        self.text[(offset - self.first_byte) as usize]
+    }
+
+    fn stream_at(&self, offset: u64) -> Stream {
+        let word = self.stderr_bits[(offset / 64 - self.first_word) as usize];
+        if (word >> (offset % 64)) & 1 == 1 {
+            Stream::Stderr
+        } else {
+            Stream::Stdout
+        }
+    }
+
+    /// The first offset in `from..limit` whose stream differs from that at `from`, or
+    /// `limit`.
+    fn run_end(&self, from: u64, limit: u64) -> u64 {
+        let flip = match self.stream_at(from) {
+            Stream::Stdout => 0,
+            Stream::Stderr => !0,
+        };
+        let mut at = from;
+        while at < limit {
+            let word = self.stderr_bits[(at / 64 - self.first_word) as usize] ^ flip;
+            let rest = word >> (at % 64);
+            if rest != 0 {
+                return (at + u64::from(rest.trailing_zeros())).min(limit);
+            }
+            at = (at / 64 + 1) * 64;
+        }
+        limit
+    }
+
+    /// The retained bytes at offsets `from..to`, as the ring's two slices.
+    fn slices(&self, from: u64, to: u64) -> (&[u8], &[u8]) {
+        let (a, b) = self.text.as_slices();
+        let i = (from - self.first_byte) as usize;
+        let j = (to - self.first_byte) as usize;
+        if j <= a.len() {
+            (&a[i..j], &[])
+        } else if i >= a.len() {
+            (&b[i - a.len()..j - a.len()], &[])
+        } else {
+            (&a[i..], &b[..j - a.len()])
+        }
+    }
+
+    fn count_between(&self, from: u64, to: u64) -> u64 {
+        let (a, b) = self.slices(from, to);
+        count_chars(a) + count_chars(b)
+    }
+
+    /// Byte offset of a retained cursor (`base..=end`).
+    fn byte_at(&self, cursor: u64) -> u64 {
+        let i = self.marks.partition_point(|m| m.cursor <= cursor);
+        let from = match i {
+            0 => Mark {
+                cursor: self.base,
+                byte: self.first_byte,
+            },
+            _ => self.marks[i - 1],
+        };
+        let (to_cursor, to_byte) = self
+            .marks
+            .get(i)
+            .map_or((self.end, self.end_byte()), |m| (m.cursor, m.byte));
+        if to_byte - from.byte == to_cursor - from.cursor {
+            return from.byte + (cursor - from.cursor); // all ASCII
+        }
+        let mut left = cursor - from.cursor;
+        let (a, b) = self.slices(from.byte, to_byte);
+        for (i, &byte) in a.iter().chain(b).enumerate() {
+            if starts_char(byte) {
+                if left == 0 {
+                    return from.byte + i as u64;
+                }
+                left -= 1;
+            }
+        }
+        to_byte
     }
 
     /// Cursor where the `lines`-th last retained line begins, or `base` when fewer lines
@@ -201,14 +390,16 @@ impl OutputBuffer {
         }
         let mut found = 0;
         let mut cursor = self.end;
-        for chunk in self.chunks.iter().rev() {
-            for c in chunk.text.chars().rev() {
-                cursor -= 1;
-                if c == '\n' && cursor + 1 < self.end {
-                    found += 1;
-                    if found == lines {
-                        return cursor + 1;
-                    }
+        let (a, b) = self.text.as_slices();
+        for &byte in b.iter().rev().chain(a.iter().rev()) {
+            if !starts_char(byte) {
+                continue;
+            }
+            cursor -= 1;
+            if byte == b'\n' && cursor + 1 < self.end {
+                found += 1;
+                if found == lines {
+                    return cursor + 1;
                 }
             }
         }
@@ -221,22 +412,29 @@ impl OutputBuffer {
         // `\n` once kept text follows it.
         let mut starts: VecDeque<u64> = VecDeque::with_capacity(lines.min(1024));
         let mut pending = None;
-        for chunk in &self.chunks {
-            let stripper = &mut strippers[chunk.stream as usize];
-            for (cursor, c) in (chunk.start..).zip(chunk.text.chars()) {
-                if !stripper.keep(c) {
-                    continue;
-                }
-                if let Some(start) = pending.take() {
-                    if starts.len() == lines {
-                        starts.pop_front();
+        let mut from = self.base;
+        while let Ok(page) = self.read(from, 1 << 16, usize::MAX) {
+            for entry in &page.entries {
+                let stripper = &mut strippers[entry.stream as usize];
+                for (cursor, c) in (entry.cursor..).zip(entry.text.chars()) {
+                    if !stripper.keep(c) {
+                        continue;
                     }
-                    starts.push_back(start);
-                }
-                if c == '\n' {
-                    pending = Some(cursor + 1);
+                    if let Some(start) = pending.take() {
+                        if starts.len() == lines {
+                            starts.pop_front();
+                        }
+                        starts.push_back(start);
+                    }
+                    if c == '\n' {
+                        pending = Some(cursor + 1);
+                    }
                 }
             }
+            if !page.has_more {
+                break;
+            }
+            from = page.next_cursor;
         }
         if starts.len() == lines {
             starts.front().copied().unwrap_or(self.base)
@@ -259,39 +457,55 @@ impl OutputBuffer {
         if cursor > self.end {
             return Err(ReadError::Invalid { end: self.end });
         }
-        let mut entries: Vec<Entry> = Vec::new();
-        let mut bytes = 0;
-        let mut next = cursor;
-        let first = self.chunks.partition_point(|c| c.end() <= cursor);
-        'chunks: for chunk in self.chunks.range(first..) {
-            let skip = (next - chunk.start) as usize;
-            let from = chunk.byte_offset(skip);
-            for c in chunk.text[from..].chars() {
-                let len = c.len_utf8();
-                if next > cursor && bytes + len > max_bytes {
-                    break 'chunks;
-                }
-                let continues = entries.last().is_some_and(|e| e.stream == chunk.stream);
-                if continues {
-                    entries.last_mut().expect("checked").text.push(c);
-                } else if entries.len() == max_entries {
-                    break 'chunks;
-                } else {
-                    entries.push(Entry {
-                        cursor: next,
-                        stream: chunk.stream,
-                        text: c.to_string(),
-                    });
-                }
-                bytes += len;
-                next += 1;
+        let start = self.byte_at(cursor);
+        let end = self.end_byte();
+        let mut limit = (start + max_bytes as u64).min(end);
+        while limit < end && !starts_char(self.byte(limit)) {
+            limit -= 1;
+        }
+        if limit == start && start < end {
+            limit += 1;
+            while limit < end && !starts_char(self.byte(limit)) {
+                limit += 1;
             }
+        }
+        let mut entries: Vec<Entry> = Vec::new();
+        let mut at = start;
+        let mut next = cursor;
+        while at < limit && entries.len() < max_entries {
+            let stream = self.stream_at(at);
+            let to = self.run_end(at, limit);
+            let (a, b) = self.slices(at, to);
+            let mut bytes = Vec::with_capacity(a.len() + b.len());
+            bytes.extend_from_slice(a);
+            bytes.extend_from_slice(b);
+            let chars = count_chars(&bytes);
+            // Runs start and end on code point boundaries of valid text, so this is UTF-8.
+            let text = String::from_utf8(bytes)
+                .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned());
+            entries.push(Entry {
+                cursor: next,
+                stream,
+                text,
+            });
+            next += chars;
+            at = to;
         }
         Ok(Page {
             entries,
             next_cursor: next,
             has_more: next < self.end,
         })
+    }
+}
+
+/// Make room for `extra` more items, growing geometrically but never past `limit` items
+/// ahead of need (a deque's own growth would double past it).
+fn grow_exact<T>(deque: &mut VecDeque<T>, extra: usize, limit: usize) {
+    let need = deque.len() + extra;
+    if need > deque.capacity() {
+        let target = (deque.capacity() * 2).min(limit).max(need);
+        deque.reserve_exact(target - deque.len());
     }
 }
 
@@ -385,6 +599,68 @@ mod tests {
         assert_eq!(b.read(b.base(), 100, 1024).unwrap().entries[0].text, "😀");
     }
 
+    /// Output that alternates streams a code point at a time costs no more memory than one
+    /// stream: the bound of `heap_bytes` holds whatever the runs look like.
+    #[test]
+    fn memory_follows_the_text_not_the_runs() {
+        let limit = 1 << 20;
+        let mut b = OutputBuffer::new(limit, 1 << 20);
+        for _ in 0..400_000 {
+            b.append(Stream::Stdout, "o");
+            b.append(Stream::Stderr, "e");
+        }
+        assert_eq!(b.retained_bytes(), 800_000);
+        assert!(
+            b.heap_bytes() <= heap_bound(limit, 1 << 20),
+            "{}",
+            b.heap_bytes()
+        );
+        let page = b.read(0, 65536, 1024).unwrap();
+        assert_eq!(page.entries.len(), 1024);
+        assert_eq!(page.entries[1].stream, Stream::Stderr);
+        for _ in 0..400_000 {
+            b.append(Stream::Stdout, "中");
+            b.append(Stream::Stderr, "😀");
+        }
+        assert!(b.retained_bytes() <= limit);
+        assert!(
+            b.heap_bytes() <= heap_bound(limit, 1 << 20),
+            "{}",
+            b.heap_bytes()
+        );
+    }
+
+    fn heap_bound(max_bytes: usize, max_records: usize) -> usize {
+        max_bytes + max_bytes / 8 + 16 * (max_records / MARK_CHARS as usize + 8) + 64
+    }
+
+    #[test]
+    fn append_within_keeps_what_was_not_acknowledged() {
+        let mut b = OutputBuffer::new(8, 100);
+        assert_eq!(b.append_within(Stream::Stdout, "abcdef", 0), 6);
+        assert_eq!(
+            b.append_within(Stream::Stdout, "ghijk", 0),
+            2,
+            "room for 2 bytes"
+        );
+        assert_eq!((b.base(), b.end()), (0, 8));
+        assert_eq!(b.append_within(Stream::Stdout, "ijk", 3), 3, "0..3 may go");
+        assert_eq!((b.base(), b.end()), (3, 11));
+        assert_eq!(b.append_within(Stream::Stdout, "é", 11), 2);
+        assert_eq!(b.base(), 5);
+        assert_eq!(
+            b.append_within(Stream::Stdout, "😀", 7),
+            0,
+            "a code point is never split"
+        );
+        let mut b = OutputBuffer::new(100, 3);
+        assert_eq!(
+            b.append_within(Stream::Stderr, "xyzw", 0),
+            3,
+            "by records too"
+        );
+    }
+
     #[test]
     fn tail_start_counts_lines_like_tail() {
         let mut b = OutputBuffer::new(1 << 20, 1 << 20);
@@ -465,6 +741,7 @@ mod tests {
                 prop_assert_eq!(b.end(), model.len() as u64);
                 prop_assert!(b.retained_bytes() <= max_bytes);
                 prop_assert!(b.end() - b.base() <= max_records as u64);
+                prop_assert!(b.heap_bytes() <= heap_bound(max_bytes, max_records));
                 let got = read_all(&b, b.base(), page_bytes);
                 let expected: Vec<_> = model[b.base() as usize..]
                     .iter()
@@ -480,6 +757,62 @@ mod tests {
                     prop_assert!(retained + prev.len_utf8() > max_bytes
                         || (b.end() - b.base()) as usize + 1 > max_records);
                 }
+            }
+        }
+
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+        /// Long runs cross the cursor index marks: pages from any retained cursor, of any
+        /// size, return the records at exactly the cursors the model says; and appends that
+        /// may not evict unacknowledged records never do, and take what fits.
+        #[test]
+        fn long_runs_read_back_from_any_cursor(
+            appends in proptest::collection::vec(
+                (any::<bool>(), text_strategy(), 1usize..400, any::<bool>()), 1..12),
+            max_bytes in 4usize..40_000,
+            page_bytes in 4usize..70_000,
+            probes in proptest::collection::vec(any::<prop::sample::Index>(), 4),
+        ) {
+            let mut b = OutputBuffer::new(max_bytes, 1 << 20);
+            let mut model: Vec<(Stream, char)> = Vec::new();
+            let mut acked = 0u64;
+            for (is_err, text, times, pause) in &appends {
+                let stream = if *is_err { Stream::Stderr } else { Stream::Stdout };
+                let text = text.repeat(*times);
+                let taken = if *pause {
+                    let base = b.base();
+                    let taken = b.append_within(stream, &text, acked);
+                    prop_assert!(b.base() <= acked.max(base));
+                    let rest = &text[taken..];
+                    if let Some(c) = rest.chars().next() {
+                        // What was left would not have fitted.
+                        let kept: usize = model[acked.max(base) as usize..]
+                            .iter().map(|(_, c)| c.len_utf8()).sum::<usize>() + taken;
+                        prop_assert!(kept + c.len_utf8() > max_bytes);
+                    }
+                    taken
+                } else {
+                    b.append(stream, &text);
+                    text.len()
+                };
+                model.extend(text[..taken].chars().map(|c| (stream, c)));
+                prop_assert_eq!(b.end(), model.len() as u64);
+                prop_assert!(b.retained_bytes() <= max_bytes);
+                prop_assert!(b.heap_bytes() <= heap_bound(max_bytes, 1 << 20));
+                acked = (acked + b.end()) / 2;
+            }
+            for probe in &probes {
+                let span = (b.end() - b.base() + 1) as usize;
+                let from = b.base() + probe.index(span) as u64;
+                let got = read_all(&b, from, page_bytes);
+                let expected: Vec<_> = model[from as usize..]
+                    .iter()
+                    .enumerate()
+                    .map(|(i, (s, c))| (from + i as u64, *s, *c))
+                    .collect();
+                prop_assert_eq!(got, expected);
             }
         }
     }
