@@ -22,7 +22,7 @@ use rmcp::ServiceExt;
 use tokio::signal::unix::{SignalKind, signal};
 
 use config::Config;
-use process::Reaper;
+use process::{Guardian, Reaper};
 use session::Sessions;
 use tools::TerminalServer;
 
@@ -61,6 +61,12 @@ enum Command {
         #[arg(long)]
         config: PathBuf,
     },
+    /// Internal: the process `stdio` starts to end its sessions' processes if it is killed.
+    #[command(hide = true)]
+    Guardian {
+        #[arg(long)]
+        instance: String,
+    },
 }
 
 /// Exit status for usage and config errors.
@@ -76,6 +82,7 @@ fn main() -> ExitCode {
             shells,
         } => make_config(&output, root.as_deref(), shells),
         Command::CheckConfig { config } => Config::load(&config).map(|c| print!("{}", c.summary())),
+        Command::Guardian { instance } => process::run_guardian(&instance),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -128,20 +135,37 @@ fn make_config(output: &Path, root: Option<&Path>, shells: bool) -> Result<(), S
 
 fn serve_stdio(config: Config) -> Result<(), String> {
     init_logging();
+    // Before the runtime: the guardian is started while this process has one thread.
+    let instance = process::new_instance();
+    let guardian = match Guardian::start(&instance) {
+        Ok(guardian) => Some(guardian),
+        Err(e) => {
+            tracing::warn!(
+                "cannot start the guardian ({e}); if this server is killed, processes that \
+                 left their session's group may outlive it"
+            );
+            None
+        }
+    };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .map_err(|e| format!("cannot start the runtime: {e}"))?;
-    runtime.block_on(run(config))?;
+    runtime.block_on(run(config, instance.clone()))?;
+    // Descendants that left their session's group (escaped daemons) end here too.
+    match guardian {
+        Some(guardian) => guardian.finish(&instance),
+        None => drop(process::sweep(&instance)),
+    }
     // Pending blocking reads of stdin must not hold the process open.
     std::process::exit(0);
 }
 
-async fn run(config: Config) -> Result<(), String> {
+async fn run(config: Config, instance: String) -> Result<(), String> {
     let mut sigterm = signal(SignalKind::terminate()).map_err(|e| e.to_string())?;
     let mut sigint = signal(SignalKind::interrupt()).map_err(|e| e.to_string())?;
     let reaper = Reaper::start().map_err(|e| format!("cannot watch child processes: {e}"))?;
-    let sessions = Arc::new(Sessions::new(Arc::new(config), reaper));
+    let sessions = Arc::new(Sessions::new(Arc::new(config), reaper, instance));
     let (stdin, stdout) = rmcp::transport::io::stdio_pipes();
     let (service_in, service_out, stdin_closed) = framing::guard(stdin, stdout);
     let server = TerminalServer::new(sessions.clone());

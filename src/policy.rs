@@ -24,6 +24,7 @@ const DENIED_NAMES: &[&str] = &[
     "JAVA_TOOL_OPTIONS",
     "_JAVA_OPTIONS",
     "JDK_JAVA_OPTIONS",
+    TAG_VAR,
 ];
 const DENIED_PREFIXES: &[&str] = &["PYTHON", "LD_", "DYLD_"];
 const DENIED_PARTS: &[&str] = &[
@@ -34,6 +35,10 @@ const DENIED_PARTS: &[&str] = &[
     "API_KEY",
     "PRIVATE_KEY",
 ];
+
+/// The variable that tags every process of a session (see `process::guardian`); set by the
+/// server last, so neither a profile nor a client can change it.
+pub const TAG_VAR: &str = "MCP_TERMINAL_SESSION";
 
 /// The environment every child starts from; the server's own is never inherited.
 pub const BASE_ENV: &[(&str, &str)] = &[
@@ -142,6 +147,7 @@ mod tests {
             "SSH_PRIVATE_KEY",
             "_JAVA_OPTIONS",
             "bash_env",
+            "mcp_terminal_session",
         ] {
             assert!(denied_env_name(name).is_some(), "{name} should be denied");
         }

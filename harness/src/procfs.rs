@@ -37,6 +37,53 @@ pub fn group_members(pgid: u32) -> Vec<u32> {
         .collect()
 }
 
+/// The name of the tag variable mcp-terminal sets on every process of a session; its value
+/// is `<server instance>-<session id>`.
+pub const TAG_VAR: &str = "MCP_TERMINAL_SESSION";
+
+fn live_pids() -> Vec<u32> {
+    let Ok(entries) = fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| is_alive(*pid))
+        .collect()
+}
+
+/// The server instance in `pid`'s session tag, if it carries one.
+pub fn server_instance(pid: u32) -> Option<String> {
+    let env = fs::read(format!("/proc/{pid}/environ")).ok()?;
+    let prefix = format!("{TAG_VAR}=");
+    env.split(|b| *b == 0).find_map(|entry| {
+        let value = std::str::from_utf8(entry.strip_prefix(prefix.as_bytes())?).ok()?;
+        Some(value.split_once('-')?.0.to_string())
+    })
+}
+
+/// Live processes tagged by the server `instance`, wherever they were reparented.
+pub fn tagged_by(instance: &str) -> Vec<u32> {
+    live_pids()
+        .into_iter()
+        .filter(|pid| server_instance(*pid).as_deref() == Some(instance))
+        .collect()
+}
+
+/// Live children of `parent` with `arg` among their arguments (argv[1..]).
+pub fn children_with_arg(parent: u32, arg: &str) -> Vec<u32> {
+    live_pids()
+        .into_iter()
+        .filter(|pid| {
+            stat_fields(*pid)
+                .is_some_and(|f| f.get(1).map(String::as_str) == Some(&parent.to_string()))
+        })
+        .filter(|pid| {
+            fs::read(format!("/proc/{pid}/cmdline"))
+                .is_ok_and(|c| c.split(|b| *b == 0).skip(1).any(|a| a == arg.as_bytes()))
+        })
+        .collect()
+}
+
 /// For a zombie: (exit code, terminating signal) from the wait status in field 52.
 pub fn zombie_status(pid: u32) -> Option<(Option<i32>, Option<i32>)> {
     let fields = stat_fields(pid)?;

@@ -149,6 +149,12 @@ impl RawServer {
         Ok(reply)
     }
 
+    pub fn signal(&self, sig: nix::sys::signal::Signal) -> Result<(), String> {
+        let pid = self.pid().ok_or("the raw server has already been reaped")?;
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), sig)
+            .map_err(|e| format!("kill({pid}, {sig}) failed: {e}"))
+    }
+
     pub fn close_stdin(&mut self) {
         self.stdin = None;
     }

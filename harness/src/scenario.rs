@@ -377,6 +377,15 @@ pub struct ProcessStep {
     pub state: ProcState,
     #[serde(default = "default_process_within")]
     pub within_ms: u64,
+    /// Save the server instance from the first of `pids`' session tag into this variable.
+    pub save_tag: Option<String>,
+    /// Every process tagged by this server instance (see `save_tag`).
+    pub tagged: Option<String>,
+    /// The live children of this PID that have `with_arg` among their arguments.
+    pub children_of: Option<Value>,
+    pub with_arg: Option<String>,
+    /// Save the PIDs `children_of` selected into this variable.
+    pub save: Option<String>,
 }
 
 fn default_process_within() -> u64 {
@@ -416,6 +425,10 @@ pub enum RawAction {
     ExpectSilenceMs(u64),
     CloseStdin,
     ExpectExit(i32),
+    /// Save fields of the last line `expect` matched (dot paths, as a call's `save`).
+    Save(Saves),
+    /// Send a signal to the raw server.
+    Signal(SignalName),
 }
 
 impl<'de> Deserialize<'de> for RawAction {
@@ -437,6 +450,8 @@ struct RawActionFields {
     expect_silence_ms: Option<u64>,
     close_stdin: Option<bool>,
     expect_exit: Option<i32>,
+    save: Option<Saves>,
+    signal: Option<SignalName>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -473,11 +488,18 @@ impl TryFrom<RawActionFields> for RawAction {
         if let Some(code) = f.expect_exit {
             found.push(RawAction::ExpectExit(code));
         }
+        if let Some(saves) = f.save {
+            found.push(RawAction::Save(saves));
+        }
+        if let Some(signal) = f.signal {
+            found.push(RawAction::Signal(signal));
+        }
         match found.len() {
             1 => Ok(found.remove(0)),
             n => Err(format!(
                 "a raw action needs exactly one of send, send_bytes_hex, send_oversized, \
-                 initialize, expect, expect_silence_ms, close_stdin, expect_exit (found {n})"
+                 initialize, expect, expect_silence_ms, close_stdin, expect_exit, save, signal \
+                 (found {n})"
             )),
         }
     }
@@ -713,8 +735,23 @@ impl TryFrom<StepFields> for Step {
             }
             "process" => {
                 let p = f.process.expect("kind key present");
-                if p.pids.is_none() && p.group.is_none() {
-                    return Err("a process step needs `pids` or `group`".into());
+                if p.pids.is_none()
+                    && p.group.is_none()
+                    && p.tagged.is_none()
+                    && p.children_of.is_none()
+                {
+                    return Err(
+                        "a process step needs `pids`, `group`, `tagged` or `children_of`".into(),
+                    );
+                }
+                if p.children_of.is_some() != p.with_arg.is_some() {
+                    return Err("`children_of` and `with_arg` go together".into());
+                }
+                if p.save.is_some() && p.children_of.is_none() {
+                    return Err("`save` keeps the PIDs `children_of` selected: name it".into());
+                }
+                if p.save_tag.is_some() && p.pids.is_none() {
+                    return Err("`save_tag` reads the tag of the first of `pids`".into());
                 }
                 if p.signal.is_some() && p.pids.is_none() {
                     return Err("a process step's `signal` goes to `pids`: name them".into());

@@ -514,9 +514,35 @@ impl Run<'_> {
     }
 
     async fn process_step(&mut self, p: &ProcessStep) -> Result<(), String> {
-        let pids = match &p.pids {
+        let mut pids = match &p.pids {
             Some(v) => pid_list(&self.vars.subst(v)?)?,
             None => Vec::new(),
+        };
+        if let (Some(parent), Some(arg)) = (&p.children_of, &p.with_arg) {
+            let parent = pid_of(&self.vars.subst(parent)?)?;
+            let arg = self.vars.subst_text(arg)?;
+            let children = procfs::children_with_arg(parent, &arg);
+            self.record(
+                json!({"children_of": parent, "with_arg": arg}),
+                &json!(children),
+                Instant::now(),
+            );
+            if let Some(var) = &p.save {
+                self.check(format!("saved ${{{var}}} = {children:?}"), Ok(()))?;
+                self.vars.set(var, json!(children));
+            }
+            pids.extend(children);
+        }
+        if let Some(var) = &p.save_tag {
+            let first = *pids.first().ok_or("save_tag needs a PID")?;
+            let instance = procfs::server_instance(first)
+                .ok_or_else(|| format!("process {first} carries no {}", procfs::TAG_VAR))?;
+            self.check(format!("saved ${{{var}}} = {instance}"), Ok(()))?;
+            self.vars.set(var, Value::String(instance));
+        }
+        let tagged = match &p.tagged {
+            Some(t) => Some(self.vars.subst_text(t)?),
+            None => None,
         };
         self.watched_pids.extend(&pids);
         if let Some(name) = p.signal {
@@ -549,24 +575,33 @@ impl Run<'_> {
                 .filter(|p| procfs::is_alive(*p))
                 .collect();
             let members = group.map(procfs::group_members).unwrap_or_default();
-            (alive, members)
+            let carrying = tagged.as_deref().map(procfs::tagged_by).unwrap_or_default();
+            (alive, members, carrying)
         };
         loop {
-            let (alive, members) = state(&pids);
+            let (alive, members, carrying) = state(&pids);
             let holds = match p.state {
-                ProcState::Gone => alive.is_empty() && members.is_empty(),
+                ProcState::Gone => alive.is_empty() && members.is_empty() && carrying.is_empty(),
                 ProcState::Alive => {
-                    alive.len() == pids.len() && (group.is_none() || !members.is_empty())
+                    alive.len() == pids.len()
+                        && (p.children_of.is_none() || !pids.is_empty())
+                        && (group.is_none() || !members.is_empty())
+                        && (tagged.is_none() || !carrying.is_empty())
                 }
             };
             if holds || began.elapsed() >= within {
                 let what = format!(
-                    "processes {pids:?}{} are {:?} within {} ms",
+                    "processes {pids:?}{}{} are {:?} within {} ms",
                     group.map(|g| format!(" and group {g}")).unwrap_or_default(),
+                    tagged
+                        .as_deref()
+                        .map(|t| format!(" and those tagged by server {t}"))
+                        .unwrap_or_default(),
                     p.state,
                     p.within_ms
                 );
-                let detail = format!("alive: {alive:?}, group members: {members:?}");
+                let detail =
+                    format!("alive: {alive:?}, group members: {members:?}, tagged: {carrying:?}");
                 let result = if holds { Ok(()) } else { Err(detail) };
                 return self.check(what, result);
             }
@@ -636,7 +671,8 @@ impl Run<'_> {
         }
         let mut pids: Vec<u32> = self.seen_pids.iter().copied().collect();
         pids.extend(extra_pids);
-        let left = wait_gone(&pids, within).await;
+        // Within `within_ms` of the signal or the close, not of the exit.
+        let left = wait_gone(&pids, within.saturating_sub(began.elapsed())).await;
         let result = if left.is_empty() {
             Ok(())
         } else {
@@ -657,9 +693,10 @@ impl Run<'_> {
             began,
         );
         let mut outcome = Ok(());
+        let mut last = Value::Null;
         for (index, action) in actions.iter().enumerate() {
             let began = Instant::now();
-            let (request, result) = self.raw_action(&mut raw, action).await;
+            let (request, result) = self.raw_action(&mut raw, action, &mut last).await;
             let response = match &result {
                 Ok(v) => v.clone(),
                 Err(e) => json!({"error": e}),
@@ -682,6 +719,7 @@ impl Run<'_> {
         &mut self,
         raw: &mut RawServer,
         action: &RawAction,
+        last: &mut Value,
     ) -> (Value, Result<Value, String>) {
         match action {
             RawAction::Send(line) => match self.vars.subst_text(line) {
@@ -713,7 +751,20 @@ impl Run<'_> {
                 let result = self
                     .check("raw reply matches", result)
                     .map(|()| line.clone());
+                *last = line.clone();
                 (request, result.map_err(|e| format!("{e}\nline: {line}")))
+            }
+            RawAction::Save(saves) => {
+                let request = json!({"save": saves});
+                let saved = self.save(saves, last).map(|()| json!("saved"));
+                (request, saved)
+            }
+            RawAction::Signal(name) => {
+                let sig = signal_of(*name);
+                (
+                    json!({"signal": sig.as_str()}),
+                    raw.signal(sig).map(|()| json!("sent")),
+                )
             }
             RawAction::ExpectSilenceMs(ms) => {
                 let r = raw
@@ -837,9 +888,13 @@ fn pid_of(v: &Value) -> Result<u32, String> {
     .ok_or_else(|| format!("not a PID: {v}"))
 }
 
+/// A PID, or a list of PIDs and lists (saved lists can be combined: `["${a}", "${kids}"]`).
 fn pid_list(v: &Value) -> Result<Vec<u32>, String> {
     match v {
-        Value::Array(items) => items.iter().map(pid_of).collect(),
+        Value::Array(items) => items.iter().try_fold(Vec::new(), |mut all, item| {
+            all.extend(pid_list(item)?);
+            Ok(all)
+        }),
         single => pid_of(single).map(|p| vec![p]),
     }
 }
@@ -869,6 +924,7 @@ mod tests {
     fn pids_from_numbers_and_strings() {
         assert_eq!(pid_list(&json!([12, "34"])).unwrap(), vec![12, 34]);
         assert_eq!(pid_list(&json!("56")).unwrap(), vec![56]);
+        assert_eq!(pid_list(&json!([7, [8, "9"]])).unwrap(), vec![7, 8, 9]);
         assert!(pid_list(&json!([true])).is_err());
         assert!(pid_list(&json!([1])).is_err());
     }

@@ -2,10 +2,12 @@
 //! reaper that collects exits, and signals to a leader or its group. The only module that
 //! touches raw file descriptors; nothing here knows about sessions or MCP.
 
+mod guardian;
 mod pty;
 mod reaper;
 mod spawn;
 
+pub use guardian::{Guardian, new_instance, run_guardian, session_tag, sweep};
 pub use pty::{PtyChild, PtyMaster, spawn_pty};
 pub use reaper::{Exit, Reaper};
 pub use spawn::{PipeChild, SpawnSpec, spawn_pipes};

@@ -38,12 +38,30 @@ pub(super) fn command(spec: &SpawnSpec) -> Command {
         .env_clear()
         .envs(spec.env.iter().map(|(k, v)| (k, v)));
     let cwd = spec.cwd.as_raw_fd();
-    // SAFETY: fchdir is async-signal-safe; the descriptor outlives the spawn (the spec
-    // owns it) and is closed in the child at exec (CLOEXEC).
+    let server = std::process::id() as libc::pid_t;
+    // SAFETY: fchdir, prctl and getppid are async-signal-safe; the descriptor outlives the
+    // spawn (the spec owns it) and is closed in the child at exec (CLOEXEC).
     unsafe {
         command.pre_exec(move || {
             if libc::fchdir(cwd) == -1 {
                 return Err(std::io::Error::last_os_error());
+            }
+            // The leader dies with the server. The kernel sends this when the *thread* that
+            // forked ends, so spawns run on threads that live as long as the server (runtime
+            // workers; never a blocking-pool thread, which ends when idle).
+            if libc::prctl(
+                libc::PR_SET_PDEATHSIG,
+                libc::SIGKILL as libc::c_ulong,
+                0,
+                0,
+                0,
+            ) == -1
+            {
+                return Err(std::io::Error::last_os_error());
+            }
+            // The server died before the line above: nobody would send the signal.
+            if libc::getppid() != server {
+                return Err(std::io::Error::from_raw_os_error(libc::ESRCH));
             }
             Ok(())
         });

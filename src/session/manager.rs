@@ -13,8 +13,8 @@ use crate::config::{Config, Mode};
 use crate::errors::{ErrorCode, ToolError};
 use crate::limits::MAX_CLIENT_ENV;
 use crate::output::OutputBuffer;
-use crate::policy::{BASE_ENV, denied_env_name, resolve_cwd};
-use crate::process::{Reaper, SpawnSpec, spawn_pipes, spawn_pty};
+use crate::policy::{BASE_ENV, TAG_VAR, denied_env_name, resolve_cwd};
+use crate::process::{Reaper, SpawnSpec, session_tag, spawn_pipes, spawn_pty};
 
 /// The terminal type PTY children are told they run on.
 const TERM: &str = "xterm-256color";
@@ -29,6 +29,8 @@ pub struct StartRequest {
 pub struct Sessions {
     pub config: Arc<Config>,
     reaper: Arc<Reaper>,
+    /// This server's instance: the first part of the tag every session's processes carry.
+    instance: String,
     /// In creation order.
     table: Mutex<Vec<Arc<Session>>>,
     /// Serialises limit checks with the spawn they admit.
@@ -37,10 +39,11 @@ pub struct Sessions {
 }
 
 impl Sessions {
-    pub fn new(config: Arc<Config>, reaper: Arc<Reaper>) -> Self {
+    pub fn new(config: Arc<Config>, reaper: Arc<Reaper>, instance: String) -> Self {
         Sessions {
             config,
             reaper,
+            instance,
             table: Mutex::new(Vec::new()),
             starting: tokio::sync::Mutex::new(()),
             shutting_down: AtomicBool::new(false),
@@ -110,6 +113,9 @@ impl Sessions {
         }
         env.extend(profile.env.clone());
         env.extend(client_env(&request.env, &profile.allowed_env)?);
+        let id = new_session_id();
+        // Last, so neither the profile nor the client can change it.
+        env.insert(TAG_VAR.into(), session_tag(&self.instance, &id));
         let timeout_ms = request
             .timeout_ms
             .unwrap_or(config.limits.default_timeout_ms);
@@ -141,7 +147,7 @@ impl Sessions {
         .map_err(|e| ToolError::new(ErrorCode::SpawnFailed, e.0))?;
         let session = launch(
             NewSession {
-                id: new_session_id(),
+                id,
                 command_id: request.command_id.clone(),
                 buffer: OutputBuffer::new(config.limits.buffer_bytes, config.limits.buffer_records),
                 timeout: Duration::from_millis(timeout_ms),

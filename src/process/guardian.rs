@@ -1,0 +1,274 @@
+//! Nothing of a session outlives the server, however the server ends.
+//!
+//! Every process of a session carries an environment tag, `MCP_TERMINAL_SESSION=<server
+//! instance>-<session id>`, inherited by whatever it starts, so it can be found wherever it
+//! was reparented and whatever group or POSIX session it moved to. At start-up, before the
+//! async runtime exists, the server re-executes its own binary as a small guardian in a
+//! POSIX session of its own (so signals to the server's group or terminal miss it), joined to
+//! the server by a socket pair. The guardian blocks on its end; when the server is gone (a
+//! clean exit, a crash, `kill -9`, the OOM killer) the kernel closes the server's end, and the
+//! guardian kills every process carrying this server's tag, then exits. A clean shutdown
+//! sweeps in the server too and waits for the guardian to finish, so none is left behind.
+//!
+//! A process is only ever signalled through a pidfd opened before its tag is checked, so a
+//! PID reused meanwhile is never mistaken for a session's process; the instance is random
+//! per server, so two servers never touch each other's sessions.
+
+use std::collections::HashSet;
+use std::io::{self, Read};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::net::UnixStream;
+use std::os::unix::process::CommandExt;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::policy::TAG_VAR;
+
+/// The guardian's end of the socket pair, in the guardian process.
+const WATCH_FD: RawFd = 3;
+/// Hex digits of a server instance (a random u64).
+const INSTANCE_DIGITS: usize = 16;
+/// A sweep stops when a pass finds nothing, or after this long (a fork bomb must not keep
+/// the guardian alive forever).
+const SWEEP_BOUND: Duration = Duration::from_secs(5);
+/// Pause between sweep passes while killed processes finish dying.
+const SWEEP_PAUSE: Duration = Duration::from_millis(2);
+/// How long a clean shutdown waits for the guardian to exit.
+const GUARDIAN_EXIT_WAIT: Duration = Duration::from_secs(3);
+
+/// A new random server instance: the first part of every tag this server sets.
+pub fn new_instance() -> String {
+    format!(
+        "{:0width$x}",
+        rand::random::<u64>(),
+        width = INSTANCE_DIGITS
+    )
+}
+
+/// The tag value of one session of `instance`.
+pub fn session_tag(instance: &str, session_id: &str) -> String {
+    format!("{instance}-{session_id}")
+}
+
+/// The server's handle on its guardian.
+pub struct Guardian {
+    watch: UnixStream,
+}
+
+impl Guardian {
+    /// Start the guardian of `instance` by re-executing this binary. Call it before any
+    /// thread exists.
+    pub fn start(instance: &str) -> io::Result<Guardian> {
+        let (ours, theirs) = UnixStream::pair()?;
+        let theirs_fd = theirs.as_raw_fd();
+        let mut command = Command::new("/proc/self/exe");
+        command
+            .arg0("mcp-terminal")
+            .args(["guardian", "--instance", instance])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null());
+        // SAFETY: dup2, fcntl and setsid are async-signal-safe and touch no parent memory.
+        unsafe {
+            command.pre_exec(move || {
+                if theirs_fd == WATCH_FD {
+                    // dup2 onto itself would keep close-on-exec set.
+                    if libc::fcntl(WATCH_FD, libc::F_SETFD, 0) == -1 {
+                        return Err(io::Error::last_os_error());
+                    }
+                } else if libc::dup2(theirs_fd, WATCH_FD) == -1 {
+                    return Err(io::Error::last_os_error());
+                }
+                nix::unistd::setsid().map(drop).map_err(io::Error::from)
+            });
+        }
+        // Collected by the reaper, or by `finish`.
+        drop(command.spawn()?);
+        drop(theirs);
+        Ok(Guardian { watch: ours })
+    }
+
+    /// After a clean shutdown: end what is left of `instance`'s sessions here, then let the
+    /// guardian make its own pass and wait until it has exited.
+    pub fn finish(self, instance: &str) {
+        sweep(instance);
+        let _ = self.watch.shutdown(std::net::Shutdown::Write);
+        let _ = self.watch.set_read_timeout(Some(GUARDIAN_EXIT_WAIT));
+        let mut watch = &self.watch;
+        let mut buf = [0u8; 16];
+        while matches!(watch.read(&mut buf), Ok(n) if n > 0) {}
+        reap_children(GUARDIAN_EXIT_WAIT);
+    }
+}
+
+/// Collect every exited child (the guardian, processes the sweep killed) so not even a
+/// zombie is handed to init, which may not reap it promptly.
+fn reap_children(within: Duration) {
+    use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
+    let deadline = Instant::now() + within;
+    while Instant::now() < deadline {
+        match waitpid(nix::unistd::Pid::from_raw(-1), Some(WaitPidFlag::WNOHANG)) {
+            Ok(WaitStatus::StillAlive) => std::thread::sleep(SWEEP_PAUSE),
+            Ok(_) | Err(nix::errno::Errno::EINTR) => continue,
+            Err(_) => return,
+        }
+    }
+}
+
+/// The guardian process: wait until the server is gone, end what remains of its sessions,
+/// exit. Returns why it cannot serve as a guardian, if it cannot.
+pub fn run_guardian(instance: &str) -> Result<(), String> {
+    if instance.len() != INSTANCE_DIGITS || !instance.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return Err(format!(
+            "guardian: `{instance}` is not a server instance ({INSTANCE_DIGITS} hex digits)"
+        ));
+    }
+    // SAFETY: fstat writes one stat struct to the pointer, which outlives the call.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    let rc = unsafe { libc::fstat(WATCH_FD, &mut st) };
+    if rc != 0 || st.st_mode & libc::S_IFMT != libc::S_IFSOCK {
+        return Err("guardian: internal to `mcp-terminal stdio`, not for direct use".into());
+    }
+    // SAFETY: the server handed us this descriptor and nothing else in this process owns it.
+    let mut watch = UnixStream::from(unsafe { OwnedFd::from_raw_fd(WATCH_FD) });
+    let mut buf = [0u8; 16];
+    loop {
+        match watch.read(&mut buf) {
+            Ok(0) => break,
+            Ok(_) => continue,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(_) => break,
+        }
+    }
+    let ended = sweep(instance);
+    if ended > 0 {
+        eprintln!(
+            "mcp-terminal guardian: the server is gone; ended {ended} remaining session process(es)"
+        );
+    }
+    Ok(())
+}
+
+/// Kill every live process tagged by `instance` (never this process), pass after pass
+/// until one finds none; returns how many distinct processes were signalled.
+pub fn sweep(instance: &str) -> usize {
+    let needle = format!("{TAG_VAR}={instance}-").into_bytes();
+    let me = std::process::id() as i32;
+    let began = Instant::now();
+    let mut ended = HashSet::new();
+    loop {
+        let found: Vec<i32> = tagged(&needle).into_iter().filter(|p| *p != me).collect();
+        if found.is_empty() || began.elapsed() > SWEEP_BOUND {
+            return ended.len();
+        }
+        for pid in found {
+            if kill_if_tagged(pid, &needle) {
+                ended.insert(pid);
+            }
+        }
+        std::thread::sleep(SWEEP_PAUSE);
+    }
+}
+
+/// PIDs whose environment holds `needle` at the start of an entry. A zombie's environment
+/// reads empty, so only live processes are found.
+fn tagged(needle: &[u8]) -> Vec<i32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| has_tag(*pid, needle))
+        .collect()
+}
+
+fn has_tag(pid: i32, needle: &[u8]) -> bool {
+    std::fs::read(format!("/proc/{pid}/environ")).is_ok_and(|env| {
+        env.split(|b| *b == 0)
+            .any(|entry| entry.starts_with(needle))
+    })
+}
+
+/// SIGKILL `pid` if it still carries the tag. The pidfd is opened first: if the PID was
+/// reused between the check and the signal, the signal goes to the process checked (and
+/// fails if that one is gone), never to the newcomer.
+fn kill_if_tagged(pid: i32, needle: &[u8]) -> bool {
+    // SAFETY: pidfd_open takes a PID and flags and returns a new descriptor or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    if fd < 0 {
+        if io::Error::last_os_error().raw_os_error() == Some(libc::ENOSYS) && has_tag(pid, needle) {
+            // Kernels before 5.3: no pidfd; the check-then-kill race is accepted there.
+            return nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGKILL,
+            )
+            .is_ok();
+        }
+        return false;
+    }
+    // SAFETY: a fresh descriptor owned here alone.
+    let pidfd = unsafe { OwnedFd::from_raw_fd(fd as RawFd) };
+    if !has_tag(pid, needle) {
+        return false;
+    }
+    // SAFETY: pidfd_send_signal with a null siginfo pointer and no flags.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_pidfd_send_signal,
+            pidfd.as_raw_fd(),
+            libc::SIGKILL,
+            std::ptr::null::<libc::siginfo_t>(),
+            0,
+        )
+    };
+    rc == 0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spawn_tagged(tag: &str) -> std::process::Child {
+        Command::new("/bin/sleep")
+            .arg("30")
+            .env(TAG_VAR, tag)
+            .spawn()
+            .unwrap()
+    }
+
+    #[test]
+    fn sweep_kills_only_its_own_instance() {
+        let ours = new_instance();
+        let theirs = new_instance();
+        let mut mine = spawn_tagged(&session_tag(&ours, "a"));
+        let mut other = spawn_tagged(&session_tag(&theirs, "b"));
+        // Same digits as a prefix but a different instance must not match either.
+        let mut longer = spawn_tagged(&format!("{ours}0-c"));
+        assert!(sweep(&ours) >= 1);
+        assert!(mine.wait().unwrap().code().is_none(), "killed by a signal");
+        assert!(
+            other.try_wait().unwrap().is_none(),
+            "another server's session survives"
+        );
+        assert!(longer.try_wait().unwrap().is_none());
+        assert_eq!(sweep(&ours), 0, "nothing left to end");
+        for child in [&mut other, &mut longer] {
+            child.kill().unwrap();
+            child.wait().unwrap();
+        }
+    }
+
+    #[test]
+    fn guardian_refuses_a_bad_instance_or_no_socket() {
+        assert!(run_guardian("").is_err());
+        assert!(run_guardian("xyz").is_err());
+    }
+
+    #[test]
+    fn instances_are_hex_of_fixed_width() {
+        let instance = new_instance();
+        assert_eq!(instance.len(), INSTANCE_DIGITS);
+        assert!(instance.bytes().all(|b| b.is_ascii_hexdigit()));
+        assert_eq!(session_tag("ab", "cd"), "ab-cd");
+    }
+}
