@@ -73,6 +73,7 @@ enum Command {
 const EXIT_USAGE: u8 = 2;
 
 fn main() -> ExitCode {
+    process::cloexec_inherited_fds();
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Stdio { config } => load_config(config.as_deref()).and_then(serve_stdio),

@@ -100,6 +100,12 @@ pub fn resolve_cwd(requested: &str, default_cwd: &Path, roots: &[PathBuf]) -> Re
     let flags = OFlag::O_DIRECTORY | OFlag::O_PATH | OFlag::O_CLOEXEC;
     let dir = nix::fcntl::open(&canonical, flags, Mode::empty())
         .map_err(|_| format!("`{}` is not a directory", canonical.display()))?;
+    if !crate::process::can_enter(&dir) {
+        return Err(format!(
+            "`{}` cannot be entered by the server (no search permission on the directory)",
+            canonical.display()
+        ));
+    }
     // What the descriptor really is, whatever happened to the path since.
     let canonical = std::fs::read_link(format!("/proc/self/fd/{}", dir.as_raw_fd()))
         .map_err(|_| format!("`{}` cannot be resolved", joined.display()))?;

@@ -26,6 +26,7 @@ use tokio::io::AsyncReadExt;
 use tokio::task::JoinHandle;
 
 use crate::procfs;
+use crate::scenario::Launch;
 
 /// How long the final cleanup waits for the server to exit after stdin closes before killing.
 const EXIT_GRACE: Duration = Duration::from_secs(5);
@@ -224,14 +225,83 @@ pub struct McpServer {
     stderr_task: Option<JoinHandle<()>>,
 }
 
+/// Arrange what the server inherits: open descriptors, ignored signals, no capabilities.
+/// Returns the descriptor the server's copies are made from, to keep open until the spawn.
+fn inherit(
+    cmd: &mut tokio::process::Command,
+    launch: &Launch,
+) -> Result<Option<std::os::fd::OwnedFd>, String> {
+    use std::os::fd::{AsRawFd, OwnedFd};
+    let ignored = launch
+        .ignore_signals
+        .iter()
+        .map(|name| {
+            name.parse::<nix::sys::signal::Signal>()
+                .map(|s| s as i32)
+                .map_err(|_| format!("launch.ignore_signals: unknown signal `{name}`"))
+        })
+        .collect::<Result<Vec<i32>, String>>()?;
+    let null: Option<OwnedFd> = if launch.open_fds.is_empty() {
+        None
+    } else {
+        let file = std::fs::File::open("/dev/null").map_err(|e| format!("/dev/null: {e}"))?;
+        Some(file.into())
+    };
+    let null_fd = null.as_ref().map(|f| f.as_raw_fd());
+    let open_fds = launch.open_fds.clone();
+    let no_capabilities = launch.no_capabilities;
+    // SAFETY: dup2, signal, and prctl are async-signal-safe and use no memory of the parent
+    // beyond the moved vectors, which are only read.
+    unsafe {
+        cmd.pre_exec(move || {
+            use nix::libc;
+            if let Some(null) = null_fd {
+                for fd in &open_fds {
+                    // dup2 onto itself would keep close-on-exec set.
+                    let rc = if null == *fd {
+                        libc::fcntl(null, libc::F_SETFD, 0)
+                    } else {
+                        libc::dup2(null, *fd)
+                    };
+                    if rc == -1 {
+                        return Err(io::Error::last_os_error());
+                    }
+                }
+            }
+            for signal in &ignored {
+                libc::signal(*signal, libc::SIG_IGN);
+            }
+            if no_capabilities {
+                for cap in 0..=63 {
+                    libc::prctl(libc::PR_CAPBSET_DROP, cap, 0, 0, 0);
+                }
+            }
+            Ok(())
+        });
+    }
+    Ok(null)
+}
+
 /// A tools/call result as JSON (`content`, `structuredContent`, `isError`).
 pub type ToolResult = Value;
 
 impl McpServer {
     /// Spawn the server and complete the MCP handshake.
     pub async fn start(program: &Path, args: &[String], cwd: &Path) -> Result<Self, String> {
+        Self::start_with(program, args, cwd, &Launch::default()).await
+    }
+
+    /// Spawn the server with what `launch` says it inherits, and complete the handshake.
+    pub async fn start_with(
+        program: &Path,
+        args: &[String],
+        cwd: &Path,
+        launch: &Launch,
+    ) -> Result<Self, String> {
         let mut cmd = tokio::process::Command::new(program);
         cmd.args(args).current_dir(cwd);
+        // Held open until the server is spawned.
+        let _inherited = inherit(&mut cmd, launch)?;
         let log = SharedLog::default();
         let mut wrapped = CommandWrap::from(cmd);
         wrapped.wrap(Observer(log.clone()));

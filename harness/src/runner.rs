@@ -251,7 +251,13 @@ pub(crate) struct Run<'a> {
 
 impl Run<'_> {
     async fn start_and_run_steps(&mut self) -> Result<(), String> {
-        let server = McpServer::start(&self.spec.server, &self.server_args, &self.root).await?;
+        let server = McpServer::start_with(
+            &self.spec.server,
+            &self.server_args,
+            &self.root,
+            &self.scenario.server.launch,
+        )
+        .await?;
         self.vars.set("server_pid", Value::from(server.pid));
         self.server = Some(server);
         let steps = &self.scenario.steps;

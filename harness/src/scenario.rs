@@ -96,6 +96,25 @@ pub struct ServerSetup {
     pub no_config: bool,
     #[serde(default)]
     pub args: Vec<String>,
+    /// What the server process inherits from whoever starts it.
+    #[serde(default)]
+    pub launch: Launch,
+}
+
+/// How the server process itself is started, to check it does not pass on what it inherited.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Launch {
+    /// Descriptor numbers left open on /dev/null (not close-on-exec) in the server.
+    #[serde(default)]
+    pub open_fds: Vec<i32>,
+    /// Signals the server starts with ignored, as under `nohup` (`SIGHUP`).
+    #[serde(default)]
+    pub ignore_signals: Vec<String>,
+    /// Start the server with an empty capability bounding set, so that even as root it
+    /// obeys file permissions.
+    #[serde(default)]
+    pub no_capabilities: bool,
 }
 
 /// A JSON matcher (see `matcher.rs`); its operators are checked when the file loads.
@@ -528,6 +547,15 @@ pub struct FsStep {
     pub symlink: Option<FsLink>,
     pub mkdir: Option<String>,
     pub write: Option<FsWrite>,
+    pub chmod: Option<FsChmod>,
+}
+
+/// Set a path's permission bits; `mode` is octal text (`"000"`, `"755"`).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FsChmod {
+    pub path: String,
+    pub mode: String,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -770,12 +798,19 @@ impl TryFrom<StepFields> for Step {
             "server_info" => Action::ServerInfo(f.server_info.expect("kind key present").expect),
             "fs" => {
                 let fs = f.fs.expect("kind key present");
-                let n = [fs.symlink.is_some(), fs.mkdir.is_some(), fs.write.is_some()]
-                    .iter()
-                    .filter(|p| **p)
-                    .count();
+                let n = [
+                    fs.symlink.is_some(),
+                    fs.mkdir.is_some(),
+                    fs.write.is_some(),
+                    fs.chmod.is_some(),
+                ]
+                .iter()
+                .filter(|p| **p)
+                .count();
                 if n != 1 {
-                    return Err("an fs step needs exactly one of symlink, mkdir, write".into());
+                    return Err(
+                        "an fs step needs exactly one of symlink, mkdir, write, chmod".into(),
+                    );
                 }
                 Action::Fs(fs)
             }

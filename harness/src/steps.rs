@@ -807,8 +807,17 @@ impl Run<'_> {
                 json!({"write": path, "bytes": text.len()}),
                 std::fs::write(&path, text),
             )
+        } else if let Some(c) = &fs.chmod {
+            use std::os::unix::fs::PermissionsExt;
+            let path = self.inside_root(&c.path)?;
+            let mode = u32::from_str_radix(&c.mode, 8)
+                .map_err(|_| format!("fs.chmod.mode `{}` is not octal", c.mode))?;
+            (
+                json!({"chmod": path, "mode": c.mode}),
+                std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)),
+            )
         } else {
-            return Err("an fs step needs symlink, mkdir or write".into());
+            return Err("an fs step needs symlink, mkdir, write or chmod".into());
         };
         let response = match &result {
             Ok(()) => json!("done"),

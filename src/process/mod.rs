@@ -10,10 +10,34 @@ mod spawn;
 pub use guardian::{Guardian, new_instance, run_guardian, session_tag, sweep};
 pub use pty::{PtyChild, PtyMaster, spawn_pty};
 pub use reaper::{Exit, Reaper};
-pub use spawn::{PipeChild, SpawnSpec, spawn_pipes};
+pub use spawn::{PipeChild, SpawnError, SpawnSpec, can_enter, spawn_pipes};
 
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
+
+/// Mark every descriptor above stderr close-on-exec: whatever started the server may have
+/// left some open, and children must get only the stdio they are given.
+pub fn cloexec_inherited_fds() {
+    // SAFETY: close_range with CLOSE_RANGE_CLOEXEC only sets flags on descriptors.
+    let rc = unsafe { libc::close_range(3, libc::c_uint::MAX, libc::CLOSE_RANGE_CLOEXEC as _) };
+    if rc == 0 {
+        return;
+    }
+    // Kernels before 5.11: set the flag one descriptor at a time.
+    let Ok(entries) = std::fs::read_dir("/proc/self/fd") else {
+        tracing::warn!("cannot list open descriptors; inherited ones may reach children");
+        return;
+    };
+    let fds: Vec<i32> = entries
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse().ok())
+        .filter(|fd| *fd > 2)
+        .collect();
+    for fd in fds {
+        // SAFETY: F_SETFD on a descriptor number touches no memory; a closed one fails.
+        unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) };
+    }
+}
 
 /// Whether our child `pid` has already ended (a zombie, or already reaped), without
 /// reaping it: the reaper still collects its status.

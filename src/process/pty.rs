@@ -41,6 +41,18 @@ fn set_cloexec(fd: &OwnedFd) -> io::Result<()> {
     Ok(())
 }
 
+/// The line discipline as a modern terminal emulator sets it: UTF-8 aware erase (IUTF8, so
+/// Backspace removes a whole character, not its last byte), and no XON/XOFF flow control
+/// (an agent that sends C-s would freeze the output with nothing to send C-q).
+fn set_modes(slave: &OwnedFd) -> io::Result<()> {
+    use nix::sys::termios::{InputFlags, SetArg, tcgetattr, tcsetattr};
+    let mut modes = tcgetattr(slave)?;
+    modes.input_flags |= InputFlags::IUTF8;
+    modes.input_flags &= !(InputFlags::IXON | InputFlags::IXOFF | InputFlags::IXANY);
+    tcsetattr(slave, SetArg::TCSANOW, &modes)?;
+    Ok(())
+}
+
 pub fn spawn_pty(
     spec: &SpawnSpec,
     rows: u16,
@@ -48,11 +60,13 @@ pub fn spawn_pty(
     reaper: &Reaper,
 ) -> Result<PtyChild, SpawnError> {
     let program = &spec.argv[0];
-    let setup_failed = |_| SpawnError(format!("cannot open a terminal for `{program}`; try again"));
+    let setup_failed =
+        |_| SpawnError::Program(format!("cannot open a terminal for `{program}`; try again"));
     let pty = openpty(&winsize(rows, cols), None).map_err(|e| setup_failed(io::Error::from(e)))?;
     // Other children must not inherit either end (a stray slave would keep EOF away).
     set_cloexec(&pty.master).map_err(setup_failed)?;
     set_cloexec(&pty.slave).map_err(setup_failed)?;
+    set_modes(&pty.slave).map_err(setup_failed)?;
     let stdio = || pty.slave.try_clone().map(Stdio::from);
     let mut command = command(spec);
     command
@@ -77,7 +91,7 @@ pub fn spawn_pty(
     // The parent's copies of the slave must go, or the master never sees EOF.
     drop(command);
     drop(pty.slave);
-    let ((), pid, exit) = spawned.map_err(|e| SpawnError(describe(program, &e)))?;
+    let ((), pid, exit) = spawned.map_err(|e| describe(spec, &e))?;
     let flags = fcntl(&pty.master, FcntlArg::F_GETFL)
         .map(OFlag::from_bits_truncate)
         .and_then(|flags| fcntl(&pty.master, FcntlArg::F_SETFL(flags | OFlag::O_NONBLOCK)));
@@ -96,7 +110,7 @@ pub fn spawn_pty(
         }),
         Err(_) => {
             super::signal_group(pid, nix::sys::signal::Signal::SIGKILL);
-            Err(SpawnError(format!(
+            Err(SpawnError::Program(format!(
                 "`{program}` started but its terminal could not be set up; it was killed"
             )))
         }

@@ -1,10 +1,12 @@
 //! Spawning a child with piped stdio in a new session (setsid), so that it leads its own
 //! process group and has no controlling terminal of the server's.
 
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
 
+use nix::fcntl::OFlag;
+use nix::sys::stat::Mode;
 use tokio::net::unix::pipe;
 use tokio::sync::oneshot;
 
@@ -28,7 +30,50 @@ pub struct PipeChild {
 
 /// Why a spawn failed, in words for the client (never raw OS text).
 #[derive(Debug)]
-pub struct SpawnError(pub String);
+pub enum SpawnError {
+    /// The working directory cannot be entered.
+    Cwd(String),
+    /// The program could not be started, or its stdio set up.
+    Program(String),
+}
+
+/// Whether the server (and so a child, which has its credentials) may enter `dir`: looking
+/// up `.` in it needs the same search permission as `fchdir`.
+pub fn can_enter(dir: &impl AsFd) -> bool {
+    let flags = OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC;
+    nix::fcntl::openat(dir, ".", flags, Mode::empty()).is_ok()
+}
+
+/// In the child between fork and exec: signal dispositions and the mask start at their
+/// defaults, whatever the server inherited (`nohup` ignores SIGHUP, and an ignored signal
+/// stays ignored across exec), so the owner's programs can be signalled as usual. Raw
+/// system calls, because the C library refuses to touch the signals it reserves.
+fn reset_signals() {
+    // An all-zero kernel sigaction is SIG_DFL with no flags and an empty mask, whatever
+    // the architecture's field order; the kernel's signal sets are 64 bits.
+    let default = [0u64; 4];
+    let empty = 0u64;
+    // SAFETY: rt_sigaction and rt_sigprocmask are async-signal-safe and only read the
+    // buffers above; numbers that are not signals, or cannot be changed, just fail.
+    unsafe {
+        for signal in 1..=64 {
+            libc::syscall(
+                libc::SYS_rt_sigaction,
+                signal,
+                default.as_ptr(),
+                std::ptr::null_mut::<u64>(),
+                8,
+            );
+        }
+        libc::syscall(
+            libc::SYS_rt_sigprocmask,
+            libc::SIG_SETMASK,
+            &empty,
+            std::ptr::null_mut::<u64>(),
+            8,
+        );
+    }
+}
 
 /// The spec's argv, with exactly its environment and working directory.
 pub(super) fn command(spec: &SpawnSpec) -> Command {
@@ -39,10 +84,11 @@ pub(super) fn command(spec: &SpawnSpec) -> Command {
         .envs(spec.env.iter().map(|(k, v)| (k, v)));
     let cwd = spec.cwd.as_raw_fd();
     let server = std::process::id() as libc::pid_t;
-    // SAFETY: fchdir, prctl and getppid are async-signal-safe; the descriptor outlives the
+    // SAFETY: fchdir, prctl and getppid are async-signal-safe (so is `reset_signals`); the descriptor outlives the
     // spawn (the spec owns it) and is closed in the child at exec (CLOEXEC).
     unsafe {
         command.pre_exec(move || {
+            reset_signals();
             if libc::fchdir(cwd) == -1 {
                 return Err(std::io::Error::last_os_error());
             }
@@ -89,7 +135,7 @@ pub fn spawn_pipes(spec: &SpawnSpec, reaper: &Reaper) -> Result<PipeChild, Spawn
         let pid = child.id() as i32;
         Ok((child, pid))
     });
-    let (mut child, pid, exit) = spawned.map_err(|e| SpawnError(describe(program, &e)))?;
+    let (mut child, pid, exit) = spawned.map_err(|e| describe(spec, &e))?;
     let pipes = (|| -> std::io::Result<_> {
         let stdin = pipe::Sender::from_owned_fd(child.stdin.take().expect("piped").into())?;
         let stdout = pipe::Receiver::from_owned_fd(child.stdout.take().expect("piped").into())?;
@@ -106,15 +152,23 @@ pub fn spawn_pipes(spec: &SpawnSpec, reaper: &Reaper) -> Result<PipeChild, Spawn
         }),
         Err(_) => {
             super::signal_group(pid, nix::sys::signal::Signal::SIGKILL);
-            Err(SpawnError(format!(
+            Err(SpawnError::Program(format!(
                 "`{program}` started but its pipes could not be set up; it was killed"
             )))
         }
     }
 }
 
-pub(super) fn describe(program: &str, e: &std::io::Error) -> String {
+/// Why `spec` failed to start. The child's `fchdir` and `execve` both report EACCES, so a
+/// failure is the cwd's when the directory cannot be entered now.
+pub(super) fn describe(spec: &SpawnSpec, e: &std::io::Error) -> SpawnError {
     use std::io::ErrorKind;
+    let program = &spec.argv[0];
+    if !can_enter(&spec.cwd) {
+        return SpawnError::Cwd(
+            "cannot be entered by the server (no search permission on the directory)".into(),
+        );
+    }
     let why = match e.kind() {
         ErrorKind::NotFound => "the executable does not exist",
         ErrorKind::PermissionDenied => "permission denied (not executable, or a directory)",
@@ -126,5 +180,7 @@ pub(super) fn describe(program: &str, e: &std::io::Error) -> String {
         _ if e.raw_os_error() == Some(libc::EAGAIN) => "the system refused a new process",
         _ => "the system refused to start it",
     };
-    format!("cannot start `{program}`: {why}; ask the owner to fix the profile's argv")
+    SpawnError::Program(format!(
+        "cannot start `{program}`: {why}; ask the owner to fix the profile's argv"
+    ))
 }

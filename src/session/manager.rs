@@ -14,7 +14,7 @@ use crate::errors::{ErrorCode, ToolError};
 use crate::limits::MAX_CLIENT_ENV;
 use crate::output::OutputBuffer;
 use crate::policy::{BASE_ENV, TAG_VAR, denied_env_name, resolve_cwd};
-use crate::process::{Reaper, SpawnSpec, session_tag, spawn_pipes, spawn_pty};
+use crate::process::{Reaper, SpawnError, SpawnSpec, session_tag, spawn_pipes, spawn_pty};
 
 /// The terminal type PTY children are told they run on.
 const TERM: &str = "xterm-256color";
@@ -144,7 +144,16 @@ impl Sessions {
                 }
             }),
         }
-        .map_err(|e| ToolError::new(ErrorCode::SpawnFailed, e.0))?;
+        .map_err(|e| match e {
+            SpawnError::Cwd(why) => ToolError::new(
+                ErrorCode::CwdNotAllowed,
+                format!(
+                    "cwd `{}` {why}; pick a directory the server can enter",
+                    cwd_path.display()
+                ),
+            ),
+            SpawnError::Program(why) => ToolError::new(ErrorCode::SpawnFailed, why),
+        })?;
         let session = launch(
             NewSession {
                 id,
