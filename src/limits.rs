@@ -72,5 +72,9 @@ pub const CWD_MAX_CHARS: usize = 4096;
 pub const SCROLLBACK_CELLS: usize = 200_000;
 pub const SCROLLBACK_MAX_LINES: usize = 10_000;
 
+/// Bytes of a terminal title kept (the emulator itself keeps at most 1 KiB of any OSC
+/// string, so an unterminated one cannot grow the server).
+pub const TITLE_MAX_BYTES: usize = 1024;
+
 /// Text a `terminal_wait` searches per step under the session lock.
 pub const SEARCH_STEP_BYTES: usize = 64 * 1024;

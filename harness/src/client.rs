@@ -435,6 +435,11 @@ impl McpServer {
         procfs::open_fds(self.pid)
     }
 
+    /// The resident memory of the server process, in KiB.
+    pub fn rss_kib(&self) -> Result<u64, String> {
+        procfs::rss_kib(self.pid)
+    }
+
     pub async fn list_tools(&self) -> Result<Value, String> {
         let tools = self
             .client()?

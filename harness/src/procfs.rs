@@ -1,5 +1,5 @@
 //! Process facts from /proc: is a PID alive, who is in a process group, a zombie's status,
-//! how many files a process holds open.
+//! how many files a process holds open, how much memory it has resident.
 //! A zombie has ended: it counts as gone.
 
 use std::fs;
@@ -106,6 +106,17 @@ pub fn open_fds(pid: u32) -> Result<u64, String> {
     Ok(entries.filter(|e| e.is_ok()).count() as u64)
 }
 
+/// The resident set size of `pid` in KiB (`VmRSS` of /proc/<pid>/status).
+pub fn rss_kib(pid: u32) -> Result<u64, String> {
+    let status = fs::read_to_string(format!("/proc/{pid}/status"))
+        .map_err(|e| format!("cannot read /proc/{pid}/status: {e}"))?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .ok_or_else(|| format!("/proc/{pid}/status has no VmRSS"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -120,6 +131,13 @@ mod tests {
         assert!(open_fds(me).unwrap() > before.saturating_sub(8));
         drop(file);
         assert!(open_fds(u32::MAX).is_err());
+    }
+
+    #[test]
+    fn reads_own_resident_memory() {
+        let kib = rss_kib(std::process::id()).unwrap();
+        assert!(kib > 100, "{kib}");
+        assert!(rss_kib(u32::MAX).is_err());
     }
 
     #[test]

@@ -213,6 +213,7 @@ pub enum Action {
     Fs(FsStep),
     Let(LetStep),
     ServerFds(ServerFdsSpec),
+    ServerRss(ServerRssSpec),
     Repeat(RepeatSpec),
 }
 
@@ -230,6 +231,7 @@ impl Action {
             Action::Fs(_) => "fs".into(),
             Action::Let(l) => format!("let {}", l.var),
             Action::ServerFds(_) => "server_fds".into(),
+            Action::ServerRss(_) => "server_rss".into(),
             Action::Repeat(r) => format!("repeat {} times", r.times),
         }
     }
@@ -263,6 +265,18 @@ pub struct CallStep {
 #[serde(deny_unknown_fields)]
 pub struct ServerFdsSpec {
     pub save: Option<String>,
+    pub matches: Option<Matcher>,
+    #[serde(default = "default_process_within")]
+    pub within_ms: u64,
+}
+
+/// Read the server's resident memory in KiB (VmRSS): `save` it into a variable, or check
+/// it `matches` — less the saved value of `above`, when given — polling up to `within_ms`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServerRssSpec {
+    pub save: Option<String>,
+    pub above: Option<String>,
     pub matches: Option<Matcher>,
     #[serde(default = "default_process_within")]
     pub within_ms: u64,
@@ -606,6 +620,7 @@ struct StepFields {
     within_ms: Option<u64>,
     cancel_quiet_ms: Option<u64>,
     server_fds: Option<ServerFdsSpec>,
+    server_rss: Option<ServerRssSpec>,
     repeat: Option<RepeatSpec>,
 }
 
@@ -634,13 +649,14 @@ impl StepFields {
             ("within_ms", self.within_ms.is_some()),
             ("cancel_quiet_ms", self.cancel_quiet_ms.is_some()),
             ("server_fds", self.server_fds.is_some()),
+            ("server_rss", self.server_rss.is_some()),
             ("repeat", self.repeat.is_some()),
         ];
         flags.iter().filter(|(_, p)| *p).map(|(k, _)| *k).collect()
     }
 }
 
-const KINDS: [&str; 12] = [
+const KINDS: [&str; 13] = [
     "call",
     "until",
     "collect",
@@ -652,6 +668,7 @@ const KINDS: [&str; 12] = [
     "fs",
     "let",
     "server_fds",
+    "server_rss",
     "repeat",
 ];
 
@@ -829,6 +846,16 @@ impl TryFrom<StepFields> for Step {
                     return Err("a server_fds step needs exactly one of save, matches".into());
                 }
                 Action::ServerFds(spec)
+            }
+            "server_rss" => {
+                let spec = f.server_rss.expect("kind key present");
+                let checks = spec.matches.is_some();
+                if spec.save.is_some() == checks || (spec.above.is_some() && !checks) {
+                    return Err(
+                        "a server_rss step needs `save`, or `matches` (with `above`)".into(),
+                    );
+                }
+                Action::ServerRss(spec)
             }
             "repeat" => {
                 let r = f.repeat.expect("kind key present");

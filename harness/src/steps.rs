@@ -16,7 +16,8 @@ use crate::raw::{LINE_TIMEOUT, RawServer};
 use crate::runner::{Run, wait_gone};
 use crate::scenario::{
     Action, CallStep, CollectStep, FsStep, ProcState, ProcessStep, RawAction, RepeatSpec,
-    SaveRegexes, Saves, ServerFdsSpec, ServerStep, SignalName, Step, TextAssert, UntilStep,
+    SaveRegexes, Saves, ServerFdsSpec, ServerRssSpec, ServerStep, SignalName, Step, TextAssert,
+    UntilStep,
 };
 use crate::vars::lookup_path;
 
@@ -54,6 +55,7 @@ impl Run<'_> {
             }
             Action::Fs(fs) => self.fs_step(fs),
             Action::ServerFds(spec) => self.server_fds_step(spec).await,
+            Action::ServerRss(spec) => self.server_rss_step(spec).await,
             Action::Repeat(r) => self.repeat_step(r).await,
             Action::Let(l) => {
                 let value = match (&l.value, &l.repeat, l.times) {
@@ -322,6 +324,52 @@ impl Run<'_> {
                 done,
             );
         }
+    }
+
+    async fn server_rss_step(&mut self, spec: &ServerRssSpec) -> Result<(), String> {
+        let began = Instant::now();
+        let kib = self.connected()?.rss_kib()?;
+        if let Some(var) = &spec.save {
+            self.record(json!({"server_rss": "read"}), &json!({"kib": kib}), began);
+            self.vars.set(var, Value::from(kib));
+            return self.check(format!("saved ${{{var}}} = {kib} KiB resident"), Ok(()));
+        }
+        let base = match &spec.above {
+            Some(var) => self
+                .vars
+                .subst(&Value::String(format!("${{{var}}}")))?
+                .as_u64()
+                .ok_or_else(|| format!("${{{var}}} is not a saved KiB count"))?,
+            None => 0,
+        };
+        let expected = match &spec.matches {
+            Some(m) => self.vars.subst(&m.0)?,
+            None => return Err("a server_rss step needs save or matches".into()),
+        };
+        let within = Duration::from_millis(spec.within_ms);
+        let mut reads = vec![kib];
+        let verdict = loop {
+            let value = Value::from(reads[reads.len() - 1].saturating_sub(base));
+            match matcher::check(&expected, &value) {
+                Ok(()) => break Ok(()),
+                Err(_) if began.elapsed() < within => {
+                    tokio::time::sleep(POLL_PAUSE * 5).await;
+                    reads.push(self.connected()?.rss_kib()?);
+                }
+                Err(mm) => break Err(matcher::explain(&expected, &value, &mm)),
+            }
+        };
+        let last = reads.len().saturating_sub(10);
+        self.record(
+            json!({"server_rss": "poll", "above_kib": base, "within_ms": spec.within_ms}),
+            &json!({"reads": reads.len(), "last_kib": &reads[last..]}),
+            began,
+        );
+        let what = match &spec.above {
+            Some(var) => format!("resident KiB above ${{{var}}} ({base})"),
+            None => "resident KiB".to_owned(),
+        };
+        self.check(format!("the server's {what} matches"), verdict)
     }
 
     async fn repeat_step(&mut self, r: &RepeatSpec) -> Result<(), String> {

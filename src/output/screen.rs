@@ -6,7 +6,7 @@ use std::num::NonZeroU16;
 
 use serde::Serialize;
 
-use crate::limits::{SCROLLBACK_CELLS, SCROLLBACK_MAX_LINES};
+use crate::limits::{SCROLLBACK_CELLS, SCROLLBACK_MAX_LINES, TITLE_MAX_BYTES};
 
 /// Answer to "what terminal are you" (`ESC [ c`): a VT102-class terminal.
 const DEVICE_ATTRIBUTES: &[u8] = b"\x1b[?6c";
@@ -20,7 +20,13 @@ struct Events {
 
 impl vt100::Callbacks for Events {
     fn set_window_title(&mut self, _: &mut vt100::Screen, title: &[u8]) {
-        self.title = String::from_utf8_lossy(title).into_owned();
+        let mut title = String::from_utf8_lossy(title).into_owned();
+        let mut end = title.len().min(TITLE_MAX_BYTES);
+        while !title.is_char_boundary(end) {
+            end -= 1;
+        }
+        title.truncate(end);
+        self.title = title;
     }
 
     fn unhandled_csi(
@@ -179,6 +185,23 @@ mod tests {
         assert_eq!(v.lines[2], "   full");
         s.feed(b"\x1b[?1049l");
         assert_eq!(s.view(0).lines[0], "hello");
+    }
+
+    #[test]
+    fn strings_and_titles_are_bounded() {
+        let mut s = Screen::new(5, 20);
+        let mut flood = b"\x1b]0;".to_vec();
+        flood.extend(std::iter::repeat_n(b'a', 100_000));
+        s.feed(&flood);
+        s.feed("é".repeat(1000).as_bytes());
+        s.feed(b"\x07after");
+        let v = s.view(0);
+        assert!(v.title.len() <= TITLE_MAX_BYTES, "{}", v.title.len());
+        assert!(v.title.starts_with("aaa"));
+        assert_eq!(v.lines[0], "after");
+        s.feed(format!("\x1b]2;{}\x07", "é".repeat(600)).as_bytes());
+        let title = s.view(0).title;
+        assert!(title.len() <= TITLE_MAX_BYTES && title.chars().all(|c| c == 'é'));
     }
 
     #[test]
