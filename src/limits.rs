@@ -67,8 +67,15 @@ pub const TERMINAL_MAX_SIZE: u16 = 1000;
 /// Characters of a requested `cwd`.
 pub const CWD_MAX_CHARS: usize = 4096;
 
-/// Cells of scrollback a PTY session's emulator may keep (a cell is about 32 bytes, so
-/// about 6 MiB): 2,500 lines at 80 columns, 200 at 1,000; never more than the lines below.
+/// Cells all retained sessions' terminal emulators may hold together: a vt100 cell is 32
+/// bytes, so 256 MiB. Each session's emulator gets `1/max_records` of it for its screen, its
+/// alternate screen and its scrollback, so the worst case of the whole server fits this
+/// whatever the owner sets `max_records` to.
+pub const CAP_TOTAL_EMULATOR_CELLS: usize = 8_388_608;
+
+/// Cells of scrollback a PTY session's emulator may keep at most (about 6 MiB), within its
+/// share of the cap above: 2,500 lines at 80 columns, 200 at 1,000; never more than the
+/// lines below.
 pub const SCROLLBACK_CELLS: usize = 200_000;
 pub const SCROLLBACK_MAX_LINES: usize = 10_000;
 

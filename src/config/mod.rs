@@ -57,6 +57,13 @@ impl Default for Limits {
     }
 }
 
+impl Limits {
+    /// The cells one session's terminal emulator may hold: its share of the server-wide cap.
+    pub fn emulator_cells(&self) -> usize {
+        crate::limits::CAP_TOTAL_EMULATOR_CELLS / self.max_records.max(1)
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
     Pipe,

@@ -100,6 +100,8 @@ pub fn parse_config(value: &Value, default_root: &Path) -> Result<Config, String
         Some(map) => parse_commands(map)?,
     };
 
+    check_terminal_sizes(&commands, &limits)?;
+
     let audit_log = match f.get("audit_log") {
         None => None,
         Some(v) => Some(audit_path(absolute_str(v, "audit_log")?)?),
@@ -149,6 +151,29 @@ fn check_limits(l: &Limits) -> Result<(), String> {
              got {} × {} = {bytes}",
             l.max_records, l.buffer_bytes
         ));
+    }
+    Ok(())
+}
+
+/// A PTY profile's screen and alternate screen must fit one session's emulator budget.
+fn check_terminal_sizes(
+    commands: &BTreeMap<String, Profile>,
+    limits: &Limits,
+) -> Result<(), String> {
+    let budget = limits.emulator_cells();
+    for (id, p) in commands.iter().filter(|(_, p)| p.mode == Mode::Pty) {
+        let cells = usize::from(p.rows) * usize::from(p.cols);
+        if 2 * cells > budget {
+            return Err(format!(
+                "`commands.{id}.rows`: rows × cols must be at most {} with max_records {} (a \
+                 session's emulator holds {budget} cells, two screens of rows × cols), got {} \
+                 × {} = {cells}",
+                budget / 2,
+                limits.max_records,
+                p.rows,
+                p.cols
+            ));
+        }
     }
     Ok(())
 }
@@ -430,6 +455,26 @@ mod tests {
         assert!(e.contains("at least max_sessions"), "{e}");
         let e = err(json!({"default_timeout_ms": 5000, "max_timeout_ms": 1000}));
         assert!(e.contains("must not exceed max_timeout_ms"), "{e}");
+    }
+
+    #[test]
+    fn terminal_sizes_fit_the_emulator_share() {
+        let pty = |rows: u64, cols: u64| json!({"commands": {"t": {"argv": ["/bin/cat"], "mode": "pty", "rows": rows, "cols": cols}}});
+        let e = err(pty(1000, 1000));
+        assert!(
+            e.starts_with("`commands.t.rows`: rows × cols must be at most 131072"),
+            "{e}"
+        );
+        assert!(parse_config(&with(pty(256, 512)), &root()).is_ok());
+        let mut many = pty(100, 100);
+        many["max_records"] = json!(1024);
+        many["buffer_bytes"] = json!(65_536);
+        many["buffer_records"] = json!(2048);
+        let e = err(many);
+        assert!(e.contains("at most 4096 with max_records 1024"), "{e}");
+        let mut pipe = pty(1000, 1000);
+        pipe["commands"]["t"]["mode"] = json!("pipe");
+        assert!(parse_config(&with(pipe), &root()).is_ok());
     }
 
     #[test]

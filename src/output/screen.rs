@@ -53,8 +53,14 @@ impl vt100::Callbacks for Events {
     }
 }
 
+/// The emulator, and what bounds its memory: `budget` cells for the screen, the alternate
+/// screen and the scrollback. vt100 keeps a row's cells when the terminal narrows and a
+/// scrollback row's width as it was, so the cells it holds are bounded by the largest rows
+/// and columns since it was built (`reach`), not by the current size.
 pub struct Screen {
     parser: vt100::Parser<Events>,
+    budget: usize,
+    reach: (usize, usize),
 }
 
 #[derive(Debug, Serialize)]
@@ -79,15 +85,37 @@ fn size(n: u16) -> NonZeroU16 {
     NonZeroU16::new(n).unwrap_or(NonZeroU16::MIN)
 }
 
+/// Cells of a screen and its alternate screen.
+fn screen_cells(rows: u16, cols: u16) -> usize {
+    2 * usize::from(rows.max(1)) * usize::from(cols.max(1))
+}
+
 impl Screen {
-    pub fn new(rows: u16, cols: u16) -> Self {
+    /// An emulator of `rows`×`cols` holding at most `budget` cells; the size must `fit`.
+    pub fn new(rows: u16, cols: u16, budget: usize) -> Self {
         Screen {
-            parser: Self::parser(rows, cols, Events::default()),
+            parser: Self::parser(rows, cols, budget, Events::default()),
+            budget,
+            reach: (usize::from(rows), usize::from(cols)),
         }
     }
 
-    fn parser(rows: u16, cols: u16, events: Events) -> vt100::Parser<Events> {
-        let scrollback = (SCROLLBACK_CELLS / usize::from(cols.max(1))).min(SCROLLBACK_MAX_LINES);
+    /// Whether a terminal of `rows`×`cols` fits a budget of `budget` cells.
+    pub fn fits(rows: u16, cols: u16, budget: usize) -> bool {
+        screen_cells(rows, cols) <= budget
+    }
+
+    /// The cells this emulator may hold.
+    pub fn budget(&self) -> usize {
+        self.budget
+    }
+
+    /// Scrollback lines: what is left of the budget after both screens, within the caps.
+    fn parser(rows: u16, cols: u16, budget: usize, events: Events) -> vt100::Parser<Events> {
+        let cells = budget
+            .saturating_sub(screen_cells(rows, cols))
+            .min(SCROLLBACK_CELLS);
+        let scrollback = (cells / usize::from(cols.max(1))).min(SCROLLBACK_MAX_LINES);
         vt100::Parser::new_with_callbacks(size(rows), size(cols), scrollback, events)
     }
 
@@ -97,13 +125,18 @@ impl Screen {
         std::mem::take(&mut self.parser.callbacks_mut().replies)
     }
 
-    /// Resize. Scrollback is kept while its cell budget still holds at the new width;
-    /// a wider screen would outgrow it, so the emulator is rebuilt from the visible screen
-    /// (contents, cursor, modes and title kept; the scrollback starts again).
+    /// Resize to a size that `fits`. Scrollback is kept while the budget still holds what
+    /// the emulator may have allocated; past that the emulator is rebuilt from the visible
+    /// screen (contents, cursor, modes and title kept; the scrollback starts again).
     pub fn resize(&mut self, rows: u16, cols: u16) {
         let capacity = self.parser.screen().scrollback_capacity();
-        if capacity * usize::from(cols) <= SCROLLBACK_CELLS {
+        let reach = (
+            self.reach.0.max(usize::from(rows)),
+            self.reach.1.max(usize::from(cols)),
+        );
+        if (2 * reach.0 + capacity) * reach.1 <= self.budget {
             self.parser.screen_mut().set_size(size(rows), size(cols));
+            self.reach = reach;
             return;
         }
         let state = self.parser.screen().state_formatted();
@@ -111,10 +144,13 @@ impl Screen {
             title: std::mem::take(&mut self.parser.callbacks_mut().title),
             replies: Vec::new(),
         };
-        let mut parser = Self::parser(rows, cols, events);
+        // The old emulator goes first, so both never exist at once.
+        self.parser = Self::parser(1, 1, 0, Events::default());
+        let mut parser = Self::parser(rows, cols, self.budget, events);
         parser.process(state.as_bytes());
         parser.callbacks_mut().replies.clear();
         self.parser = parser;
+        self.reach = (usize::from(rows), usize::from(cols));
     }
 
     /// The screen as rendered now, with up to `scrollback` lines from above it.
@@ -170,9 +206,12 @@ impl Screen {
 mod tests {
     use super::*;
 
+    /// The share of each session at the default `max_records` (32).
+    const BUDGET: usize = crate::limits::CAP_TOTAL_EMULATOR_CELLS / 32;
+
     #[test]
     fn renders_text_cursor_title_and_alternate_screen() {
-        let mut s = Screen::new(5, 20);
+        let mut s = Screen::new(5, 20, BUDGET);
         s.feed(b"hello\r\nworld\x1b]0;my title\x07");
         let v = s.view(0);
         assert_eq!(v.lines[..2], ["hello", "world"]);
@@ -189,7 +228,7 @@ mod tests {
 
     #[test]
     fn strings_and_titles_are_bounded() {
-        let mut s = Screen::new(5, 20);
+        let mut s = Screen::new(5, 20, BUDGET);
         let mut flood = b"\x1b]0;".to_vec();
         flood.extend(std::iter::repeat_n(b'a', 100_000));
         s.feed(&flood);
@@ -206,7 +245,7 @@ mod tests {
 
     #[test]
     fn answers_cursor_position_and_device_queries() {
-        let mut s = Screen::new(24, 80);
+        let mut s = Screen::new(24, 80, BUDGET);
         assert_eq!(s.feed(b"ab\x1b[6n"), b"\x1b[1;3R");
         assert_eq!(s.feed(b"\x1b[c"), DEVICE_ATTRIBUTES);
         assert_eq!(s.feed(b"\x1b[5n"), b"\x1b[0n");
@@ -215,7 +254,7 @@ mod tests {
 
     #[test]
     fn scrollback_returns_lines_above_the_screen_oldest_first() {
-        let mut s = Screen::new(3, 10);
+        let mut s = Screen::new(3, 10, BUDGET);
         for i in 0..10 {
             s.feed(format!("line{i}\r\n").as_bytes());
         }
@@ -228,7 +267,7 @@ mod tests {
 
     #[test]
     fn widening_past_the_scrollback_budget_keeps_the_screen() {
-        let mut s = Screen::new(4, 80);
+        let mut s = Screen::new(4, 80, BUDGET);
         for i in 0..100 {
             s.feed(format!("line{i}\r\n").as_bytes());
         }
@@ -240,12 +279,53 @@ mod tests {
         assert_eq!((v.cursor.row, v.cursor.col), (3, 4));
         assert_eq!(v.title, "kept");
         assert!(v.scrollback.is_empty(), "the scrollback starts again");
-        assert!(s.parser.screen().scrollback_capacity() * 1000 <= SCROLLBACK_CELLS);
+        assert!((8 + s.parser.screen().scrollback_capacity()) * 1000 <= BUDGET);
+    }
+
+    #[test]
+    fn sizes_fit_the_budget_with_both_screens() {
+        assert!(Screen::fits(256, 512, BUDGET));
+        assert!(!Screen::fits(257, 512, BUDGET));
+        assert!(!Screen::fits(1000, 1000, BUDGET));
+        let s = Screen::new(256, 512, BUDGET);
+        assert_eq!(s.parser.screen().scrollback_capacity(), 0);
+        let s = Screen::new(24, 80, BUDGET);
+        assert_eq!(
+            s.parser.screen().scrollback_capacity(),
+            SCROLLBACK_CELLS / 80
+        );
+    }
+
+    #[test]
+    fn what_the_emulator_may_hold_stays_within_the_budget_across_resizes() {
+        let sizes = [
+            (24, 80),
+            (256, 512),
+            (512, 256),
+            (24, 80),
+            (1, 1000),
+            (1000, 1),
+            (60, 200),
+        ];
+        let mut s = Screen::new(24, 80, BUDGET);
+        for (rows, cols) in sizes.iter().cycle().take(40) {
+            assert!(Screen::fits(*rows, *cols, BUDGET));
+            s.resize(*rows, *cols);
+            s.feed(b"\x1b[?1049htext\x1b[?1049l\r\nmore\r\n");
+            let capacity = s.parser.screen().scrollback_capacity();
+            let (reach_rows, reach_cols) = s.reach;
+            assert!(reach_rows >= usize::from(*rows) && reach_cols >= usize::from(*cols));
+            assert!(
+                (2 * reach_rows + capacity) * reach_cols <= BUDGET,
+                "{rows}x{cols}"
+            );
+            assert_eq!(s.view(0).lines.len(), usize::from(*rows));
+        }
     }
 
     #[test]
     fn resize_changes_the_rendered_size() {
-        let mut s = Screen::new(24, 80);
+        let mut s = Screen::new(24, 80, BUDGET);
         s.resize(10, 40);
         let v = s.view(0);
         assert_eq!((v.rows, v.cols, v.lines.len()), (10, 40, 10));

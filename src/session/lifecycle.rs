@@ -30,6 +30,8 @@ pub enum Spawned {
         child: PtyChild,
         rows: u16,
         cols: u16,
+        /// The cells its emulator may hold.
+        emulator_cells: usize,
     },
 }
 
@@ -63,7 +65,12 @@ pub fn launch(new: NewSession, spawned: Spawned) -> Arc<Session> {
                 (Source::Pipe(child.stderr), Stream::Stderr),
             ],
         ),
-        Spawned::Pty { child, rows, cols } => {
+        Spawned::Pty {
+            child,
+            rows,
+            cols,
+            emulator_cells,
+        } => {
             let master = Arc::new(child.master);
             (
                 child.pid,
@@ -71,7 +78,7 @@ pub fn launch(new: NewSession, spawned: Spawned) -> Arc<Session> {
                 Mode::Pty,
                 Input::Pty(master.clone()),
                 Some(master.clone()),
-                Some(Screen::new(rows, cols)),
+                Some(Screen::new(rows, cols, emulator_cells)),
                 vec![(Source::Pty(master), Stream::Stdout)],
             )
         }

@@ -141,6 +141,7 @@ impl Sessions {
                     child,
                     rows: profile.rows,
                     cols: profile.cols,
+                    emulator_cells: config.limits.emulator_cells(),
                 }
             }),
         }

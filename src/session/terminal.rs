@@ -5,7 +5,8 @@ use nix::sys::signal::Signal;
 
 use super::Session;
 use crate::errors::{ErrorCode, ToolError};
-use crate::output::ScreenView;
+use crate::limits::CAP_TOTAL_EMULATOR_CELLS;
+use crate::output::{Screen, ScreenView};
 use crate::process::{signal_group, signal_process};
 
 /// Who receives a signal.
@@ -32,6 +33,22 @@ impl Session {
         let terminal = self.terminal.as_ref().ok_or_else(|| self.not_a_pty())?;
         if self.status().is_final() {
             return Err(self.not_running());
+        }
+        let budget = self.inspect(|s| s.screen.as_ref().map_or(0, Screen::budget));
+        if !Screen::fits(rows, cols, budget) {
+            let most = budget / 2;
+            return Err(ToolError::invalid_argument(
+                "rows",
+                format!(
+                    "× cols is {} cells, over the limit of {most} for this server: a session's \
+                     emulator holds at most {budget} cells (1/max_records of {}), and the \
+                     screen and the alternate screen each take rows × cols; choose a smaller \
+                     size",
+                    usize::from(rows) * usize::from(cols),
+                    CAP_TOTAL_EMULATOR_CELLS
+                ),
+            )
+            .with("max_cells", most));
         }
         terminal
             .resize(rows, cols)
