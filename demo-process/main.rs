@@ -29,7 +29,7 @@ const DAEMON_TICKS: u64 = 30;
 /// The bottom line of the `pty-tui` frame; it sits on the last row, so a resize moves it.
 const TUI_FOOTER: &str = "q: quit  +/-/Up/Down: counter";
 
-const MODES: &str = "stream interactive long unicode flood exit7 empty children closed-stdin \
+const MODES: &str = "stream interactive long unicode flood flood-checksum exit7 empty children closed-stdin \
                      split-utf8 invalid-utf8 eof ignore-term pty-tui escape";
 
 fn main() -> ExitCode {
@@ -41,7 +41,8 @@ fn main() -> ExitCode {
         "interactive" => interactive(),
         "long" => long(),
         "unicode" => unicode(),
-        "flood" => flood(count(arg, FLOOD_LINES)),
+        "flood" => flood(count(arg, FLOOD_LINES)).map(|_| ExitCode::SUCCESS),
+        "flood-checksum" => flood_checksum(count(arg, FLOOD_LINES)),
         "exit7" => exit7(),
         "empty" => Ok(ExitCode::SUCCESS),
         "children" => children(),
@@ -119,18 +120,34 @@ fn unicode() -> io::Result<ExitCode> {
 }
 
 /// `N` lines of exactly `FLOOD_LINE_WIDTH` bytes, then a summary line on stdout:
-/// `flood total: <code points before this line> code points`.
-fn flood(lines: u64) -> io::Result<ExitCode> {
+/// `flood total: <code points before this line> code points`. Returns the FNV-1a (64 bit)
+/// hash of everything written.
+fn flood(lines: u64) -> io::Result<u64> {
     let mut out = io::BufWriter::with_capacity(64 * 1024, io::stdout().lock());
+    let mut hash = 0xcbf2_9ce4_8422_2325u64;
+    let mut write = |out: &mut io::BufWriter<_>, line: String| {
+        hash = line.bytes().fold(hash, |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+        });
+        out.write_all(line.as_bytes())
+    };
     let mut total: u64 = 0;
     for i in 1..=lines {
         let head = format!("flood {i:08} ");
         let pad = FLOOD_LINE_WIDTH - head.len() - 1;
-        writeln!(out, "{head}{}", "x".repeat(pad))?;
+        write(&mut out, format!("{head}{}\n", "x".repeat(pad)))?;
         total += FLOOD_LINE_WIDTH as u64;
     }
-    writeln!(out, "flood total: {total} code points")?;
+    write(&mut out, format!("flood total: {total} code points\n"))?;
     out.flush()?;
+    Ok(hash)
+}
+
+/// `flood`, then on stderr the hash of what it wrote on stdout, for a reader to compare:
+/// `flood checksum fnv1a64 <16 hex digits>`.
+fn flood_checksum(lines: u64) -> io::Result<ExitCode> {
+    let hash = flood(lines)?;
+    eprintln!("flood checksum fnv1a64 {hash:016x}");
     Ok(ExitCode::SUCCESS)
 }
 

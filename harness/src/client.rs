@@ -440,6 +440,11 @@ impl McpServer {
         procfs::rss_kib(self.pid)
     }
 
+    /// The peak resident memory of the server process so far, in KiB.
+    pub fn peak_rss_kib(&self) -> Result<u64, String> {
+        procfs::peak_rss_kib(self.pid)
+    }
+
     pub async fn list_tools(&self) -> Result<Value, String> {
         let tools = self
             .client()?

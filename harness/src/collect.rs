@@ -190,6 +190,7 @@ impl Collector {
             "text": self.text,
             "stdout": self.stdout,
             "stderr": self.stderr,
+            "stdout_checksum": fnv1a64(self.stdout.as_bytes()),
             "pages": self.pages,
             "gaps": self.gaps,
             "expired": self.expired,
@@ -201,6 +202,14 @@ impl Collector {
             "base_cursor": field("base_cursor"),
         })
     }
+}
+
+/// FNV-1a (64 bit) of `bytes` in 16 hex digits, as `demo-process flood-checksum` prints it.
+pub fn fnv1a64(bytes: &[u8]) -> String {
+    let hash = bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3)
+    });
+    format!("{hash:016x}")
 }
 
 /// Complete when all output is read: `output_complete` and nothing more, or a final session
@@ -224,6 +233,12 @@ mod tests {
             "truncated": false, "has_more": more, "status": if complete { "EXITED" } else { "RUNNING" },
             "output_complete": complete, "output_incomplete": false,
         })
+    }
+
+    #[test]
+    fn checksum_is_fnv1a64() {
+        assert_eq!(fnv1a64(b""), "cbf29ce484222325");
+        assert_eq!(fnv1a64(b"a"), "af63dc4c8601ec8c");
     }
 
     #[test]

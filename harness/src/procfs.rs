@@ -108,13 +108,22 @@ pub fn open_fds(pid: u32) -> Result<u64, String> {
 
 /// The resident set size of `pid` in KiB (`VmRSS` of /proc/<pid>/status).
 pub fn rss_kib(pid: u32) -> Result<u64, String> {
+    status_kib(pid, "VmRSS")
+}
+
+/// The peak resident set size of `pid` in KiB (`VmHWM` of /proc/<pid>/status).
+pub fn peak_rss_kib(pid: u32) -> Result<u64, String> {
+    status_kib(pid, "VmHWM")
+}
+
+fn status_kib(pid: u32, field: &str) -> Result<u64, String> {
     let status = fs::read_to_string(format!("/proc/{pid}/status"))
         .map_err(|e| format!("cannot read /proc/{pid}/status: {e}"))?;
     status
         .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .ok_or_else(|| format!("/proc/{pid}/status has no VmRSS"))
+        .ok_or_else(|| format!("/proc/{pid}/status has no {field}"))
 }
 
 #[cfg(test)]
@@ -137,6 +146,7 @@ mod tests {
     fn reads_own_resident_memory() {
         let kib = rss_kib(std::process::id()).unwrap();
         assert!(kib > 100, "{kib}");
+        assert!(peak_rss_kib(std::process::id()).unwrap() >= kib);
         assert!(rss_kib(u32::MAX).is_err());
     }
 

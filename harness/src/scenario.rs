@@ -278,6 +278,9 @@ pub struct ServerRssSpec {
     pub save: Option<String>,
     pub above: Option<String>,
     pub matches: Option<Matcher>,
+    /// The peak so far (VmHWM) instead of the resident memory now.
+    #[serde(default)]
+    pub peak: bool,
     #[serde(default = "default_process_within")]
     pub within_ms: u64,
 }

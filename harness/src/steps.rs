@@ -328,7 +328,11 @@ impl Run<'_> {
 
     async fn server_rss_step(&mut self, spec: &ServerRssSpec) -> Result<(), String> {
         let began = Instant::now();
-        let kib = self.connected()?.rss_kib()?;
+        let read = |server: &crate::client::McpServer| match spec.peak {
+            true => server.peak_rss_kib(),
+            false => server.rss_kib(),
+        };
+        let kib = read(self.connected()?)?;
         if let Some(var) = &spec.save {
             self.record(json!({"server_rss": "read"}), &json!({"kib": kib}), began);
             self.vars.set(var, Value::from(kib));
@@ -354,20 +358,25 @@ impl Run<'_> {
                 Ok(()) => break Ok(()),
                 Err(_) if began.elapsed() < within => {
                     tokio::time::sleep(POLL_PAUSE * 5).await;
-                    reads.push(self.connected()?.rss_kib()?);
+                    reads.push(read(self.connected()?)?);
                 }
                 Err(mm) => break Err(matcher::explain(&expected, &value, &mm)),
             }
         };
         let last = reads.len().saturating_sub(10);
         self.record(
-            json!({"server_rss": "poll", "above_kib": base, "within_ms": spec.within_ms}),
+            json!({"server_rss": "poll", "peak": spec.peak, "above_kib": base, "within_ms": spec.within_ms}),
             &json!({"reads": reads.len(), "last_kib": &reads[last..]}),
             began,
         );
+        let resident = if spec.peak {
+            "peak resident"
+        } else {
+            "resident"
+        };
         let what = match &spec.above {
-            Some(var) => format!("resident KiB above ${{{var}}} ({base})"),
-            None => "resident KiB".to_owned(),
+            Some(var) => format!("{resident} KiB above ${{{var}}} ({base})"),
+            None => format!("{resident} KiB"),
         };
         self.check(format!("the server's {what} matches"), verdict)
     }

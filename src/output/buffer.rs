@@ -171,7 +171,6 @@ impl OutputBuffer {
         self.push(stream, &text[skip..], chars - skipped);
     }
 
-    #[cfg(test)]
     /// Append the longest prefix of `text` (whole code points) that fits without evicting
     /// any record at or after `keep_from`, evicting older records as needed; returns the
     /// prefix's length in bytes.
@@ -375,6 +374,26 @@ impl OutputBuffer {
             }
         }
         to_byte
+    }
+
+    /// The earliest cursor from which the records up to `cursor` fit in half the
+    /// buffer's limits: what a search that reached `cursor` keeps unacknowledged, so the
+    /// start of a match it is about to find cannot be evicted under it.
+    pub fn keep_back(&self, cursor: u64) -> u64 {
+        let cursor = cursor.clamp(self.base, self.end);
+        let from = cursor
+            .saturating_sub(self.max_records as u64 / 2)
+            .max(self.base);
+        let (start, to) = (self.byte_at(from), self.byte_at(cursor));
+        let half = self.max_bytes as u64 / 2;
+        if to - start <= half {
+            return from;
+        }
+        let mut at = to - half;
+        while !starts_char(self.byte(at)) {
+            at += 1;
+        }
+        from + self.count_between(start, at)
     }
 
     /// Cursor where the `lines`-th last retained line begins, or `base` when fewer lines

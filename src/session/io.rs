@@ -72,6 +72,7 @@ impl Session {
                 output_incomplete: s.output_incomplete,
             })
         })?;
+        self.acknowledge(result.next_cursor);
         if strip {
             // One stripper per stream: a sequence split by the other stream's output is
             // still one sequence.

@@ -20,6 +20,8 @@ pub struct NewSession {
     pub id: String,
     pub command_id: String,
     pub buffer: OutputBuffer,
+    /// `on_full: "pause"` rather than eviction of unread output.
+    pub pause: bool,
     pub timeout: Duration,
 }
 
@@ -85,6 +87,7 @@ pub fn launch(new: NewSession, spawned: Spawned) -> Arc<Session> {
     };
     let mut state = State::new(new.buffer, sources.len() as u8);
     state.screen = screen;
+    state.pause = new.pause;
     let session = Arc::new(Session {
         id: new.id,
         command_id: new.command_id,
@@ -119,25 +122,23 @@ async fn read_output(session: Arc<Session>, mut source: Source, stream: Stream) 
         };
         text.clear();
         decoder.push(&bytes[..n], &mut text);
-        let replies = session.update(|s| {
+        let (replies, taken) = session.update(|s| {
             let replies = s.screen.as_mut().map(|screen| screen.feed(&bytes[..n]));
-            s.output.append(stream, &text);
-            s.last_activity = SystemTime::now();
-            if !text.is_empty() {
-                s.last_output = std::time::Instant::now();
-            }
-            replies.unwrap_or_default()
+            (replies.unwrap_or_default(), s.store(stream, &text))
         });
         if let (Source::Pty(master), false) = (&source, replies.is_empty()) {
             master.try_write(&replies);
         }
+        if !session.hold(stream, &text[taken..]).await {
+            return;
+        }
     }
     text.clear();
     decoder.finish(&mut text);
-    session.update(|s| {
-        s.output.append(stream, &text);
-        s.open_streams -= 1;
-    });
+    let taken = session.update(|s| s.store(stream, &text));
+    if session.hold(stream, &text[taken..]).await {
+        session.update(|s| s.open_streams -= 1);
+    }
 }
 
 /// Wait for the leader's exit (ending the session at its timeout), then make it final:
@@ -176,9 +177,7 @@ async fn supervise(session: Arc<Session>, mut exit: oneshot::Receiver<Exit>, tim
     session.input.lock().await.take();
     tracing::info!(session = %session.id, pid = session.pid, status = status.as_str(), "process ended");
 
-    let drained = session
-        .wait_until(Instant::now() + DRAIN_DEADLINE, |s| s.open_streams == 0)
-        .await;
+    let drained = session.drain().await;
     if !drained {
         for reader in session
             .readers
@@ -197,6 +196,63 @@ async fn supervise(session: Arc<Session>, mut exit: oneshot::Receiver<Exit>, tim
 }
 
 impl Session {
+    /// Wait until a reader can store `rest` (a client acknowledged output, making room),
+    /// storing it as it fits; meanwhile the reader reads nothing, so the child blocks in
+    /// its `write`. False when the record was discarded first (the rest is dropped).
+    async fn hold(&self, stream: Stream, mut rest: &str) -> bool {
+        while !rest.is_empty() {
+            let acknowledged = self.inspect(|s| s.acknowledged);
+            self.wait_for(|s| s.acknowledged != acknowledged || s.discarded)
+                .await;
+            let (taken, discarded) = self.update(|s| {
+                if s.discarded {
+                    s.holding[stream as usize] = false;
+                    (0, true)
+                } else {
+                    (s.store(stream, rest), false)
+                }
+            });
+            if discarded {
+                return false;
+            }
+            rest = &rest[taken..];
+        }
+        true
+    }
+
+    /// Wait for the readers to reach EOF after the process ended: true if they did within
+    /// the drain deadline. Time a reader spends paused does not count: its output waits
+    /// for the client, not for an escaped descendant.
+    async fn drain(&self) -> bool {
+        loop {
+            let deadline = Instant::now() + DRAIN_DEADLINE;
+            if !self
+                .wait_until(deadline, |s| s.open_streams == 0 || s.paused())
+                .await
+            {
+                return false;
+            }
+            if self.inspect(|s| s.open_streams == 0) {
+                return true;
+            }
+            self.wait_for(|s| s.open_streams == 0 || !s.paused()).await;
+        }
+    }
+
+    /// Records below `cursor` have been seen by a client: with `on_full: "pause"` they may
+    /// be evicted, and a reader holding output stores it and reads on. Every result that
+    /// returns a `next_cursor` (or an end cursor) acknowledges it.
+    pub fn acknowledge(&self, cursor: u64) {
+        if self.inspect(|s| s.pause && cursor > s.acknowledged) {
+            self.update(|s| s.acknowledged = s.acknowledged.max(cursor));
+        }
+    }
+
+    /// The record is gone: readers holding output drop it and end.
+    pub(super) fn discard(&self) {
+        self.update(|s| s.discarded = true);
+    }
+
     /// End the session: SIGTERM to the group, `grace_ms`, SIGKILL, confirm. Idempotent:
     /// a final session is returned unchanged, and a second caller waits for the first.
     pub async fn terminate(&self, reason: Reason, grace_ms: u64) -> Snapshot {
@@ -234,12 +290,13 @@ impl Session {
         self.settled_snapshot().await
     }
 
-    /// The snapshot once the output is settled too (complete, or declared incomplete after
-    /// the drain deadline), so a final snapshot does not change afterwards.
+    /// The snapshot once the output is settled too (complete, declared incomplete after
+    /// the drain deadline, or held until a client reads on), so a final snapshot does not
+    /// change afterwards unless a client reads held output.
     async fn settled_snapshot(&self) -> Snapshot {
         let settle = DRAIN_DEADLINE + DRAIN_DEADLINE;
         self.wait_until(Instant::now() + settle, |s| {
-            !s.status.is_final() || s.output_complete || s.output_incomplete
+            !s.status.is_final() || s.output_complete || s.output_incomplete || s.paused()
         })
         .await;
         self.snapshot()

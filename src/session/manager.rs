@@ -9,7 +9,7 @@ use std::time::Duration;
 use super::lifecycle::{NewSession, Spawned, launch};
 use super::state::Reason;
 use super::{Session, Snapshot};
-use crate::config::{Config, Mode};
+use crate::config::{Config, Mode, OnFull};
 use crate::errors::{ErrorCode, ToolError};
 use crate::limits::MAX_CLIENT_ENV;
 use crate::output::OutputBuffer;
@@ -54,7 +54,13 @@ impl Sessions {
     pub fn retained(&self) -> Vec<Arc<Session>> {
         let retention = Duration::from_secs(self.config.limits.retention_seconds);
         let mut table = self.table.lock().unwrap_or_else(|e| e.into_inner());
-        table.retain(|s| !s.expired(retention));
+        table.retain(|s| {
+            let expired = s.expired(retention);
+            if expired {
+                s.discard();
+            }
+            !expired
+        });
         table.clone()
     }
 
@@ -76,6 +82,7 @@ impl Sessions {
             ));
         }
         let snapshot = session.snapshot();
+        session.discard();
         self.table
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -160,6 +167,7 @@ impl Sessions {
                 id,
                 command_id: request.command_id.clone(),
                 buffer: OutputBuffer::new(config.limits.buffer_bytes, config.limits.buffer_records),
+                pause: profile.on_full == OnFull::Pause,
                 timeout: Duration::from_millis(timeout_ms),
             },
             spawned,

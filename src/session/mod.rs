@@ -108,6 +108,16 @@ impl Session {
         }
     }
 
+    /// Wait until `done` holds, however long that takes.
+    async fn wait_for(&self, done: impl Fn(&State) -> bool) {
+        let mut changes = self.changed.subscribe();
+        while !self.inspect(&done) {
+            if changes.changed().await.is_err() {
+                return;
+            }
+        }
+    }
+
     async fn wait_final(&self, within: Duration) -> bool {
         self.wait_until(Instant::now() + within, |s| s.status.is_final())
             .await

@@ -5,7 +5,7 @@ use std::time::{Instant, SystemTime};
 use serde::Serialize;
 
 use crate::config::Mode;
-use crate::output::{OutputBuffer, Screen};
+use crate::output::{OutputBuffer, Screen, Stream};
 use crate::process::Exit;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -67,6 +67,16 @@ pub struct State {
     pub final_at: Option<Instant>,
     /// The rendered terminal of a PTY session.
     pub screen: Option<Screen>,
+    /// `on_full: "pause"`: output at or after `acknowledged` is never evicted; a reader
+    /// holds what does not fit (and stops reading the child) until a client reads on.
+    pub pause: bool,
+    /// The highest `next_cursor` a read or wait returned (the cursors a client has seen).
+    pub acknowledged: u64,
+    /// Per stream: its reader holds output that does not fit, so the child is held in its
+    /// `write`.
+    pub holding: [bool; 2],
+    /// The record is gone (forgotten or expired): held output is dropped.
+    pub discarded: bool,
 }
 
 impl State {
@@ -85,7 +95,34 @@ impl State {
             last_output: Instant::now(),
             final_at: None,
             screen: None,
+            pause: false,
+            acknowledged: 0,
+            holding: [false; 2],
+            discarded: false,
         }
+    }
+
+    /// Put a reader's decoded `text` into the buffer: all of it (evicting the oldest
+    /// output), or with `pause` the part that fits without evicting unacknowledged output.
+    /// Returns the bytes taken.
+    pub fn store(&mut self, stream: Stream, text: &str) -> usize {
+        let taken = if self.pause {
+            self.output.append_within(stream, text, self.acknowledged)
+        } else {
+            self.output.append(stream, text);
+            text.len()
+        };
+        self.holding[stream as usize] = taken < text.len();
+        self.last_activity = SystemTime::now();
+        if taken > 0 {
+            self.last_output = Instant::now();
+        }
+        taken
+    }
+
+    /// Some reader holds output back (`on_full: "pause"`).
+    pub fn paused(&self) -> bool {
+        self.holding.contains(&true)
     }
 
     /// Enter a final status (once; later calls keep the first).
@@ -154,7 +191,7 @@ pub fn snapshot(id: &Identity, s: &State) -> Snapshot {
         last_activity_at: timestamp(s.last_activity),
         output_complete: s.output_complete,
         output_incomplete: s.output_incomplete,
-        paused: false,
+        paused: s.paused(),
     }
 }
 

@@ -162,8 +162,14 @@ impl Session {
                 })
             })?;
             searched.store(scan - request.cursor, Ordering::Relaxed);
+            if request.search.is_some() {
+                // What was searched is acknowledged (so a paused flood goes on), except
+                // the tail a match found next may start in.
+                self.acknowledge(self.inspect(|s| s.output.keep_back(scan)));
+            }
             match step {
                 Step::Matched(found) => {
+                    self.acknowledge(found.end_cursor);
                     return Ok(WaitResult {
                         outcome: "matched",
                         next_cursor: found.end_cursor,
@@ -206,6 +212,7 @@ impl Session {
     }
 
     fn finish_wait(&self, outcome: &'static str, next_cursor: u64) -> WaitResult {
+        self.acknowledge(next_cursor);
         WaitResult {
             outcome,
             found: None,
