@@ -8,7 +8,7 @@ mod reaper;
 mod spawn;
 
 pub use guardian::{Guardian, new_instance, run_guardian, session_tag, sweep};
-pub use pty::{PtyChild, PtyMaster, spawn_pty};
+pub use pty::{LineControls, PtyChild, PtyMaster, spawn_pty};
 pub use reaper::{Exit, Reaper};
 pub use spawn::{PipeChild, SpawnError, SpawnSpec, can_enter, spawn_pipes};
 

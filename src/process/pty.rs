@@ -16,6 +16,19 @@ use tokio::sync::oneshot;
 use super::spawn::{SpawnError, SpawnSpec, command, describe};
 use super::{Exit, Reaper};
 
+/// The characters a terminal's line discipline edits the typed line with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LineControls {
+    /// Sends the line typed so far; at the start of a line, end of input.
+    pub eof: u8,
+    /// Erases the last character.
+    pub erase: u8,
+    /// Erases the line.
+    pub kill: u8,
+    /// Interrupt, quit and suspend: they signal the job and discard the line.
+    pub flushing: [u8; 3],
+}
+
 /// The server's end of a session's terminal.
 pub struct PtyMaster {
     fd: AsyncFd<OwnedFd>,
@@ -130,18 +143,21 @@ impl PtyMaster {
         }
     }
 
-    pub async fn write_all(&self, mut bytes: &[u8]) -> io::Result<()> {
-        while !bytes.is_empty() {
+    /// Write some of `bytes` (at least one byte unless empty), waiting until the terminal
+    /// takes input; returns how many it took.
+    pub async fn write(&self, bytes: &[u8]) -> io::Result<usize> {
+        if bytes.is_empty() {
+            return Ok(0);
+        }
+        loop {
             let mut guard = self.fd.writable().await?;
             match guard
                 .try_io(|fd| nix::unistd::write(fd.get_ref(), bytes).map_err(io::Error::from))
             {
-                Ok(Ok(n)) => bytes = &bytes[n..],
-                Ok(Err(e)) => return Err(e),
+                Ok(result) => return result,
                 Err(_would_block) => continue,
             }
         }
-        Ok(())
     }
 
     /// Write without waiting; for short replies to the program's terminal queries.
@@ -149,14 +165,26 @@ impl PtyMaster {
         let _ = nix::unistd::write(self.fd.get_ref().as_fd(), bytes);
     }
 
-    /// The terminal's EOF character as the program set it (Ctrl-D unless changed).
-    pub fn eof_char(&self) -> u8 {
-        use nix::sys::termios::{SpecialCharacterIndices, tcgetattr};
-        tcgetattr(self.fd.get_ref())
-            .map(|t| t.control_chars[SpecialCharacterIndices::VEOF as usize])
-            .ok()
-            .filter(|c| *c != 0)
-            .unwrap_or(0x04)
+    /// The line-editing characters as the program set them (the defaults where unset).
+    pub fn line_controls(&self) -> LineControls {
+        use nix::sys::termios::{SpecialCharacterIndices as I, tcgetattr};
+        let chars = tcgetattr(self.fd.get_ref()).map(|t| t.control_chars).ok();
+        let get = |index: I, default: u8| {
+            chars
+                .map(|c| c[index as usize])
+                .filter(|c| *c != 0)
+                .unwrap_or(default)
+        };
+        LineControls {
+            eof: get(I::VEOF, 0x04),
+            erase: get(I::VERASE, 0x7f),
+            kill: get(I::VKILL, 0x15),
+            flushing: [
+                get(I::VINTR, 0x03),
+                get(I::VQUIT, 0x1c),
+                get(I::VSUSP, 0x1a),
+            ],
+        }
     }
 
     /// Set the window size; the kernel sends SIGWINCH to the terminal's foreground group.

@@ -9,8 +9,9 @@ use tokio::net::unix::pipe;
 use tokio::sync::{oneshot, watch};
 use tokio::time::Instant;
 
+use super::input::Input;
 use super::state::{Reason, State, Status};
-use super::{Input, Session, Snapshot};
+use super::{Session, Snapshot};
 use crate::config::Mode;
 use crate::limits::{DRAIN_DEADLINE, KILL_CONFIRM, READ_CHUNK_BYTES};
 use crate::output::{OutputBuffer, Screen, Stream, Utf8Decoder};
@@ -59,7 +60,7 @@ pub fn launch(new: NewSession, spawned: Spawned) -> Arc<Session> {
             child.pid,
             child.exit,
             Mode::Pipe,
-            Input::Pipe(child.stdin),
+            Input::Pipe(Arc::new(child.stdin)),
             None,
             None,
             vec![
@@ -78,14 +79,14 @@ pub fn launch(new: NewSession, spawned: Spawned) -> Arc<Session> {
                 child.pid,
                 child.exit,
                 Mode::Pty,
-                Input::Pty(master.clone()),
+                Input::pty(master.clone()),
                 Some(master.clone()),
                 Some(Screen::new(rows, cols, emulator_cells)),
                 vec![(Source::Pty(master), Stream::Stdout)],
             )
         }
     };
-    let mut state = State::new(new.buffer, sources.len() as u8);
+    let mut state = State::new(input, new.buffer, sources.len() as u8);
     state.screen = screen;
     state.pause = new.pause;
     let session = Arc::new(Session {
@@ -96,7 +97,7 @@ pub fn launch(new: NewSession, spawned: Spawned) -> Arc<Session> {
         created_at: SystemTime::now(),
         state: Mutex::new(state),
         changed: watch::Sender::new(()),
-        input: tokio::sync::Mutex::new(Some(input)),
+        writing: tokio::sync::Mutex::new(()),
         terminal,
         readers: Mutex::new(Vec::new()),
     });
@@ -174,7 +175,7 @@ async fn supervise(session: Arc<Session>, mut exit: oneshot::Receiver<Exit>, tim
     };
     // Descendants left in the session must not linger or hold the pipes open.
     signal_session(session.pid, Signal::SIGKILL);
-    session.input.lock().await.take();
+    session.update(|s| s.input.close());
     tracing::info!(session = %session.id, pid = session.pid, status = status.as_str(), "process ended");
 
     let drained = session.drain().await;

@@ -7,6 +7,7 @@
 //! Every state change wakes waiters through one watch channel, so reads that wait are
 //! woken by events, never by polling.
 
+mod input;
 mod io;
 mod lifecycle;
 mod manager;
@@ -17,8 +18,6 @@ mod wait;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
-use tokio::io::AsyncWriteExt;
-use tokio::net::unix::pipe;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -41,26 +40,11 @@ pub struct Session {
     created_at: SystemTime,
     state: Mutex<State>,
     changed: watch::Sender<()>,
-    /// `None` once stdin is closed. An async lock: writes to one session are serialised.
-    input: tokio::sync::Mutex<Option<Input>>,
+    /// Held through a write: writes to one session are serialised.
+    writing: tokio::sync::Mutex<()>,
     /// The terminal of a PTY session (for resizing).
     terminal: Option<Arc<PtyMaster>>,
     readers: Mutex<Vec<JoinHandle<()>>>,
-}
-
-/// Where written text goes.
-enum Input {
-    Pipe(pipe::Sender),
-    Pty(Arc<PtyMaster>),
-}
-
-impl Input {
-    async fn write_all(&mut self, bytes: &[u8]) -> std::io::Result<()> {
-        match self {
-            Input::Pipe(pipe) => pipe.write_all(bytes).await,
-            Input::Pty(master) => master.write_all(bytes).await,
-        }
-    }
 }
 
 impl Session {

@@ -4,6 +4,7 @@ use std::time::{Instant, SystemTime};
 
 use serde::Serialize;
 
+use super::input::Input;
 use crate::config::Mode;
 use crate::output::{OutputBuffer, Screen, Stream};
 use crate::process::Exit;
@@ -52,8 +53,7 @@ pub struct State {
     pub exit: Option<Exit>,
     /// Set when the controller starts ending the session; `Natural` when it ended alone.
     pub reason: Option<Reason>,
-    pub stdin_closed: bool,
-    pub input_uncertain: bool,
+    pub input: Input,
     pub output: OutputBuffer,
     /// Output streams whose reader has not reached EOF yet.
     pub open_streams: u8,
@@ -80,13 +80,12 @@ pub struct State {
 }
 
 impl State {
-    pub fn new(output: OutputBuffer, open_streams: u8) -> Self {
+    pub fn new(input: Input, output: OutputBuffer, open_streams: u8) -> Self {
         State {
             status: Status::Running,
             exit: None,
             reason: None,
-            stdin_closed: false,
-            input_uncertain: false,
+            input,
             output,
             open_streams,
             output_complete: false,
@@ -183,8 +182,8 @@ pub fn snapshot(id: &Identity, s: &State) -> Snapshot {
         exit_code,
         exit_signal,
         termination_reason: s.reason,
-        stdin_closed: s.stdin_closed,
-        input_uncertain: s.input_uncertain,
+        stdin_closed: s.input.is_closed(),
+        input_uncertain: s.input.is_uncertain(),
         base_cursor: s.output.base(),
         next_cursor: s.output.end(),
         created_at: timestamp(id.created_at),

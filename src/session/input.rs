@@ -1,0 +1,327 @@
+//! A session's input side: one state says whether it takes input (open, closed, uncertain)
+//! and where written bytes go (a pipe or a terminal), and the write that keeps it true.
+//!
+//! Semantics of a failed write:
+//! - pipe, not drained within `WRITE_DRAIN_TIMEOUT`: stdin is closed, `INPUT_BACKPRESSURE`;
+//! - terminal, not taken within that time: that write fails with `INPUT_BACKPRESSURE` (what
+//!   was taken stays typed) and the terminal stays open, so keys such as `C-c` still work;
+//! - cancelled by the client after the first byte went out: stdin is closed and uncertain;
+//!   cancelled before: nothing happened, the input is as it was;
+//! - the pipe or terminal refused the bytes (the reader is gone): stdin is closed.
+
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use tokio::net::unix::pipe;
+use tokio_util::sync::CancellationToken;
+
+use super::Session;
+use crate::errors::{ErrorCode, ToolError};
+use crate::limits::WRITE_DRAIN_TIMEOUT;
+use crate::process::{LineControls, PtyMaster};
+
+/// Whether a session takes input, and where it goes.
+pub enum Input {
+    Pipe(Arc<pipe::Sender>),
+    /// `partial_line`: the terminal's line discipline may hold typed text not yet sent to
+    /// the program (then ending input takes two EOF characters).
+    Pty {
+        master: Arc<PtyMaster>,
+        partial_line: bool,
+    },
+    /// By `close_stdin` on a pipe, the process closing its end, a failed write, or the end
+    /// of the session.
+    Closed,
+    /// A write was cancelled after it began: what the process received is unknown, and
+    /// stdin is closed.
+    Uncertain,
+}
+
+impl Input {
+    pub fn pty(master: Arc<PtyMaster>) -> Self {
+        Input::Pty {
+            master,
+            partial_line: false,
+        }
+    }
+
+    pub fn is_closed(&self) -> bool {
+        match self {
+            Input::Pipe(_) | Input::Pty { .. } => false,
+            Input::Closed | Input::Uncertain => true,
+        }
+    }
+
+    pub fn is_uncertain(&self) -> bool {
+        matches!(self, Input::Uncertain)
+    }
+
+    /// Close it (an uncertain input stays uncertain).
+    pub fn close(&mut self) {
+        if !self.is_uncertain() {
+            *self = Input::Closed;
+        }
+    }
+
+    fn check(&self) -> Result<(), ToolError> {
+        match self {
+            Input::Pipe(_) | Input::Pty { .. } => Ok(()),
+            Input::Closed => Err(stdin_closed()),
+            Input::Uncertain => Err(uncertain()),
+        }
+    }
+}
+
+/// Where one write goes, taken out of the state so that no lock is held while it waits.
+enum Sink {
+    Pipe(Arc<pipe::Sender>),
+    Pty(Arc<PtyMaster>),
+}
+
+impl Sink {
+    /// Write some of `bytes`, waiting until the other end takes input.
+    async fn write(&self, bytes: &[u8]) -> std::io::Result<usize> {
+        match self {
+            Sink::Pipe(pipe) => loop {
+                pipe.writable().await?;
+                match pipe.try_write(bytes) {
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
+                    result => return result,
+                }
+            },
+            Sink::Pty(master) => master.write(bytes).await,
+        }
+    }
+
+    /// Write all of `bytes`, counting in `written` what went out so far.
+    async fn write_all(&self, bytes: &[u8], written: &mut usize) -> std::io::Result<()> {
+        while *written < bytes.len() {
+            *written += self.write(&bytes[*written..]).await?;
+        }
+        Ok(())
+    }
+}
+
+/// Whether the line discipline holds part of a line after `bytes` were typed, starting
+/// from `partial`. Counts the characters of the line being typed; erring towards "partial"
+/// where the discipline's editing cannot be followed (word erase), because an extra EOF at
+/// the start of a line is harmless after the input ended, and a missing one is not.
+fn typed_partial_line(partial: bool, bytes: &[u8], controls: &LineControls) -> bool {
+    let mut pending = usize::from(partial);
+    for &b in bytes {
+        let ends_line = [b'\n', b'\r', controls.eof, controls.kill].contains(&b);
+        if ends_line || controls.flushing.contains(&b) {
+            pending = 0;
+        } else if b == controls.erase {
+            pending = pending.saturating_sub(1);
+        } else if b & 0xc0 != 0x80 {
+            // Each character once: UTF-8 continuation bytes do not start one (IUTF8).
+            pending += 1;
+        }
+    }
+    pending > 0
+}
+
+impl Session {
+    /// Write `text` into stdin and wait until the pipe took all of it. Returns the bytes
+    /// accepted and whether stdin is now closed.
+    pub async fn write(
+        &self,
+        text: &str,
+        close: bool,
+        max_input_bytes: usize,
+        cancel: &CancellationToken,
+    ) -> Result<(usize, bool), ToolError> {
+        self.check_writable()?;
+        if text.len() > max_input_bytes {
+            return Err(ToolError::new(
+                ErrorCode::InputTooLarge,
+                format!(
+                    "text is {} bytes, over the limit of {max_input_bytes}; nothing was \
+                     written: split it into smaller writes",
+                    text.len()
+                ),
+            ));
+        }
+        let closed = self.send(text.as_bytes(), close, cancel).await?;
+        Ok((text.len(), closed))
+    }
+
+    /// Send bytes to the program's input; with `close`, end the input after them: close
+    /// the pipe, or on a terminal send its EOF character (Ctrl-D), leaving the terminal
+    /// open for more keys. Returns whether stdin is now closed.
+    pub async fn send(
+        &self,
+        bytes: &[u8],
+        close: bool,
+        cancel: &CancellationToken,
+    ) -> Result<bool, ToolError> {
+        self.check_writable()?;
+        let _writing = tokio::select! {
+            writing = self.writing.lock() => writing,
+            () = cancel.cancelled() => return Err(cancelled_unwritten()),
+        };
+        // Another write, or the session's end, may have closed stdin meanwhile.
+        let (sink, bytes) = self.inspect(|s| match &s.input {
+            Input::Pipe(pipe) => Ok((Sink::Pipe(pipe.clone()), bytes.to_vec())),
+            Input::Pty {
+                master,
+                partial_line,
+            } => {
+                let mut bytes = bytes.to_vec();
+                if close {
+                    // The EOF character ends input only at the start of a line; after a
+                    // partial line, the first one sends that line and a second is EOF.
+                    let controls = master.line_controls();
+                    bytes.push(controls.eof);
+                    if typed_partial_line(*partial_line, &bytes[..bytes.len() - 1], &controls) {
+                        bytes.push(controls.eof);
+                    }
+                }
+                Ok((Sink::Pty(master.clone()), bytes))
+            }
+            Input::Closed => Err(stdin_closed()),
+            Input::Uncertain => Err(uncertain()),
+        })?;
+        let mut written = 0;
+        let outcome = tokio::select! {
+            done = tokio::time::timeout(WRITE_DRAIN_TIMEOUT, sink.write_all(&bytes, &mut written)) => Some(done),
+            () = cancel.cancelled() => None,
+        };
+        let is_pty = matches!(sink, Sink::Pty(_));
+        // The session's end may have closed the input meanwhile: never reopen it.
+        self.update(|s| {
+            s.last_activity = SystemTime::now();
+            let typed = &bytes[..written];
+            let result = match outcome {
+                Some(Ok(Ok(()))) if !is_pty && close => {
+                    s.input.close();
+                    Ok(())
+                }
+                Some(Ok(Ok(()))) => Ok(()),
+                Some(Ok(Err(_))) => {
+                    s.input.close();
+                    Err(stdin_closed())
+                }
+                Some(Err(_elapsed)) if is_pty => Err(backpressure(false)),
+                Some(Err(_elapsed)) => {
+                    s.input.close();
+                    Err(backpressure(true))
+                }
+                None if written == 0 => Err(cancelled_unwritten()),
+                None => {
+                    if !s.input.is_closed() {
+                        s.input = Input::Uncertain;
+                    }
+                    Err(uncertain())
+                }
+            };
+            if let Input::Pty {
+                master,
+                partial_line,
+            } = &mut s.input
+            {
+                *partial_line = typed_partial_line(*partial_line, typed, &master.line_controls());
+            }
+            result.map(|()| s.input.is_closed())
+        })
+    }
+
+    fn check_writable(&self) -> Result<(), ToolError> {
+        self.inspect(|s| {
+            if s.status.is_final() {
+                return Err(ToolError::new(
+                    ErrorCode::SessionNotRunning,
+                    format!(
+                        "the session is {}; it takes no input. Read its output, or start a \
+                         new session",
+                        s.status.as_str()
+                    ),
+                ));
+            }
+            s.input.check()
+        })
+    }
+}
+
+fn backpressure(closed: bool) -> ToolError {
+    let ms = WRITE_DRAIN_TIMEOUT.as_millis();
+    ToolError::new(
+        ErrorCode::InputBackpressure,
+        if closed {
+            format!(
+                "the process did not take the input within {ms} ms, so stdin was closed; part \
+                 of it may have been delivered: do not blindly retry"
+            )
+        } else {
+            format!(
+                "the terminal did not take the input within {ms} ms (the program is not \
+                 reading: stopped or busy); part of it may have been typed: do not blindly \
+                 retry. The terminal stays open: keys such as C-c still reach it"
+            )
+        },
+    )
+}
+
+fn cancelled_unwritten() -> ToolError {
+    ToolError::new(
+        ErrorCode::Internal,
+        "the client cancelled this write before any of it was written; the input is unchanged",
+    )
+}
+
+fn stdin_closed() -> ToolError {
+    ToolError::new(
+        ErrorCode::StdinClosed,
+        "stdin of this session is closed (by close_stdin, by the process, or after a failed \
+         write); read the output or terminate the session",
+    )
+}
+
+fn uncertain() -> ToolError {
+    ToolError::new(
+        ErrorCode::InputUncertain,
+        "an earlier write was cancelled mid-way, so it is unknown what the process received; \
+         stdin was closed. Read the output to see what happened, or start a new session",
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const CONTROLS: LineControls = LineControls {
+        eof: 0x04,
+        erase: 0x7f,
+        kill: 0x15,
+        flushing: [0x03, 0x1c, 0x1a],
+    };
+
+    fn partial(start: bool, bytes: &[u8]) -> bool {
+        typed_partial_line(start, bytes, &CONTROLS)
+    }
+
+    #[test]
+    fn follows_the_line_being_typed() {
+        assert!(!partial(false, b""));
+        assert!(partial(true, b""));
+        assert!(partial(false, b"abc"));
+        assert!(!partial(false, b"abc\n"));
+        assert!(!partial(false, b"abc\r"));
+        assert!(partial(false, b"abc\ndef"));
+        assert!(!partial(true, b"\x04"), "EOF sends the partial line");
+        assert!(!partial(true, b"\x15"), "kill erases the line");
+        assert!(!partial(true, b"\x03"), "interrupt discards it");
+    }
+
+    #[test]
+    fn erase_removes_whole_characters() {
+        assert!(!partial(false, b"ab\x7f\x7f"));
+        assert!(partial(false, b"ab\x7f"));
+        assert!(!partial(false, "é\x7f".as_bytes()));
+        assert!(!partial(false, "日\x7f".as_bytes()));
+        assert!(!partial(false, b"\x7f\x7f"));
+        // Word erase cannot be followed: stay on the side of a second EOF.
+        assert!(partial(false, b"word\x17"));
+    }
+}
