@@ -5,6 +5,7 @@
 mod config;
 mod errors;
 mod framing;
+mod hangup;
 mod limits;
 mod output;
 mod policy;
@@ -184,6 +185,8 @@ async fn run(config: Config, instance: String) -> Result<(), String> {
     let (why, served) = tokio::select! {
         () = &mut serving => ("the client closed the connection", true),
         _ = stdin_closed => ("stdin closed", false),
+        // Nothing in flight could be delivered any more: no flush.
+        () = hangup::stdout_closed() => ("the client closed stdout", true),
         _ = sigterm.recv() => ("SIGTERM", false),
         _ = sigint.recv() => ("SIGINT", false),
     };

@@ -84,6 +84,42 @@ pub fn children_with_arg(parent: u32, arg: &str) -> Vec<u32> {
         .collect()
 }
 
+/// Start `/bin/sleep 1000` in a POSIX session of its own at exactly `pid`: write `pid - 1`
+/// to /proc/sys/kernel/ns_last_pid and spawn, retrying while other processes take the PID
+/// first. The child is not waited for here: the caller kills it and init reaps it.
+pub fn spawn_at_pid(pid: u32) -> Result<u32, String> {
+    use std::os::unix::process::CommandExt;
+    const ATTEMPTS: usize = 200;
+    if is_alive(pid) {
+        return Err(format!("PID {pid} is in use"));
+    }
+    for _ in 0..ATTEMPTS {
+        fs::write("/proc/sys/kernel/ns_last_pid", format!("{}", pid - 1))
+            .map_err(|e| format!("cannot write /proc/sys/kernel/ns_last_pid (needs root): {e}"))?;
+        let mut command = std::process::Command::new("/bin/sleep");
+        command
+            .arg("1000")
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null());
+        // SAFETY: setsid is async-signal-safe and touches no memory of the parent.
+        unsafe {
+            command.pre_exec(|| {
+                nix::unistd::setsid()
+                    .map(drop)
+                    .map_err(std::io::Error::from)
+            });
+        }
+        let mut child = command.spawn().map_err(|e| format!("cannot spawn: {e}"))?;
+        if child.id() == pid {
+            return Ok(pid);
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+    Err(format!("PID {pid} was taken by others {ATTEMPTS} times"))
+}
+
 /// For a zombie: (exit code, terminating signal) from the wait status in field 52.
 pub fn zombie_status(pid: u32) -> Option<(Option<i32>, Option<i32>)> {
     let fields = stat_fields(pid)?;

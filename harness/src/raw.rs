@@ -21,7 +21,8 @@ const PROTOCOL_VERSION: &str = "2025-11-25";
 pub struct RawServer {
     child: Child,
     stdin: Option<ChildStdin>,
-    stdout: BufReader<ChildStdout>,
+    /// `None` once the harness closed its reading end (`close_stdout`).
+    stdout: Option<BufReader<ChildStdout>>,
     stderr: tokio::task::JoinHandle<Vec<u8>>,
     next_id: u64,
 }
@@ -38,7 +39,7 @@ impl RawServer {
             .spawn()
             .map_err(|e| format!("cannot spawn {}: {e}", program.display()))?;
         let stdin = child.stdin.take();
-        let stdout = BufReader::new(child.stdout.take().ok_or("no stdout pipe")?);
+        let stdout = Some(BufReader::new(child.stdout.take().ok_or("no stdout pipe")?));
         let mut err_pipe = child.stderr.take().ok_or("no stderr pipe")?;
         let stderr = tokio::spawn(async move {
             let mut buf = Vec::new();
@@ -106,7 +107,8 @@ impl RawServer {
     /// Read the next stdout line as JSON, within `within`.
     pub async fn read_json(&mut self, within: Duration) -> Result<Value, String> {
         let mut line = String::new();
-        match tokio::time::timeout(within, self.stdout.read_line(&mut line)).await {
+        let stdout = self.stdout.as_mut().ok_or("stdout is already closed")?;
+        match tokio::time::timeout(within, stdout.read_line(&mut line)).await {
             Err(_) => Err(format!("no stdout line within {} ms", within.as_millis())),
             Ok(Err(e)) => Err(format!("reading stdout failed: {e}")),
             Ok(Ok(0)) => Err("stdout closed".into()),
@@ -118,7 +120,8 @@ impl RawServer {
     /// True if no stdout line arrives within `within`; the line otherwise.
     pub async fn silence(&mut self, within: Duration) -> Result<(), String> {
         let mut line = String::new();
-        match tokio::time::timeout(within, self.stdout.read_line(&mut line)).await {
+        let stdout = self.stdout.as_mut().ok_or("stdout is already closed")?;
+        match tokio::time::timeout(within, stdout.read_line(&mut line)).await {
             Err(_) => Ok(()),
             Ok(Ok(0)) => Ok(()),
             Ok(Ok(_)) => Err(format!("expected silence, got {line:?}")),
@@ -159,6 +162,11 @@ impl RawServer {
         self.stdin = None;
     }
 
+    /// Close the harness' reading end of the server's stdout (a client that goes away).
+    pub fn close_stdout(&mut self) {
+        self.stdout = None;
+    }
+
     pub async fn wait_exit(&mut self, within: Duration) -> Result<Option<i32>, String> {
         match tokio::time::timeout(within, self.child.wait()).await {
             Err(_) => Err(format!(
@@ -181,12 +189,13 @@ impl RawServer {
             let _ = self.child.kill().await;
         }
         let mut rest = String::new();
-        let check = match tokio::time::timeout(
-            Duration::from_secs(2),
-            self.stdout.read_to_string(&mut rest),
-        )
-        .await
-        {
+        let read_rest = async {
+            match self.stdout.as_mut() {
+                Some(stdout) => stdout.read_to_string(&mut rest).await,
+                None => Ok(0),
+            }
+        };
+        let check = match tokio::time::timeout(Duration::from_secs(2), read_rest).await {
             Ok(Ok(_)) => rest
                 .lines()
                 .find(|l| serde_json::from_str::<Value>(l).is_err())

@@ -127,6 +127,7 @@ async fn execute(scenario: &Scenario, spec: &ServerSpec, ev: &mut ScenarioEviden
         server: None,
         seen_pids: BTreeSet::new(),
         watched_pids: BTreeSet::new(),
+        impostors: BTreeSet::new(),
     };
     let bound = Duration::from_millis(scenario.timeout_ms);
     match tokio::time::timeout(bound, run.start_and_run_steps()).await {
@@ -247,6 +248,8 @@ pub(crate) struct Run<'a> {
     pub seen_pids: BTreeSet<u32>,
     /// Other PIDs the scenario named (descendants); killed at the end if still alive.
     pub watched_pids: BTreeSet<u32>,
+    /// PIDs an `impostor` step now holds: no longer a session's, so not `seen_pids`.
+    pub impostors: BTreeSet<u32>,
 }
 
 impl Run<'_> {
@@ -397,6 +400,7 @@ impl Run<'_> {
                 for (key, v) in map {
                     if key == "process_id"
                         && let Some(pid) = v.as_u64()
+                        && !self.impostors.contains(&(pid as u32))
                     {
                         self.seen_pids.insert(pid as u32);
                     }

@@ -215,6 +215,7 @@ pub enum Action {
     ServerFds(ServerFdsSpec),
     ServerRss(ServerRssSpec),
     Repeat(RepeatSpec),
+    Impostor(ImpostorSpec),
 }
 
 impl Action {
@@ -233,6 +234,7 @@ impl Action {
             Action::ServerFds(_) => "server_fds".into(),
             Action::ServerRss(_) => "server_rss".into(),
             Action::Repeat(r) => format!("repeat {} times", r.times),
+            Action::Impostor(_) => "impostor".into(),
         }
     }
 }
@@ -283,6 +285,16 @@ pub struct ServerRssSpec {
     pub peak: bool,
     #[serde(default = "default_process_within")]
     pub within_ms: u64,
+}
+
+/// Start an unrelated process (`/bin/sleep`, in a POSIX session and group of its own) at
+/// exactly `pid`, a PID that a session used and that is free again, and `save` it. Writes
+/// /proc/sys/kernel/ns_last_pid, so it needs root. The process is killed at the end.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ImpostorSpec {
+    pub pid: Value,
+    pub save: String,
 }
 
 /// Run `steps` `times` times; `${<var>}` holds the iteration index, from 0.
@@ -460,6 +472,7 @@ pub enum RawAction {
     Expect(Matcher),
     ExpectSilenceMs(u64),
     CloseStdin,
+    CloseStdout,
     ExpectExit(i32),
     /// Save fields of the last line `expect` matched (dot paths, as a call's `save`).
     Save(Saves),
@@ -485,6 +498,7 @@ struct RawActionFields {
     expect: Option<Matcher>,
     expect_silence_ms: Option<u64>,
     close_stdin: Option<bool>,
+    close_stdout: Option<bool>,
     expect_exit: Option<i32>,
     save: Option<Saves>,
     signal: Option<SignalName>,
@@ -521,6 +535,9 @@ impl TryFrom<RawActionFields> for RawAction {
         if let Some(true) = f.close_stdin {
             found.push(RawAction::CloseStdin);
         }
+        if let Some(true) = f.close_stdout {
+            found.push(RawAction::CloseStdout);
+        }
         if let Some(code) = f.expect_exit {
             found.push(RawAction::ExpectExit(code));
         }
@@ -534,7 +551,7 @@ impl TryFrom<RawActionFields> for RawAction {
             1 => Ok(found.remove(0)),
             n => Err(format!(
                 "a raw action needs exactly one of send, send_bytes_hex, send_oversized, \
-                 initialize, expect, expect_silence_ms, close_stdin, expect_exit, save, signal \
+                 initialize, expect, expect_silence_ms, close_stdin, close_stdout, expect_exit, save, signal \
                  (found {n})"
             )),
         }
@@ -625,6 +642,7 @@ struct StepFields {
     server_fds: Option<ServerFdsSpec>,
     server_rss: Option<ServerRssSpec>,
     repeat: Option<RepeatSpec>,
+    impostor: Option<ImpostorSpec>,
 }
 
 impl StepFields {
@@ -654,12 +672,13 @@ impl StepFields {
             ("server_fds", self.server_fds.is_some()),
             ("server_rss", self.server_rss.is_some()),
             ("repeat", self.repeat.is_some()),
+            ("impostor", self.impostor.is_some()),
         ];
         flags.iter().filter(|(_, p)| *p).map(|(k, _)| *k).collect()
     }
 }
 
-const KINDS: [&str; 13] = [
+const KINDS: [&str; 14] = [
     "call",
     "until",
     "collect",
@@ -673,6 +692,7 @@ const KINDS: [&str; 13] = [
     "server_fds",
     "server_rss",
     "repeat",
+    "impostor",
 ];
 
 impl TryFrom<StepFields> for Step {
@@ -870,6 +890,7 @@ impl TryFrom<StepFields> for Step {
                 }
                 Action::Repeat(r)
             }
+            "impostor" => Action::Impostor(f.impostor.expect("kind key present")),
             other => unreachable!("kind {other} is in KINDS"),
         };
         Ok(Step {

@@ -57,6 +57,23 @@ impl Run<'_> {
             Action::ServerFds(spec) => self.server_fds_step(spec).await,
             Action::ServerRss(spec) => self.server_rss_step(spec).await,
             Action::Repeat(r) => self.repeat_step(r).await,
+            Action::Impostor(i) => {
+                let pid = pid_of(&self.vars.subst(&i.pid)?)?;
+                let began = Instant::now();
+                let result = procfs::spawn_at_pid(pid);
+                self.record(
+                    json!({"impostor_at": pid}),
+                    &json!(result.as_ref().map_err(String::clone)),
+                    began,
+                );
+                let impostor = result?;
+                self.seen_pids.remove(&impostor);
+                self.impostors.insert(impostor);
+                self.watched_pids.insert(impostor);
+                self.check(format!("saved ${{{}}} = {impostor}", i.save), Ok(()))?;
+                self.vars.set(&i.save, json!(impostor));
+                Ok(())
+            }
             Action::Let(l) => {
                 let value = match (&l.value, &l.repeat, l.times) {
                     (Some(v), _, _) => self.vars.subst(v)?,
@@ -833,6 +850,10 @@ impl Run<'_> {
             RawAction::CloseStdin => {
                 raw.close_stdin();
                 (json!({"close_stdin": true}), Ok(json!("closed")))
+            }
+            RawAction::CloseStdout => {
+                raw.close_stdout();
+                (json!({"close_stdout": true}), Ok(json!("closed")))
             }
             RawAction::ExpectExit(code) => {
                 let r = match raw.wait_exit(LINE_TIMEOUT).await {
