@@ -18,6 +18,7 @@ pub enum ErrorCode {
     SessionNotFound,
     SessionNotRunning,
     SessionRunning,
+    SessionBusy,
     StdinClosed,
     InputTooLarge,
     InputBackpressure,
@@ -25,6 +26,7 @@ pub enum ErrorCode {
     CursorExpired,
     InvalidCursor,
     NotAPty,
+    NotAShell,
     Internal,
 }
 
@@ -41,6 +43,7 @@ impl ErrorCode {
             ErrorCode::SessionNotFound => "SESSION_NOT_FOUND",
             ErrorCode::SessionNotRunning => "SESSION_NOT_RUNNING",
             ErrorCode::SessionRunning => "SESSION_RUNNING",
+            ErrorCode::SessionBusy => "SESSION_BUSY",
             ErrorCode::StdinClosed => "STDIN_CLOSED",
             ErrorCode::InputTooLarge => "INPUT_TOO_LARGE",
             ErrorCode::InputBackpressure => "INPUT_BACKPRESSURE",
@@ -48,6 +51,7 @@ impl ErrorCode {
             ErrorCode::CursorExpired => "CURSOR_EXPIRED",
             ErrorCode::InvalidCursor => "INVALID_CURSOR",
             ErrorCode::NotAPty => "NOT_A_PTY",
+            ErrorCode::NotAShell => "NOT_A_SHELL",
             ErrorCode::Internal => "INTERNAL",
         }
     }

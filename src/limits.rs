@@ -85,3 +85,15 @@ pub const TITLE_MAX_BYTES: usize = 1024;
 
 /// Text a `terminal_wait` searches per step under the session lock.
 pub const SEARCH_STEP_BYTES: usize = 64 * 1024;
+
+/// `idle_timeout_ms` range of a profile, and the value `make-config --shells` writes.
+pub const IDLE_TIMEOUT_MIN_MS: u64 = 100;
+pub const IDLE_TIMEOUT_MAX_MS: u64 = 86_400_000;
+pub const SHELL_IDLE_TIMEOUT_MS: u64 = 300_000;
+
+/// `terminal_exec`: default time a command may take (bounded by `max_wait_ms`), bytes of
+/// command text per line sent to the shell (far below a terminal's 4095-byte line limit),
+/// and how long an interrupted shell may take to answer again before it is terminated.
+pub const EXEC_DEFAULT_TIMEOUT_MS: u64 = 30_000;
+pub const EXEC_LINE_BYTES: usize = 512;
+pub const EXEC_INTERRUPT_SETTLE: Duration = Duration::from_secs(5);

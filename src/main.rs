@@ -109,9 +109,6 @@ fn load_config(path: Option<&Path>) -> Result<Config, String> {
 }
 
 fn make_config(output: &Path, root: Option<&Path>, shells: bool) -> Result<(), String> {
-    if shells {
-        return Err("--shells: shell profiles are not supported yet by this version".into());
-    }
     let root = match root {
         Some(root) => root
             .canonicalize()
@@ -121,7 +118,10 @@ fn make_config(output: &Path, root: Option<&Path>, shells: bool) -> Result<(), S
     if !root.is_dir() {
         return Err(format!("--root `{}` is not a directory", root.display()));
     }
-    let config = config::default_config(&root);
+    let mut config = config::default_config(&root);
+    if shells {
+        config.commands.extend(config::shell_profiles());
+    }
     let mut text = serde_json::to_string_pretty(&config.to_json())
         .map_err(|e| format!("cannot encode the config: {e}"))?;
     text.push('\n');

@@ -509,9 +509,13 @@ impl Run<'_> {
     /// Save capture group 1 of each regex over a text field of `from` (a dot path).
     fn save_regexes(&mut self, saves: &SaveRegexes, from: &Value) -> Result<(), String> {
         for (var, s) in saves {
-            let text = lookup_path(from, &s.field)
-                .and_then(Value::as_str)
-                .ok_or_else(|| format!("save_regex {var}: no text at `{}`", s.field))?;
+            // A field that is not a string (a list of records) is searched as its JSON text.
+            let text = match lookup_path(from, &s.field) {
+                Some(Value::String(text)) => text.clone(),
+                Some(other) => other.to_string(),
+                None => return Err(format!("save_regex {var}: no `{}`", s.field)),
+            };
+            let text = text.as_str();
             let re = Regex::new(&s.regex).map_err(|e| format!("save_regex {var}: {e}"))?;
             let captured: Vec<Value> = re
                 .captures_iter(text)

@@ -12,6 +12,13 @@ use serde_json::Value;
 static VAR: LazyLock<Regex> =
     LazyLock::new(|| Regex::new(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}").expect("valid pattern"));
 
+/// A variable reference inside a variable's name (`${shell${i}}`): group 1 is the outer
+/// part so far, group 2 the inner name.
+static NESTED: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"(\$\{[A-Za-z_][A-Za-z0-9_]*)\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+        .expect("valid pattern")
+});
+
 #[derive(Debug, Clone, Default)]
 pub struct Vars(BTreeMap<String, Value>);
 
@@ -48,7 +55,10 @@ impl Vars {
     }
 
     /// Substitute in one string, keeping the saved type when the string is a lone variable.
+    /// Names built from variables (`${shell${i}}`) are resolved inside out.
     pub fn subst_string(&self, s: &str) -> Result<Value, String> {
+        let s = self.resolve_names(s)?;
+        let s = s.as_str();
         if let Some(c) = VAR.captures(s)
             && c.get(0).is_some_and(|m| m.as_str() == s)
         {
@@ -57,8 +67,24 @@ impl Vars {
         self.subst_text(s).map(Value::String)
     }
 
+    /// Resolve variables used inside variable names, innermost first.
+    fn resolve_names(&self, s: &str) -> Result<String, String> {
+        let mut s = s.to_owned();
+        while let Some(c) = NESTED.captures(&s) {
+            let whole = c.get(0).expect("group 0 exists").range();
+            let resolved = match self.lookup(&c[2])? {
+                Value::String(v) => format!("{}{v}", &c[1]),
+                other => format!("{}{other}", &c[1]),
+            };
+            s.replace_range(whole, &resolved);
+        }
+        Ok(s)
+    }
+
     /// Substitute in one string, always producing text.
     pub fn subst_text(&self, s: &str) -> Result<String, String> {
+        let s = self.resolve_names(s)?;
+        let s = s.as_str();
         let mut out = String::with_capacity(s.len());
         let mut last = 0;
         for c in VAR.captures_iter(s) {
@@ -116,6 +142,15 @@ mod tests {
         assert_eq!(v.subst(&json!("${next}")).unwrap(), json!(42));
         assert_eq!(v.subst(&json!("${pids}")).unwrap(), json!([1, 2]));
         assert_eq!(v.subst(&json!("${sid}")).unwrap(), json!("abc"));
+    }
+
+    #[test]
+    fn names_built_from_variables_resolve_inside_out() {
+        let mut v = vars();
+        v.set("i", json!(1));
+        v.set("shell1", json!("s1"));
+        assert_eq!(v.subst(&json!("${shell${i}}")).unwrap(), json!("s1"));
+        assert_eq!(v.subst_text("at ${shell${i}}!").unwrap(), "at s1!");
     }
 
     #[test]

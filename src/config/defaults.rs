@@ -4,7 +4,8 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use super::{Config, Limits, Mode, Profile};
+use super::{Config, Limits, Mode, Profile, Shell};
+use crate::limits::SHELL_IDLE_TIMEOUT_MS;
 
 /// Demo profiles on pipes: id (= `demo-process` mode), description.
 const DEMO_PROFILES: &[(&str, &str)] = &[
@@ -87,6 +88,42 @@ fn demo_profiles() -> BTreeMap<String, Profile> {
     profiles
 }
 
+/// The shell profiles `make-config --shells` approves: `sh` on pipes, and `bash` on a
+/// terminal when bash is installed. Both end after five idle minutes, as the idle
+/// terminals of the persistent-terminal design do.
+pub fn shell_profiles() -> BTreeMap<String, Profile> {
+    let shell = |argv: Vec<&str>, mode: Mode, description: &str| {
+        let mut profile = Profile::new(argv.into_iter().map(str::to_owned).collect(), description);
+        profile.mode = mode;
+        profile.shell = Some(Shell::Posix);
+        profile.idle_timeout_ms = Some(SHELL_IDLE_TIMEOUT_MS);
+        profile
+    };
+    let mut profiles = BTreeMap::new();
+    profiles.insert(
+        "sh".to_owned(),
+        shell(
+            vec!["/bin/sh"],
+            Mode::Pipe,
+            "a POSIX shell on pipes: run command lines in it with terminal_exec",
+        ),
+    );
+    if let Some(bash) = ["/bin/bash", "/usr/bin/bash"]
+        .into_iter()
+        .find(|p| Path::new(p).is_file())
+    {
+        profiles.insert(
+            "bash".to_owned(),
+            shell(
+                vec![bash, "--noprofile", "--norc", "-i"],
+                Mode::Pty,
+                "an interactive bash on a terminal: run command lines in it with terminal_exec",
+            ),
+        );
+    }
+    profiles
+}
+
 /// The default config with `root` (canonical) as the only allowed root and default cwd.
 pub fn default_config(root: &Path) -> Config {
     Config {
@@ -108,6 +145,17 @@ mod tests {
         let config = default_config(&root);
         assert_eq!(config.commands.len(), 15);
         assert_eq!(config.commands["pty-tui"].mode, Mode::Pty);
+        let parsed = super::super::parse_config(&config.to_json(), &root).unwrap();
+        assert_eq!(parsed, config);
+    }
+
+    #[test]
+    fn shell_profiles_round_trip_through_the_validator() {
+        let root = std::env::temp_dir().canonicalize().unwrap();
+        let mut config = default_config(&root);
+        config.commands.extend(shell_profiles());
+        assert_eq!(config.commands["sh"].shell, Some(Shell::Posix));
+        assert_eq!(config.commands["sh"].idle_timeout_ms, Some(300_000));
         let parsed = super::super::parse_config(&config.to_json(), &root).unwrap();
         assert_eq!(parsed, config);
     }

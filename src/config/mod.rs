@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{Value, json};
 
-pub use defaults::default_config;
+pub use defaults::{default_config, shell_profiles};
 pub use parse::parse_config;
 
 #[derive(Debug, Clone, PartialEq)]
@@ -112,6 +112,8 @@ pub struct Profile {
     pub shell: Option<Shell>,
     pub on_full: OnFull,
     pub description: Option<String>,
+    /// A session no tool call has named for this long is terminated (reason `timeout`).
+    pub idle_timeout_ms: Option<u64>,
 }
 
 impl Profile {
@@ -126,10 +128,11 @@ impl Profile {
             shell: None,
             on_full: OnFull::Evict,
             description: Some(description.to_owned()),
+            idle_timeout_ms: None,
         }
     }
 
-    fn to_json(&self) -> Value {
+    pub fn to_json(&self) -> Value {
         json!({
             "argv": self.argv,
             "env": self.env,
@@ -140,6 +143,7 @@ impl Profile {
             "shell": self.shell.map(|Shell::Posix| "posix"),
             "on_full": self.on_full.as_str(),
             "description": self.description,
+            "idle_timeout_ms": self.idle_timeout_ms,
         })
     }
 }

@@ -8,7 +8,8 @@ use serde_json::{Map, Value};
 
 use super::{Config, Limits, Mode, OnFull, Profile, Shell};
 use crate::limits::{
-    CAP_TOTAL_BYTES, CAP_TOTAL_RECORDS, COMMAND_ID_MAX_CHARS, MAX_PROFILES, TERMINAL_MAX_SIZE,
+    CAP_TOTAL_BYTES, CAP_TOTAL_RECORDS, COMMAND_ID_MAX_CHARS, IDLE_TIMEOUT_MAX_MS,
+    IDLE_TIMEOUT_MIN_MS, MAX_PROFILES, TERMINAL_MAX_SIZE,
 };
 use crate::policy::{denied_env_name, inside_roots, invalid_env_name};
 use crate::strict::{Fields, type_name};
@@ -343,6 +344,7 @@ fn parse_profile(id: &str, value: &Value) -> Result<Profile, String> {
         }
     };
     let description = f.string("description")?.map(str::to_owned);
+    let idle_timeout_ms = f.uint("idle_timeout_ms", IDLE_TIMEOUT_MIN_MS, IDLE_TIMEOUT_MAX_MS)?;
     f.finish()?;
 
     Ok(Profile {
@@ -355,6 +357,7 @@ fn parse_profile(id: &str, value: &Value) -> Result<Profile, String> {
         shell,
         on_full,
         description,
+        idle_timeout_ms,
     })
 }
 
@@ -366,11 +369,6 @@ fn refuse_unsupported(config: &Config) -> Result<(), String> {
             "`{field}`: {what} is not supported yet by this version of mcp-terminal; remove it"
         ))
     };
-    for (id, p) in &config.commands {
-        if p.shell.is_some() {
-            return unsupported(format!("commands.{id}.shell"), "\"posix\"");
-        }
-    }
     if config.audit_log.is_some() {
         return unsupported("audit_log".into(), "an audit log");
     }
@@ -600,9 +598,6 @@ mod tests {
 
     #[test]
     fn features_not_built_yet_are_refused_not_ignored() {
-        let e = err(json!({"commands": {"p": {"argv": ["/bin/sh"], "shell": "posix"}}}));
-        assert!(e.contains("not supported yet"), "{e}");
-        assert!(e.starts_with("`commands.p.shell`"), "{e}");
         let audit = root().join("audit.jsonl");
         assert!(err(json!({"audit_log": audit})).contains("not supported yet"));
         assert!(err(json!({"audit_log": "/no/such/dir/a.jsonl"})).contains("must exist"));

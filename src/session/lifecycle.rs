@@ -24,6 +24,8 @@ pub struct NewSession {
     /// `on_full: "pause"` rather than eviction of unread output.
     pub pause: bool,
     pub timeout: Duration,
+    /// End the session when no tool call named it for this long.
+    pub idle_timeout: Option<Duration>,
 }
 
 /// A spawned child, on pipes or on a terminal of `rows`×`cols`.
@@ -100,13 +102,20 @@ pub fn launch(new: NewSession, spawned: Spawned) -> Arc<Session> {
         writing: tokio::sync::Mutex::new(()),
         terminal,
         readers: Mutex::new(Vec::new()),
+        shell: tokio::sync::Mutex::default(),
+        named_at: Mutex::new(Instant::now()),
     });
     let readers = sources
         .into_iter()
         .map(|(source, stream)| tokio::spawn(read_output(session.clone(), source, stream)))
         .collect();
     *session.readers.lock().unwrap_or_else(|e| e.into_inner()) = readers;
-    tokio::spawn(supervise(session.clone(), exit, new.timeout));
+    tokio::spawn(supervise(
+        session.clone(),
+        exit,
+        new.timeout,
+        new.idle_timeout,
+    ));
     session
 }
 
@@ -144,11 +153,16 @@ async fn read_output(session: Arc<Session>, mut source: Source, stream: Stream) 
 
 /// Wait for the leader's exit (ending the session at its timeout), then make it final:
 /// kill what remains of its process group and drain the pipes.
-async fn supervise(session: Arc<Session>, mut exit: oneshot::Receiver<Exit>, timeout: Duration) {
+async fn supervise(
+    session: Arc<Session>,
+    mut exit: oneshot::Receiver<Exit>,
+    timeout: Duration,
+    idle_timeout: Option<Duration>,
+) {
     let exit = tokio::select! {
         exit = &mut exit => exit,
-        () = tokio::time::sleep(timeout) => {
-            tracing::info!(session = %session.id, "timeout after {} ms", timeout.as_millis());
+        why = expiry(&session, timeout, idle_timeout) => {
+            tracing::info!(session = %session.id, "{why}");
             let ending = session.clone();
             tokio::spawn(async move {
                 ending.terminate(Reason::Timeout, crate::limits::GRACE_DEFAULT_MS).await;
@@ -194,6 +208,34 @@ async fn supervise(session: Arc<Session>, mut exit: oneshot::Receiver<Exit>, tim
         s.output_complete = drained;
         s.output_incomplete = !drained;
     });
+}
+
+/// Completes when the session has run for `timeout`, or (with `idle_timeout`) when no
+/// tool call has named it for that long; says which.
+async fn expiry(session: &Session, timeout: Duration, idle_timeout: Option<Duration>) -> String {
+    let idle = async {
+        let Some(idle) = idle_timeout else {
+            return std::future::pending().await;
+        };
+        loop {
+            let due = session.named_at() + idle;
+            if Instant::now() < due {
+                tokio::time::sleep_until(due).await;
+            } else if session.shell.try_lock().is_err() {
+                // A command running in the shell is not idleness.
+                session.touch();
+            } else {
+                return;
+            }
+        }
+    };
+    tokio::select! {
+        () = tokio::time::sleep(timeout) => format!("timeout after {} ms", timeout.as_millis()),
+        () = idle => format!(
+            "idle timeout: no tool call named the session for {} ms",
+            idle_timeout.unwrap_or_default().as_millis()
+        ),
+    }
 }
 
 impl Session {

@@ -9,7 +9,7 @@ use std::time::Duration;
 use super::lifecycle::{NewSession, Spawned, launch};
 use super::state::Reason;
 use super::{Session, Snapshot};
-use crate::config::{Config, Mode, OnFull};
+use crate::config::{Config, Mode, OnFull, Shell};
 use crate::errors::{ErrorCode, ToolError};
 use crate::limits::MAX_CLIENT_ENV;
 use crate::output::OutputBuffer;
@@ -64,11 +64,43 @@ impl Sessions {
         table.clone()
     }
 
+    /// The session a tool call names; naming it resets its idle time.
     pub fn get(&self, session_id: &str) -> Result<Arc<Session>, ToolError> {
-        self.retained()
+        let session = self
+            .retained()
             .into_iter()
             .find(|s| s.id == session_id)
-            .ok_or_else(|| ToolError::session_not_found(session_id))
+            .ok_or_else(|| ToolError::session_not_found(session_id))?;
+        session.touch();
+        Ok(session)
+    }
+
+    /// A session whose profile is a POSIX shell, for `terminal_exec`.
+    pub fn shell(&self, session_id: &str) -> Result<Arc<Session>, ToolError> {
+        let session = self.get(session_id)?;
+        let profile = self.config.commands.get(&session.command_id);
+        match profile.and_then(|p| p.shell) {
+            Some(Shell::Posix) => Ok(session),
+            None => {
+                let shells: Vec<&str> = self
+                    .config
+                    .commands
+                    .iter()
+                    .filter(|(_, p)| p.shell.is_some())
+                    .map(|(id, _)| id.as_str())
+                    .collect();
+                Err(ToolError::new(
+                    ErrorCode::NotAShell,
+                    format!(
+                        "session {session_id} runs `{}`, which the owner did not approve as a \
+                         shell; start a shell profile ({}) for terminal_exec, or use \
+                         terminal_write and terminal_wait with this session",
+                        session.command_id,
+                        shells.join(", ")
+                    ),
+                ))
+            }
+        }
     }
 
     /// Drop a final session now, freeing its place under `max_records`.
@@ -169,6 +201,7 @@ impl Sessions {
                 buffer: OutputBuffer::new(config.limits.buffer_bytes, config.limits.buffer_records),
                 pause: profile.on_full == OnFull::Pause,
                 timeout: Duration::from_millis(timeout_ms),
+                idle_timeout: profile.idle_timeout_ms.map(Duration::from_millis),
             },
             spawned,
         );

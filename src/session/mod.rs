@@ -7,6 +7,7 @@
 //! Every state change wakes waiters through one watch channel, so reads that wait are
 //! woken by events, never by polling.
 
+mod exec;
 mod input;
 mod io;
 mod lifecycle;
@@ -45,6 +46,10 @@ pub struct Session {
     /// The terminal of a PTY session (for resizing).
     terminal: Option<Arc<PtyMaster>>,
     readers: Mutex<Vec<JoinHandle<()>>>,
+    /// Held by a running `terminal_exec`: one command at a time per shell.
+    shell: tokio::sync::Mutex<exec::ShellState>,
+    /// When a tool call last named this session (for `idle_timeout_ms`).
+    named_at: Mutex<Instant>,
 }
 
 impl Session {
@@ -105,6 +110,15 @@ impl Session {
     async fn wait_final(&self, within: Duration) -> bool {
         self.wait_until(Instant::now() + within, |s| s.status.is_final())
             .await
+    }
+
+    /// A tool call named this session: its idle time starts again.
+    pub fn touch(&self) {
+        *self.named_at.lock().unwrap_or_else(|e| e.into_inner()) = Instant::now();
+    }
+
+    fn named_at(&self) -> Instant {
+        *self.named_at.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Final and past its retention period.

@@ -23,7 +23,7 @@ pub enum Streams {
 }
 
 impl Streams {
-    fn accepts(self, stream: Stream) -> bool {
+    pub(super) fn accepts(self, stream: Stream) -> bool {
         match self {
             Streams::Any => true,
             Streams::Only(only) => only == stream,

@@ -8,9 +8,9 @@ use super::keys::KEY_NAMES;
 use super::params::{Kind, Param, input_schema};
 use crate::config::Config;
 use crate::limits::{
-    COMMAND_ID_MAX_CHARS, CWD_MAX_CHARS, GRACE_DEFAULT_MS, GRACE_MAX_MS, IDLE_MAX_MS,
-    KEY_NAME_MAX_CHARS, MAX_CURSOR, MAX_KEYS, READ_MAX_BYTES, READ_MAX_WAIT_MS, READ_MIN_BYTES,
-    SCREEN_MAX_SCROLLBACK, TAIL_MAX_LINES, TERMINAL_MAX_SIZE, WAIT_DEFAULT_MS,
+    COMMAND_ID_MAX_CHARS, CWD_MAX_CHARS, EXEC_DEFAULT_TIMEOUT_MS, GRACE_DEFAULT_MS, GRACE_MAX_MS,
+    IDLE_MAX_MS, KEY_NAME_MAX_CHARS, MAX_CURSOR, MAX_KEYS, READ_MAX_BYTES, READ_MAX_WAIT_MS,
+    READ_MIN_BYTES, SCREEN_MAX_SCROLLBACK, TAIL_MAX_LINES, TERMINAL_MAX_SIZE, WAIT_DEFAULT_MS,
     WAIT_PATTERN_MAX_CHARS,
 };
 
@@ -80,7 +80,77 @@ fn session_id() -> Param {
     .required()
 }
 
+/// `terminal_exec`, offered only when some profile is a POSIX shell.
+fn exec_spec(config: &Config) -> Option<ToolSpec> {
+    let shells: Vec<&str> = config
+        .commands
+        .iter()
+        .filter(|(_, p)| p.shell.is_some())
+        .map(|(id, _)| id.as_str())
+        .collect();
+    if shells.is_empty() {
+        return None;
+    }
+    let limits = &config.limits;
+    Some(spec(
+        "terminal_exec",
+        format!(
+            "Run one command line in a persistent shell session and return exactly its \
+             output and real exit code: no markers, echoed input or prompts. Start the shell \
+             first with terminal_start (shell profiles: {}); cwd, variables, functions and \
+             aliases persist between calls. Any shell syntax works: pipes, &&, ||, quoting, \
+             here-documents, several lines. On pipes stderr comes separately; on a terminal \
+             it is part of output. outcome is completed, timeout (a terminal's foreground job \
+             got Ctrl-C; a pipe shell was terminated: see timeout_action) or exited (the \
+             shell ended, e.g. `exit 3`). truncated means the buffer kept only the tail of a \
+             large output: read less at once (redirect to a file, use head). One command at \
+             a time per session (SESSION_BUSY). Output of background jobs between calls \
+             stays readable with terminal_read. Commands on pipes read stdin from /dev/null.",
+            shells.join(", ")
+        ),
+        vec![
+            session_id(),
+            Param::new(
+                "command",
+                Kind::Text,
+                format!(
+                    "The command line (at most {} bytes, no NUL), as you would type it.",
+                    limits.max_input_bytes
+                ),
+            )
+            .required(),
+            Param::new(
+                "timeout_ms",
+                Kind::Int {
+                    min: 100,
+                    max: limits.max_wait_ms,
+                    default: EXEC_DEFAULT_TIMEOUT_MS.min(limits.max_wait_ms),
+                },
+                "How long the command may take before it is interrupted.",
+            ),
+        ],
+        envelope(json!({
+            "outcome": {"type": "string", "enum": ["completed", "timeout", "exited"]},
+            "output": {"type": "string"},
+            "stderr": {"type": ["string", "null"]},
+            "truncated": {"type": "boolean"},
+            "exit_code": {"type": ["integer", "null"]},
+            "timeout_action": {"type": ["string", "null"], "enum": ["interrupted", "terminated", null]},
+            "start_cursor": {"type": "integer", "minimum": 0},
+            "end_cursor": {"type": "integer", "minimum": 0},
+            "session": {"type": "object", "properties": snapshot_properties()},
+        })),
+        Effect::Act,
+    ))
+}
+
 pub fn catalog(config: &Config) -> Vec<ToolSpec> {
+    let mut tools = base_catalog(config);
+    tools.extend(exec_spec(config));
+    tools
+}
+
+fn base_catalog(config: &Config) -> Vec<ToolSpec> {
     let limits = &config.limits;
     let profiles: Vec<String> = config
         .commands

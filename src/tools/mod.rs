@@ -166,6 +166,19 @@ impl TerminalServer {
                 ok(serde_json::json!({ "rows": rows, "cols": cols }))
             }
             "terminal_screen" => ok(session()?.screen(args.int("scrollback") as usize)?),
+            "terminal_exec" => {
+                let session = sessions.shell(args.str("session_id").unwrap_or_default())?;
+                let result = session
+                    .exec(
+                        args.str("command").unwrap_or_default(),
+                        sessions.config.limits.max_input_bytes,
+                        Duration::from_millis(args.int("timeout_ms")),
+                        cancel,
+                    )
+                    .await;
+                session.touch();
+                ok(result?)
+            }
             other => Err(ToolError::internal(format!("tool {other} has no handler"))),
         }
     }
