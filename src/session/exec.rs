@@ -316,6 +316,8 @@ impl Session {
             .map(|w| w.after.unwrap_or(w.end))
             .max()
             .unwrap_or(from);
+        // The call's output has been seen (with `on_full: "pause"` it may now be evicted).
+        self.acknowledge(end_cursor);
         let (outcome, timeout_action) = match found {
             Found::Marker(_) => ("completed", None),
             Found::Exited => ("exited", None),
