@@ -187,16 +187,6 @@ impl PtyMaster {
         }
     }
 
-    /// The terminal's interrupt character as the program set it (Ctrl-C unless changed).
-    pub fn intr_char(&self) -> u8 {
-        use nix::sys::termios::{SpecialCharacterIndices, tcgetattr};
-        tcgetattr(self.fd.get_ref())
-            .map(|t| t.control_chars[SpecialCharacterIndices::VINTR as usize])
-            .ok()
-            .filter(|c| *c != 0)
-            .unwrap_or(0x03)
-    }
-
     /// Set the window size; the kernel sends SIGWINCH to the terminal's foreground group.
     pub fn resize(&self, rows: u16, cols: u16) -> io::Result<()> {
         let size = winsize(rows, cols);

@@ -423,10 +423,9 @@ impl Session {
         if let (Some(terminal), Mode::Pty) = (&self.terminal, self.mode) {
             let from = self.inspect(|s| s.output.end());
             let probe = format!("{}\n", markers.printf('r', "", ""));
-            let sent = self
-                .send(&[terminal.intr_char()], false, &never)
-                .await
-                .is_ok()
+            // The first of the flushing characters is the interrupt (Ctrl-C unless changed).
+            let interrupt_char = terminal.line_controls().flushing[0];
+            let sent = self.send(&[interrupt_char], false, &never).await.is_ok()
                 && self.send(probe.as_bytes(), false, &never).await.is_ok();
             let settle = Instant::now() + EXEC_INTERRUPT_SETTLE;
             if sent
