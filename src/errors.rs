@@ -27,6 +27,7 @@ pub enum ErrorCode {
     InvalidCursor,
     NotAPty,
     NotAShell,
+    SecretNotAllowed,
     Internal,
 }
 
@@ -52,6 +53,7 @@ impl ErrorCode {
             ErrorCode::InvalidCursor => "INVALID_CURSOR",
             ErrorCode::NotAPty => "NOT_A_PTY",
             ErrorCode::NotAShell => "NOT_A_SHELL",
+            ErrorCode::SecretNotAllowed => "SECRET_NOT_ALLOWED",
             ErrorCode::Internal => "INTERNAL",
         }
     }

@@ -45,6 +45,13 @@ pub const DRAIN_DEADLINE: Duration = Duration::from_millis(500);
 /// Bytes read from a child's pipe per read call.
 pub const READ_CHUNK_BYTES: usize = 64 * 1024;
 
+/// Secret names and values (SPEC §12).
+pub const SECRET_NAME_MAX_CHARS: usize = 64;
+pub const SECRET_MIN_BYTES: usize = 4;
+pub const SECRET_MAX_BYTES: usize = 4096;
+/// Output that may be the start of a secret's value is held back at most this long.
+pub const REDACT_HOLD_MAX: Duration = Duration::from_millis(50);
+
 /// Client-supplied environment variables per start.
 pub const MAX_CLIENT_ENV: usize = 32;
 /// `command_id` length bounds.

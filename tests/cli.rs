@@ -204,3 +204,67 @@ fn stdio_on_immediate_eof_exits_0() {
         .code(0)
         .stdout("");
 }
+
+#[test]
+fn check_config_names_a_bad_secret_and_never_prints_its_value() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let value = "Cli-Secret-Value-0042";
+    let pass = dir.path().canonicalize().unwrap().join("deploy.pass");
+    std::fs::write(&pass, format!("{value}\n")).unwrap();
+    std::fs::set_permissions(&pass, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let path = config_with(dir.path(), |c| {
+        set(
+            c,
+            "/secrets",
+            json!({"deploy": {"file": pass}, "db": {"env": "MCPT_CLI_DB"}}),
+        );
+        set(
+            c,
+            "/commands/interactive/allowed_secrets",
+            json!(["deploy", "db"]),
+        );
+    });
+    let check = || {
+        mcp_terminal()
+            .args(["check-config", "--config"])
+            .arg(&path)
+            .env("MCPT_CLI_DB", value)
+            .output()
+            .unwrap()
+    };
+    let out = check();
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = stderr_of(&out);
+    assert!(
+        stderr.contains("`secrets.deploy`:") && stderr.contains("chmod 600"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains(value) && !stdout_of(&out).contains(value));
+
+    std::fs::set_permissions(&pass, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let out = check();
+    assert!(out.status.success(), "{}", stderr_of(&out));
+    let summary = stdout_of(&out);
+    assert!(
+        summary.contains("secret deploy: from the file"),
+        "{summary}"
+    );
+    assert!(summary.contains("secret db: from the environment variable MCPT_CLI_DB"));
+    assert!(summary.contains("secrets:deploy,db"), "{summary}");
+    assert!(!summary.contains(value) && !stderr_of(&out).contains(value));
+
+    let out = mcp_terminal()
+        .args(["check-config", "--config"])
+        .arg(&path)
+        .env_remove("MCPT_CLI_DB")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr_of(&out)
+            .contains("`secrets.db`: the server's environment has no variable MCPT_CLI_DB"),
+        "{}",
+        stderr_of(&out)
+    );
+}

@@ -73,20 +73,52 @@ fn lock(log: &SharedLog) -> std::sync::MutexGuard<'_, ChildLog> {
     log.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// Every byte the server wrote to its stdout, in order.
+type Received = Arc<Mutex<Vec<u8>>>;
+
 #[derive(Debug)]
-struct Observer(SharedLog);
+struct Observer(SharedLog, Received);
 
 impl CommandWrapper for Observer {
     fn wrap_child(
         &mut self,
-        child: Box<dyn ChildWrapper>,
+        mut child: Box<dyn ChildWrapper>,
         _core: &CommandWrap,
     ) -> io::Result<Box<dyn ChildWrapper>> {
+        if let Some(stdout) = child.stdout().take() {
+            *child.stdout() = Some(tee(stdout, self.1.clone())?);
+        }
         Ok(Box::new(Observed {
             inner: child,
             log: self.0.clone(),
         }))
     }
+}
+
+/// Pass the server's stdout on to the client through a pipe, keeping a copy of every byte
+/// (so a scenario can search all the client received, before any parsing).
+fn tee(
+    mut stdout: tokio::process::ChildStdout,
+    copy: Received,
+) -> io::Result<tokio::process::ChildStdout> {
+    use tokio::io::AsyncWriteExt;
+    let (mut sender, receiver) = tokio::net::unix::pipe::pipe()?;
+    let read_end = receiver.into_blocking_fd()?;
+    tokio::spawn(async move {
+        let mut chunk = vec![0u8; 64 * 1024];
+        while let Ok(n) = stdout.read(&mut chunk).await {
+            if n == 0 {
+                break;
+            }
+            copy.lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .extend_from_slice(&chunk[..n]);
+            if sender.write_all(&chunk[..n]).await.is_err() {
+                break;
+            }
+        }
+    });
+    tokio::process::ChildStdout::from_std(std::process::ChildStdout::from(read_end))
 }
 
 #[derive(Debug)]
@@ -223,6 +255,7 @@ pub struct McpServer {
     log: SharedLog,
     stderr: Arc<Mutex<Vec<u8>>>,
     stderr_task: Option<JoinHandle<()>>,
+    received: Received,
 }
 
 /// Arrange what the server inherits: open descriptors, ignored signals, no capabilities.
@@ -299,12 +332,13 @@ impl McpServer {
         launch: &Launch,
     ) -> Result<Self, String> {
         let mut cmd = tokio::process::Command::new(program);
-        cmd.args(args).current_dir(cwd);
+        cmd.args(args).current_dir(cwd).envs(&launch.env);
         // Held open until the server is spawned.
         let _inherited = inherit(&mut cmd, launch)?;
         let log = SharedLog::default();
+        let received = Received::default();
         let mut wrapped = CommandWrap::from(cmd);
-        wrapped.wrap(Observer(log.clone()));
+        wrapped.wrap(Observer(log.clone(), received.clone()));
         let (transport, stderr) = TokioChildProcess::builder(wrapped)
             .stderr(Stdio::piped())
             .spawn()
@@ -334,6 +368,7 @@ impl McpServer {
             log,
             stderr: buffer,
             stderr_task,
+            received,
         };
         match recorder.serve(transport).await {
             Ok(client) => {
@@ -463,6 +498,14 @@ impl McpServer {
         serde_json::to_value(&*info).map_err(|e| e.to_string())
     }
 
+    /// Every byte the client received from the server so far.
+    pub fn received(&self) -> Vec<u8> {
+        self.received
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
     pub fn stderr(&self) -> String {
         String::from_utf8_lossy(&self.stderr.lock().unwrap_or_else(|e| e.into_inner())).into_owned()
     }
@@ -581,7 +624,7 @@ mod tests {
         let log = SharedLog::default();
         let mut cmd = CommandWrap::from(tokio::process::Command::new("/bin/sleep"));
         cmd.command_mut().arg("30");
-        cmd.wrap(Observer(log.clone()));
+        cmd.wrap(Observer(log.clone(), Received::default()));
         let mut child = cmd.spawn().unwrap();
         child.signal(SIGTERM).unwrap();
         let status = child.wait().await.unwrap();

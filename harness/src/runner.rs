@@ -106,6 +106,15 @@ async fn execute(scenario: &Scenario, spec: &ServerSpec, ev: &mut ScenarioEviden
     let mut vars = Vars::default();
     vars.set("root", Value::String(root.display().to_string()));
     vars.set("demo", Value::String(spec.demo.display().to_string()));
+    let config_path = config_dir.path().canonicalize().unwrap_or_default();
+    vars.set(
+        "config_dir",
+        Value::String(config_path.display().to_string()),
+    );
+    if let Err(e) = write_files(&scenario.server, &config_path, &vars) {
+        ev.failure = Some(e);
+        return;
+    }
     let (server_args, config) =
         match prepare_config(&scenario.server, spec, &root, config_dir.path(), &vars).await {
             Ok(prepared) => prepared,
@@ -121,6 +130,7 @@ async fn execute(scenario: &Scenario, spec: &ServerSpec, ev: &mut ScenarioEviden
         ev,
         started: Instant::now(),
         root,
+        config_dir: config_path,
         server_args,
         config,
         vars,
@@ -198,6 +208,23 @@ async fn prepare_config(
     Ok((args, config))
 }
 
+/// The scenario's `server.files`, written into the config directory with their modes.
+fn write_files(setup: &ServerSetup, dir: &Path, vars: &Vars) -> Result<(), String> {
+    use std::os::unix::fs::PermissionsExt;
+    for (name, file) in &setup.files {
+        if name.contains('/') || name.starts_with('.') {
+            return Err(format!("server.files: `{name}` must be a plain file name"));
+        }
+        let mode = u32::from_str_radix(&file.mode, 8)
+            .map_err(|_| format!("server.files.{name}.mode: `{}` is not octal", file.mode))?;
+        let path = dir.join(name);
+        std::fs::write(&path, vars.subst_text(&file.text)?)
+            .and_then(|()| std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)))
+            .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    }
+    Ok(())
+}
+
 /// Top-level keys replace; `commands` entries merge by id, key by key; profiles are added.
 fn merge_config(config: &mut Value, overrides: &Value, profiles: &Value) -> Result<(), String> {
     let top = config
@@ -240,6 +267,7 @@ pub(crate) struct Run<'a> {
     pub ev: &'a mut ScenarioEvidence,
     pub started: Instant,
     pub root: PathBuf,
+    pub config_dir: PathBuf,
     pub server_args: Vec<String>,
     pub config: Value,
     pub vars: Vars,
@@ -316,6 +344,7 @@ impl Run<'_> {
             }
             self.ev.server_stderr = server.stderr();
         }
+        self.check_never_printed();
         let pids: Vec<u32> = self.seen_pids.iter().copied().collect();
         let left = wait_gone(&pids, LEFTOVER_GRACE).await;
         self.ev.final_checks.push(Assertion {
@@ -324,6 +353,64 @@ impl Run<'_> {
             detail: (!left.is_empty()).then(|| format!("still alive: {left:?}")),
         });
         self.kill_leftovers();
+    }
+
+    /// `server.never_prints`: no such text in any byte the client received, in the
+    /// server's stderr, or in a file under the root or the config directory.
+    fn check_never_printed(&mut self) {
+        let Some(server) = self.server.as_ref() else {
+            return;
+        };
+        let mut places = vec![
+            ("what the client received".to_string(), server.received()),
+            (
+                "the server's stderr".to_string(),
+                server.stderr().into_bytes(),
+            ),
+        ];
+        let declared: Vec<PathBuf> = self
+            .scenario
+            .server
+            .files
+            .keys()
+            .map(|n| self.config_dir.join(n))
+            .collect();
+        for dir in [&self.root, &self.config_dir] {
+            for path in files_under(dir) {
+                if !declared.contains(&path) {
+                    let bytes = std::fs::read(&path).unwrap_or_default();
+                    places.push((path.display().to_string(), bytes));
+                }
+            }
+        }
+        for text in &self.scenario.server.never_prints {
+            let text = match self.vars.subst_text(text) {
+                Ok(t) => t,
+                Err(e) => {
+                    self.ev.final_checks.push(Assertion {
+                        what: "never_prints".into(),
+                        ok: false,
+                        detail: Some(e),
+                    });
+                    continue;
+                }
+            };
+            let found: Vec<&str> = places
+                .iter()
+                .filter(|(_, bytes)| contains(bytes, text.as_bytes()))
+                .map(|(place, _)| place.as_str())
+                .collect();
+            let searched: usize = places.iter().map(|(_, b)| b.len()).sum();
+            self.ev.final_checks.push(Assertion {
+                what: format!(
+                    "a never_prints text ({} bytes) is in none of {} places ({searched} bytes)",
+                    text.len(),
+                    places.len()
+                ),
+                ok: found.is_empty() && !text.is_empty(),
+                detail: (!found.is_empty()).then(|| format!("found in {}", found.join(", "))),
+            });
+        }
     }
 
     /// Keep the machine clean after a failing server: kill leftover session groups that run
@@ -427,6 +514,26 @@ pub(crate) async fn wait_gone(pids: &[u32], within: Duration) -> Vec<u32> {
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
+}
+
+fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    !needle.is_empty() && haystack.windows(needle.len()).any(|w| w == needle)
+}
+
+/// Every regular file under `dir`, recursively.
+fn files_under(dir: &Path) -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    let mut dirs = vec![dir.to_path_buf()];
+    while let Some(d) = dirs.pop() {
+        for entry in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            match entry.file_type() {
+                Ok(t) if t.is_dir() => dirs.push(entry.path()),
+                Ok(t) if t.is_file() => files.push(entry.path()),
+                _ => {}
+            }
+        }
+    }
+    files
 }
 
 fn runs_one_of(pid: u32, programs: &[String]) -> bool {

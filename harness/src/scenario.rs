@@ -99,6 +99,13 @@ pub struct ServerSetup {
     /// What the server process inherits from whoever starts it.
     #[serde(default)]
     pub launch: Launch,
+    /// Files written into `${config_dir}` before the server starts: name → content and mode.
+    #[serde(default)]
+    pub files: BTreeMap<String, FileSpec>,
+    /// Texts that must never reach the client, the server's stderr, or any file under
+    /// `${root}` and `${config_dir}` (other than `files`): checked after shutdown.
+    #[serde(default)]
+    pub never_prints: Vec<String>,
 }
 
 /// How the server process itself is started, to check it does not pass on what it inherited.
@@ -115,6 +122,17 @@ pub struct Launch {
     /// obeys file permissions.
     #[serde(default)]
     pub no_capabilities: bool,
+    /// Variables added to the server's own environment (e.g. secrets it reads).
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileSpec {
+    pub text: String,
+    /// Permission bits in octal, e.g. "600".
+    pub mode: String,
 }
 
 /// A JSON matcher (see `matcher.rs`); its operators are checked when the file loads.

@@ -132,6 +132,8 @@ pub fn default_config(root: &Path) -> Config {
         commands: demo_profiles(),
         limits: Limits::default(),
         audit_log: None,
+        secrets: BTreeMap::new(),
+        recordings_dir: None,
     }
 }
 

@@ -7,6 +7,7 @@
 
 mod defaults;
 mod parse;
+mod secrets;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -15,6 +16,7 @@ use serde_json::{Value, json};
 
 pub use defaults::{default_config, shell_profiles};
 pub use parse::parse_config;
+pub use secrets::Secret;
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Config {
@@ -25,6 +27,10 @@ pub struct Config {
     pub commands: BTreeMap<String, Profile>,
     pub limits: Limits,
     pub audit_log: Option<PathBuf>,
+    /// Name → secret, values read at start-up.
+    pub secrets: BTreeMap<String, Secret>,
+    /// Canonical directory for asciicast recordings.
+    pub recordings_dir: Option<PathBuf>,
 }
 
 /// The owner-tunable limits (SPEC §3), already checked against their ranges and each other.
@@ -114,6 +120,10 @@ pub struct Profile {
     pub description: Option<String>,
     /// A session no tool call has named for this long is terminated (reason `timeout`).
     pub idle_timeout_ms: Option<u64>,
+    /// Names from `secrets` the client may send to this profile.
+    pub allowed_secrets: Vec<String>,
+    /// Record this profile's sessions when `recordings_dir` is set.
+    pub record: bool,
 }
 
 impl Profile {
@@ -129,6 +139,8 @@ impl Profile {
             on_full: OnFull::Evict,
             description: Some(description.to_owned()),
             idle_timeout_ms: None,
+            allowed_secrets: Vec::new(),
+            record: true,
         }
     }
 
@@ -144,6 +156,8 @@ impl Profile {
             "on_full": self.on_full.as_str(),
             "description": self.description,
             "idle_timeout_ms": self.idle_timeout_ms,
+            "allowed_secrets": self.allowed_secrets,
+            "record": self.record,
         })
     }
 }
@@ -171,6 +185,12 @@ impl Config {
             "max_input_bytes": l.max_input_bytes,
             "max_wait_ms": l.max_wait_ms,
             "audit_log": self.audit_log,
+            "secrets": self
+                .secrets
+                .iter()
+                .map(|(name, s)| (name.clone(), s.to_json()))
+                .collect::<serde_json::Map<String, Value>>(),
+            "recordings_dir": self.recordings_dir,
         })
     }
 
@@ -207,6 +227,12 @@ impl Config {
         if let Some(audit) = &self.audit_log {
             out.push_str(&format!("audit_log: {}\n", audit.display()));
         }
+        if let Some(dir) = &self.recordings_dir {
+            out.push_str(&format!("recordings_dir: {}\n", dir.display()));
+        }
+        for (name, secret) in &self.secrets {
+            out.push_str(&format!("secret {name}: from the {}\n", secret.describe()));
+        }
         out.push_str(&format!("commands ({}):\n", self.commands.len()));
         for (id, p) in &self.commands {
             let env = if p.allowed_env.is_empty() {
@@ -214,8 +240,13 @@ impl Config {
             } else {
                 format!(" env:{}", p.allowed_env.join(","))
             };
+            let secrets = if p.allowed_secrets.is_empty() {
+                String::new()
+            } else {
+                format!(" secrets:{}", p.allowed_secrets.join(","))
+            };
             out.push_str(&format!(
-                "  {id:<16} {:<4} {}{env}\n",
+                "  {id:<16} {:<4} {}{env}{secrets}\n",
                 p.mode.as_str(),
                 p.argv.join(" ")
             ));

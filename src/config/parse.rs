@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{Map, Value};
 
+use super::secrets::{check_secret_name, parse_secrets};
 use super::{Config, Limits, Mode, OnFull, Profile, Shell};
 use crate::limits::{
     CAP_TOTAL_BYTES, CAP_TOTAL_RECORDS, COMMAND_ID_MAX_CHARS, IDLE_TIMEOUT_MAX_MS,
@@ -100,6 +101,29 @@ pub fn parse_config(value: &Value, default_root: &Path) -> Result<Config, String
         None => super::default_config(&default_cwd).commands,
         Some(map) => parse_commands(map)?,
     };
+    let secrets = match f.object("secrets")? {
+        None => BTreeMap::new(),
+        Some(map) => parse_secrets(map)?,
+    };
+    for (id, profile) in &commands {
+        if let Some((i, name)) = profile
+            .allowed_secrets
+            .iter()
+            .enumerate()
+            .find(|(_, name)| !secrets.contains_key(*name))
+        {
+            return Err(format!(
+                "`commands.{id}.allowed_secrets[{i}]`: `{name}` is not in `secrets`"
+            ));
+        }
+    }
+    let recordings_dir = match f.get("recordings_dir") {
+        None => None,
+        Some(v) => Some(canonical_dir(
+            Path::new(absolute_str(v, "recordings_dir")?),
+            "recordings_dir",
+        )?),
+    };
 
     check_terminal_sizes(&commands, &limits)?;
 
@@ -115,6 +139,8 @@ pub fn parse_config(value: &Value, default_root: &Path) -> Result<Config, String
         commands,
         limits,
         audit_log,
+        secrets,
+        recordings_dir,
     };
     refuse_unsupported(&config)?;
     Ok(config)
@@ -345,6 +371,32 @@ fn parse_profile(id: &str, value: &Value) -> Result<Profile, String> {
     };
     let description = f.string("description")?.map(str::to_owned);
     let idle_timeout_ms = f.uint("idle_timeout_ms", IDLE_TIMEOUT_MIN_MS, IDLE_TIMEOUT_MAX_MS)?;
+    let mut allowed_secrets = Vec::new();
+    for (i, item) in f
+        .array("allowed_secrets")?
+        .into_iter()
+        .flatten()
+        .enumerate()
+    {
+        let path = format!("{base}.allowed_secrets[{i}]");
+        let name = item
+            .as_str()
+            .ok_or_else(|| format!("`{path}`: must be a string, got {}", type_name(item)))?;
+        check_secret_name(name).map_err(|rule| format!("`{path}`: {rule}"))?;
+        if !allowed_secrets.iter().any(|n| n == name) {
+            allowed_secrets.push(name.to_owned());
+        }
+    }
+    let record = match f.get("record") {
+        None => true,
+        Some(Value::Bool(b)) => *b,
+        Some(other) => {
+            return Err(format!(
+                "`{base}.record`: must be true or false, got {}",
+                type_name(other)
+            ));
+        }
+    };
     f.finish()?;
 
     Ok(Profile {
@@ -358,6 +410,8 @@ fn parse_profile(id: &str, value: &Value) -> Result<Profile, String> {
         on_full,
         description,
         idle_timeout_ms,
+        allowed_secrets,
+        record,
     })
 }
 
@@ -371,6 +425,9 @@ fn refuse_unsupported(config: &Config) -> Result<(), String> {
     };
     if config.audit_log.is_some() {
         return unsupported("audit_log".into(), "an audit log");
+    }
+    if config.recordings_dir.is_some() {
+        return unsupported("recordings_dir".into(), "recording");
     }
     Ok(())
 }
@@ -594,6 +651,34 @@ mod tests {
             .map(|i| (format!("c{i}"), json!({"argv": ["/bin/true"]})))
             .collect();
         assert!(err(json!({"commands": many})).contains("at most 128 profiles"));
+    }
+
+    #[test]
+    fn allowed_secrets_must_name_configured_secrets() {
+        // SAFETY: tests touching this variable run in this test only.
+        unsafe { std::env::set_var("MCP_TERMINAL_TEST_SECRET_A", "value-of-a") };
+        let secrets = json!({"a": {"env": "MCP_TERMINAL_TEST_SECRET_A"}});
+        let c = parse_config(
+            &with(json!({"secrets": secrets, "commands": {"p": {"argv": ["/bin/sh"], "allowed_secrets": ["a", "a"]}}})),
+            &root(),
+        )
+        .unwrap();
+        assert_eq!(c.commands["p"].allowed_secrets, ["a"]);
+        assert_eq!(c.secrets["a"].value.expose(), "value-of-a");
+        assert!(!c.summary().contains("value-of-a"));
+        assert!(!c.to_json().to_string().contains("value-of-a"));
+        let e = err(
+            json!({"secrets": secrets, "commands": {"p": {"argv": ["/bin/sh"], "allowed_secrets": ["a", "b"]}}}),
+        );
+        assert_eq!(
+            e,
+            "`commands.p.allowed_secrets[1]`: `b` is not in `secrets`"
+        );
+        let e = err(json!({"commands": {"p": {"argv": ["/bin/sh"], "record": "yes"}}}));
+        assert!(
+            e.starts_with("`commands.p.record`: must be true or false"),
+            "{e}"
+        );
     }
 
     #[test]

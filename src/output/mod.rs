@@ -1,15 +1,17 @@
 //! Output of a session: incremental UTF-8 decoding per stream, the chunked record buffer
-//! addressed by cursor, escape-sequence stripping, incremental regex search, and the
+//! addressed by cursor, escape-sequence stripping, incremental regex search, redaction of secret values, and the
 //! rendered screen of a terminal. Pure data structures: no I/O, no locking.
 
 mod ansi;
 mod buffer;
 mod decoder;
+mod redact;
 mod screen;
 mod search;
 
 pub use ansi::AnsiStripper;
 pub use buffer::{Entry, OutputBuffer, Page, ReadError, Stream};
 pub use decoder::Utf8Decoder;
+pub use redact::Redactor;
 pub use screen::{Screen, ScreenView};
 pub use search::Search;

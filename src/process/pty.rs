@@ -187,6 +187,15 @@ impl PtyMaster {
         }
     }
 
+    /// Whether the terminal reads a line without echoing it (canonical mode, echo off):
+    /// what `sudo`, `ssh` and `passwd` set at a password prompt.
+    pub fn input_hidden(&self) -> bool {
+        use nix::sys::termios::{LocalFlags, tcgetattr};
+        tcgetattr(self.fd.get_ref()).is_ok_and(|t| {
+            t.local_flags.contains(LocalFlags::ICANON) && !t.local_flags.contains(LocalFlags::ECHO)
+        })
+    }
+
     /// Set the window size; the kernel sends SIGWINCH to the terminal's foreground group.
     pub fn resize(&self, rows: u16, cols: u16) -> io::Result<()> {
         let size = winsize(rows, cols);

@@ -16,6 +16,7 @@ use tokio::net::unix::pipe;
 use tokio_util::sync::CancellationToken;
 
 use super::Session;
+use crate::config::Mode;
 use crate::errors::{ErrorCode, ToolError};
 use crate::limits::WRITE_DRAIN_TIMEOUT;
 use crate::process::{LineControls, PtyMaster};
@@ -145,6 +146,37 @@ impl Session {
         }
         let closed = self.send(text.as_bytes(), close, cancel).await?;
         Ok((text.len(), closed))
+    }
+
+    /// Write the value of the secret `name` followed by Enter (`\n` on pipes, `\r` on a
+    /// terminal). No message names the value or its size; it goes nowhere but into the
+    /// program's input.
+    pub async fn write_secret(
+        &self,
+        name: &str,
+        value: &str,
+        close: bool,
+        max_input_bytes: usize,
+        cancel: &CancellationToken,
+    ) -> Result<(usize, bool), ToolError> {
+        self.check_writable()?;
+        let enter = match self.mode {
+            Mode::Pipe => "\n",
+            Mode::Pty => "\r",
+        };
+        let bytes = [value, enter].concat();
+        if bytes.len() > max_input_bytes {
+            return Err(ToolError::new(
+                ErrorCode::InputTooLarge,
+                format!(
+                    "the secret `{name}` with Enter is over the limit of {max_input_bytes} \
+                     bytes per write; nothing was written: ask the owner to raise \
+                     max_input_bytes"
+                ),
+            ));
+        }
+        let closed = self.send(bytes.as_bytes(), close, cancel).await?;
+        Ok((bytes.len(), closed))
     }
 
     /// Send bytes to the program's input; with `close`, end the input after them: close

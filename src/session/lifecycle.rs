@@ -13,8 +13,8 @@ use super::input::Input;
 use super::state::{Reason, State, Status};
 use super::{Session, Snapshot};
 use crate::config::Mode;
-use crate::limits::{DRAIN_DEADLINE, KILL_CONFIRM, READ_CHUNK_BYTES};
-use crate::output::{OutputBuffer, Screen, Stream, Utf8Decoder};
+use crate::limits::{DRAIN_DEADLINE, KILL_CONFIRM, READ_CHUNK_BYTES, REDACT_HOLD_MAX};
+use crate::output::{OutputBuffer, Redactor, Screen, Stream, Utf8Decoder};
 use crate::process::{Exit, PipeChild, PtyChild, PtyMaster, has_exited, signal_session};
 
 pub struct NewSession {
@@ -26,6 +26,8 @@ pub struct NewSession {
     pub timeout: Duration,
     /// End the session when no tool call named it for this long.
     pub idle_timeout: Option<Duration>,
+    /// `(name, value)` of every secret the profile allows: redacted from the output.
+    pub redact: Vec<(String, String)>,
 }
 
 /// A spawned child, on pipes or on a terminal of `rows`×`cols`.
@@ -107,7 +109,10 @@ pub fn launch(new: NewSession, spawned: Spawned) -> Arc<Session> {
     });
     let readers = sources
         .into_iter()
-        .map(|(source, stream)| tokio::spawn(read_output(session.clone(), source, stream)))
+        .map(|(source, stream)| {
+            let redactor = Redactor::new(&new.redact);
+            tokio::spawn(read_output(session.clone(), source, stream, redactor))
+        })
         .collect();
     *session.readers.lock().unwrap_or_else(|e| e.into_inner()) = readers;
     tokio::spawn(supervise(
@@ -119,36 +124,86 @@ pub fn launch(new: NewSession, spawned: Spawned) -> Arc<Session> {
     session
 }
 
-/// Decode one source into the buffer (and a terminal's bytes into its screen, answering
-/// the program's terminal queries) until EOF. A read error ends the source like EOF.
-async fn read_output(session: Arc<Session>, mut source: Source, stream: Stream) {
+/// Decode one source, redact it, and deliver it (`deliver`) until EOF. A read error ends
+/// the source like EOF.
+async fn read_output(
+    session: Arc<Session>,
+    mut source: Source,
+    stream: Stream,
+    mut redactor: Option<Redactor>,
+) {
     let mut bytes = vec![0u8; READ_CHUNK_BYTES];
     let mut decoder = Utf8Decoder::default();
+    let mut decoded = String::new();
     let mut text = String::new();
+    // Since when the redactor holds back a possible start of a secret's value.
+    let mut held_since: Option<Instant> = None;
     loop {
-        let n = match source.read(&mut bytes).await {
-            Ok(0) | Err(_) => break,
-            Ok(n) => n,
+        let read = match held_since {
+            Some(since) => tokio::select! {
+                read = source.read(&mut bytes) => Some(read),
+                () = tokio::time::sleep_until(since + REDACT_HOLD_MAX) => None,
+            },
+            None => Some(source.read(&mut bytes).await),
         };
+        decoded.clear();
         text.clear();
-        decoder.push(&bytes[..n], &mut text);
-        let (replies, taken) = session.update(|s| {
-            let replies = s.screen.as_mut().map(|screen| screen.feed(&bytes[..n]));
-            (replies.unwrap_or_default(), s.store(stream, &text))
-        });
-        if let (Source::Pty(master), false) = (&source, replies.is_empty()) {
-            master.try_write(&replies);
+        match read {
+            Some(Ok(0) | Err(_)) => break,
+            Some(Ok(n)) => {
+                decoder.push(&bytes[..n], &mut decoded);
+                redact(&mut redactor, &decoded, &mut text);
+            }
+            // Nothing decided the held-back text in time: it is output as it is.
+            None => {
+                if let Some(r) = redactor.as_mut() {
+                    r.flush(&mut text);
+                }
+            }
         }
-        if !session.hold(stream, &text[taken..]).await {
+        held_since = match redactor.as_ref() {
+            Some(r) if r.holding() => held_since.or_else(|| Some(Instant::now())),
+            _ => None,
+        };
+        if !deliver(&session, &source, stream, &text).await {
             return;
         }
     }
+    decoded.clear();
     text.clear();
-    decoder.finish(&mut text);
-    let taken = session.update(|s| s.store(stream, &text));
-    if session.hold(stream, &text[taken..]).await {
+    decoder.finish(&mut decoded);
+    redact(&mut redactor, &decoded, &mut text);
+    if let Some(r) = redactor.as_mut() {
+        r.flush(&mut text);
+    }
+    if deliver(&session, &source, stream, &text).await {
         session.update(|s| s.open_streams -= 1);
     }
+}
+
+/// The redaction stage: `decoded` with every allowed secret's value replaced, into `out`.
+fn redact(redactor: &mut Option<Redactor>, decoded: &str, out: &mut String) {
+    match redactor.as_mut() {
+        Some(r) => r.push(decoded, out),
+        None => out.push_str(decoded),
+    }
+}
+
+/// Output text (already redacted) enters the screen, answering the program's terminal
+/// queries, and the buffer; with `on_full: "pause"` what does not fit waits (`hold`).
+/// False when the session was discarded meanwhile.
+async fn deliver(session: &Session, source: &Source, stream: Stream, text: &str) -> bool {
+    if text.is_empty() {
+        return true;
+    }
+    let (replies, taken) = session.update(|s| {
+        let replies = s.screen.as_mut().map(|screen| screen.feed(text.as_bytes()));
+        (replies.unwrap_or_default(), s.store(stream, text))
+    });
+    if let (Source::Pty(master), false) = (source, replies.is_empty()) {
+        master.try_write(&replies);
+    }
+    session.hold(stream, &text[taken..]).await
 }
 
 /// Wait for the leader's exit (ending the session at its timeout), then make it final:

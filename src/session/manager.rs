@@ -202,6 +202,14 @@ impl Sessions {
                 pause: profile.on_full == OnFull::Pause,
                 timeout: Duration::from_millis(timeout_ms),
                 idle_timeout: profile.idle_timeout_ms.map(Duration::from_millis),
+                redact: profile
+                    .allowed_secrets
+                    .iter()
+                    .filter_map(|name| {
+                        let secret = config.secrets.get(name)?;
+                        Some((name.clone(), secret.value.expose().to_owned()))
+                    })
+                    .collect(),
             },
             spawned,
         );

@@ -66,7 +66,12 @@ impl Session {
     }
 
     pub fn snapshot(&self) -> Snapshot {
-        self.inspect(|s| state::snapshot(&self.identity(), s))
+        let hidden = self.terminal.as_ref().is_some_and(|t| t.input_hidden());
+        self.inspect(|s| {
+            let mut snapshot = state::snapshot(&self.identity(), s);
+            snapshot.input_hidden = hidden && !s.status.is_final();
+            snapshot
+        })
     }
 
     fn identity(&self) -> Identity<'_> {

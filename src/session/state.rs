@@ -157,6 +157,8 @@ pub struct Snapshot {
     pub output_complete: bool,
     pub output_incomplete: bool,
     pub paused: bool,
+    /// PTY: canonical mode with echo off (a password prompt); always false on pipes.
+    pub input_hidden: bool,
 }
 
 pub struct Identity<'a> {
@@ -191,6 +193,7 @@ pub fn snapshot(id: &Identity, s: &State) -> Snapshot {
         output_complete: s.output_complete,
         output_incomplete: s.output_incomplete,
         paused: s.paused(),
+        input_hidden: false,
     }
 }
 

@@ -10,8 +10,8 @@ use crate::config::Config;
 use crate::limits::{
     COMMAND_ID_MAX_CHARS, CWD_MAX_CHARS, EXEC_DEFAULT_TIMEOUT_MS, GRACE_DEFAULT_MS, GRACE_MAX_MS,
     IDLE_MAX_MS, KEY_NAME_MAX_CHARS, MAX_CURSOR, MAX_KEYS, READ_MAX_BYTES, READ_MAX_WAIT_MS,
-    READ_MIN_BYTES, SCREEN_MAX_SCROLLBACK, TAIL_MAX_LINES, TERMINAL_MAX_SIZE, WAIT_DEFAULT_MS,
-    WAIT_PATTERN_MAX_CHARS,
+    READ_MIN_BYTES, SCREEN_MAX_SCROLLBACK, SECRET_NAME_MAX_CHARS, TAIL_MAX_LINES,
+    TERMINAL_MAX_SIZE, WAIT_DEFAULT_MS, WAIT_PATTERN_MAX_CHARS,
 };
 
 pub struct ToolSpec {
@@ -272,17 +272,30 @@ fn base_catalog(config: &Config) -> Vec<ToolSpec> {
                  bytes the pipe took, not bytes the program read. close_stdin sends EOF after \
                  the text. At most {} bytes per call. Then read the reply with terminal_read \
                  (wait_ms helps). If the program does not take input within 1 s, stdin is \
-                 closed and INPUT_BACKPRESSURE is returned: do not blindly retry.",
-                limits.max_input_bytes
+                 closed and INPUT_BACKPRESSURE is returned: do not blindly retry. To answer a \
+                 password prompt (the snapshot's input_hidden is true), pass secret with a \
+                 name the owner allows instead of text{}.",
+                limits.max_input_bytes,
+                secret_names(config)
             ),
             vec![
                 session_id(),
                 Param::new(
                     "text",
                     Kind::Text,
-                    "Exact UTF-8 text to write; may be empty (e.g. with close_stdin).",
-                )
-                .required(),
+                    "Exact UTF-8 text to write; may be empty (e.g. with close_stdin). Give \
+                     this or secret.",
+                ),
+                Param::new(
+                    "secret",
+                    Kind::Str {
+                        min: 1,
+                        max: SECRET_NAME_MAX_CHARS,
+                    },
+                    "Instead of text: the name of an owner-held secret (a password) the \
+                     profile allows. Its value is typed followed by Enter; you never see it, \
+                     and it is shown as [secret:NAME] in the output.",
+                ),
                 Param::new(
                     "close_stdin",
                     Kind::Bool,
@@ -536,6 +549,21 @@ fn base_catalog(config: &Config) -> Vec<ToolSpec> {
     ]
 }
 
+/// The secrets some profile allows, as the write tool's description names them.
+fn secret_names(config: &Config) -> String {
+    let names: Vec<String> = config
+        .commands
+        .iter()
+        .filter(|(_, p)| !p.allowed_secrets.is_empty())
+        .map(|(id, p)| format!("{id}: {}", p.allowed_secrets.join(", ")))
+        .collect();
+    if names.is_empty() {
+        String::new()
+    } else {
+        format!(" (allowed secrets by profile: {})", names.join("; "))
+    }
+}
+
 /// Signals a client may send.
 pub const SIGNALS: &[&str] = &[
     "SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "SIGKILL", "SIGUSR1", "SIGUSR2", "SIGCONT",
@@ -589,6 +617,7 @@ fn snapshot_properties() -> Value {
         "output_complete": {"type": "boolean"},
         "output_incomplete": {"type": "boolean"},
         "paused": {"type": "boolean"},
+        "input_hidden": {"type": "boolean"},
     })
 }
 

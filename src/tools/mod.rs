@@ -84,14 +84,25 @@ impl TerminalServer {
                 ok(result)
             }
             "terminal_write" => {
-                let (accepted_bytes, stdin_closed) = session()?
-                    .write(
-                        args.str("text").unwrap_or_default(),
-                        args.bool("close_stdin"),
-                        sessions.config.limits.max_input_bytes,
-                        cancel,
-                    )
-                    .await?;
+                let close = args.bool("close_stdin");
+                let limit = sessions.config.limits.max_input_bytes;
+                let session = session()?;
+                let (accepted_bytes, stdin_closed) = match (args.str("text"), args.str("secret")) {
+                    (Some(text), None) => session.write(text, close, limit, cancel).await?,
+                    (None, Some(name)) => {
+                        let value = self.allowed_secret(&session.command_id, name)?;
+                        session
+                            .write_secret(name, value, close, limit, cancel)
+                            .await?
+                    }
+                    (Some(_), Some(_)) | (None, None) => {
+                        return Err(ToolError::invalid_argument(
+                            "text",
+                            "and `secret`: pass exactly one of the two (text to type, or the \
+                             name of an owner-held secret)",
+                        ));
+                    }
+                };
                 ok(serde_json::json!({
                     "accepted_bytes": accepted_bytes,
                     "stdin_closed": stdin_closed,
@@ -185,6 +196,31 @@ impl TerminalServer {
 }
 
 impl TerminalServer {
+    /// The value of secret `name` if the session's profile allows it; the error lists the
+    /// names that are allowed, never a value.
+    fn allowed_secret(&self, command_id: &str, name: &str) -> Result<&str, ToolError> {
+        let config = &self.sessions.config;
+        let allowed: &[String] = config
+            .commands
+            .get(command_id)
+            .map_or(&[], |p| p.allowed_secrets.as_slice());
+        match config.secrets.get(name) {
+            Some(secret) if allowed.iter().any(|a| a == name) => Ok(secret.value.expose()),
+            _ => Err(ToolError::new(
+                ErrorCode::SecretNotAllowed,
+                format!(
+                    "secret `{name}` is not one the owner allows for `{command_id}`; allowed: {}",
+                    if allowed.is_empty() {
+                        "none (the owner lists them in the profile's allowed_secrets)".to_owned()
+                    } else {
+                        allowed.join(", ")
+                    }
+                ),
+            )
+            .with("allowed", allowed.to_vec())),
+        }
+    }
+
     /// `terminal_wait`, reporting progress while it waits when the request asked for it.
     async fn wait(
         &self,

@@ -1,0 +1,248 @@
+//! The owner's secrets (SPEC §12): named values read once at start-up from the server's
+//! environment or from a file only its owner can read, held in memory only. Nothing here
+//! ever formats a value: errors name the secret, and `Debug` prints a placeholder.
+
+use std::collections::BTreeMap;
+use std::os::unix::fs::MetadataExt;
+use std::path::PathBuf;
+
+use serde_json::{Map, Value, json};
+
+use crate::limits::{SECRET_MAX_BYTES, SECRET_MIN_BYTES, SECRET_NAME_MAX_CHARS};
+use crate::strict::{Fields, type_name};
+
+/// Where the owner keeps a secret's value.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Source {
+    /// A variable of the server's own environment.
+    Env(String),
+    /// An absolute path readable by its owner only.
+    File(PathBuf),
+}
+
+/// A secret's value. Never printed: `Debug` shows a placeholder.
+#[derive(Clone, PartialEq, Eq)]
+pub struct SecretValue(String);
+
+impl SecretValue {
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for SecretValue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("[value withheld]")
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Secret {
+    pub source: Source,
+    pub value: SecretValue,
+}
+
+impl Secret {
+    pub fn to_json(&self) -> Value {
+        match &self.source {
+            Source::Env(var) => json!({ "env": var }),
+            Source::File(path) => json!({ "file": path }),
+        }
+    }
+
+    pub fn describe(&self) -> String {
+        match &self.source {
+            Source::Env(var) => format!("environment variable {var}"),
+            Source::File(path) => format!("file {}", path.display()),
+        }
+    }
+}
+
+/// Whether `name` is a valid secret name; the rule otherwise.
+pub fn check_secret_name(name: &str) -> Result<(), String> {
+    let len = name.chars().count();
+    let valid = name
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'));
+    if (1..=SECRET_NAME_MAX_CHARS).contains(&len) && valid {
+        Ok(())
+    } else {
+        Err(format!(
+            "a secret name is 1–{SECRET_NAME_MAX_CHARS} characters of [A-Za-z0-9._-]"
+        ))
+    }
+}
+
+/// Parse and read every secret of the `secrets` object.
+pub fn parse_secrets(map: &Map<String, Value>) -> Result<BTreeMap<String, Secret>, String> {
+    map.iter()
+        .map(|(name, spec)| {
+            let base = format!("secrets.{name}");
+            check_secret_name(name).map_err(|rule| format!("`{base}`: {rule}"))?;
+            let source = parse_source(spec, &base)?;
+            let value = read_value(&source).map_err(|why| format!("`{base}`: {why}"))?;
+            Ok((name.clone(), Secret { source, value }))
+        })
+        .collect()
+}
+
+fn parse_source(spec: &Value, base: &str) -> Result<Source, String> {
+    let mut f = Fields::new(spec, base)?;
+    let env = f.string("env")?;
+    let file = f.get("file");
+    f.finish()?;
+    match (env, file) {
+        (Some(var), None) if !var.is_empty() && !var.contains(['=', '\0']) => {
+            Ok(Source::Env(var.to_owned()))
+        }
+        (Some(_), None) => Err(format!("`{base}.env`: must be a variable name")),
+        (None, Some(Value::String(path))) if path.starts_with('/') && !path.contains('\0') => {
+            Ok(Source::File(PathBuf::from(path)))
+        }
+        (None, Some(Value::String(path))) => Err(format!(
+            "`{base}.file`: must be an absolute path, got `{path}`"
+        )),
+        (None, Some(other)) => Err(format!(
+            "`{base}.file`: must be an absolute path string, got {}",
+            type_name(other)
+        )),
+        (Some(_), Some(_)) | (None, None) => Err(format!(
+            "`{base}`: must be {{\"env\": \"VARIABLE\"}} or {{\"file\": \"/absolute/path\"}}"
+        )),
+    }
+}
+
+/// Read a value from its source and check it. The errors never contain the value.
+fn read_value(source: &Source) -> Result<SecretValue, String> {
+    let raw = match source {
+        Source::Env(var) => std::env::var_os(var)
+            .ok_or_else(|| format!("the server's environment has no variable {var}"))?
+            .into_encoded_bytes(),
+        Source::File(path) => {
+            let shown = path.display();
+            let meta = std::fs::metadata(path)
+                .map_err(|_| format!("cannot read the file {shown} (missing or not allowed)"))?;
+            if !meta.is_file() {
+                return Err(format!("{shown} is not a regular file"));
+            }
+            if meta.mode() & 0o077 != 0 {
+                return Err(format!(
+                    "{shown} is readable or writable by group or others (mode {:o}); \
+                     chmod 600 it, as ssh requires of keys",
+                    meta.mode() & 0o777
+                ));
+            }
+            let mut bytes = std::fs::read(path)
+                .map_err(|_| format!("cannot read the file {shown} (not allowed)"))?;
+            if bytes.ends_with(b"\n") {
+                bytes.pop();
+                if bytes.ends_with(b"\r") {
+                    bytes.pop();
+                }
+            }
+            bytes
+        }
+    };
+    if !(SECRET_MIN_BYTES..=SECRET_MAX_BYTES).contains(&raw.len()) {
+        return Err(format!(
+            "the value must be {SECRET_MIN_BYTES} to {SECRET_MAX_BYTES} bytes long"
+        ));
+    }
+    if raw.contains(&0) || raw.contains(&b'\n') || raw.contains(&b'\r') {
+        return Err("the value must not contain NUL or a line break".into());
+    }
+    // Redaction compares decoded output text, so the value must be text too.
+    String::from_utf8(raw)
+        .map(SecretValue)
+        .map_err(|_| "the value must be UTF-8 text".into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    fn parse(spec: Value) -> Result<BTreeMap<String, Secret>, String> {
+        parse_secrets(spec.as_object().unwrap())
+    }
+
+    fn file_with(text: &str, mode: u32) -> (tempfile::TempDir, PathBuf) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("pass");
+        std::fs::write(&path, text).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).unwrap();
+        (dir, path)
+    }
+
+    #[test]
+    fn file_secrets_lose_the_trailing_newline() {
+        let (_dir, path) = file_with("correct horse\n", 0o600);
+        let s = parse(json!({"db": {"file": path}})).unwrap();
+        assert_eq!(s["db"].value.expose(), "correct horse");
+        assert_eq!(
+            format!("{:?}", s["db"]),
+            format!("Secret {{ source: File({path:?}), value: [value withheld] }}")
+        );
+    }
+
+    #[test]
+    fn errors_name_the_secret_and_never_the_value() {
+        let value = "TopSecretValue42";
+        let (_d1, loose) = file_with(value, 0o640);
+        let (_d2, short) = file_with("abc\n", 0o600);
+        let (_d3, two_lines) = file_with(&format!("{value}\nmore"), 0o600);
+        let cases = [
+            (
+                json!({"a": {"file": loose}}),
+                "`secrets.a`: ",
+                "group or others",
+            ),
+            (
+                json!({"a": {"file": short}}),
+                "`secrets.a`: ",
+                "4 to 4096 bytes",
+            ),
+            (
+                json!({"a": {"file": two_lines}}),
+                "`secrets.a`: ",
+                "line break",
+            ),
+            (
+                json!({"a": {"file": "/no/such/file"}}),
+                "`secrets.a`: ",
+                "cannot read",
+            ),
+            (
+                json!({"a": {"file": "relative"}}),
+                "`secrets.a.file`: ",
+                "absolute",
+            ),
+            (
+                json!({"a": {"env": "MCP_TERMINAL_UNSET_TEST_VAR"}}),
+                "`secrets.a`: ",
+                "no variable MCP_TERMINAL_UNSET_TEST_VAR",
+            ),
+            (json!({"a": {}}), "`secrets.a`: ", "\"env\""),
+            (
+                json!({"a": {"env": "X", "file": "/x"}}),
+                "`secrets.a`: ",
+                "\"file\"",
+            ),
+            (
+                json!({"a": {"path": "/x"}}),
+                "`secrets.a.path`: ",
+                "unknown field",
+            ),
+            (
+                json!({"bad name": {"env": "X"}}),
+                "`secrets.bad name`: ",
+                "1–64",
+            ),
+        ];
+        for (spec, prefix, rule) in cases {
+            let e = parse(spec.clone()).unwrap_err();
+            assert!(e.starts_with(prefix) && e.contains(rule), "{spec}: {e}");
+            assert!(!e.contains(value), "{e}");
+        }
+    }
+}
