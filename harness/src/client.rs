@@ -401,6 +401,23 @@ impl McpServer {
         serde_json::to_value(result).map_err(|e| e.to_string())
     }
 
+    /// Send a call without waiting for its answer; the task yields it.
+    pub fn call_in_background(
+        &self,
+        tool: &str,
+        args: &Value,
+    ) -> Result<JoinHandle<Result<ToolResult, String>>, String> {
+        let peer = self.client()?.peer().clone();
+        let (tool, params) = (tool.to_owned(), params(tool, args));
+        Ok(tokio::spawn(async move {
+            let result = peer
+                .call_tool(params)
+                .await
+                .map_err(|e| format!("tools/call {tool} failed at the protocol level: {e}"))?;
+            serde_json::to_value(result).map_err(|e| e.to_string())
+        }))
+    }
+
     /// Send a call, returning the handle (which knows the request's progress token).
     async fn send_call(
         &self,

@@ -5,7 +5,7 @@
 //! (make-config + merge) → `McpServer::start` → steps (`steps.rs`) → server shutdown →
 //! every `process_id` seen must be gone → verdict.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::{PoisonError, RwLock};
 use std::time::{Duration, Instant};
@@ -138,6 +138,7 @@ async fn execute(scenario: &Scenario, spec: &ServerSpec, ev: &mut ScenarioEviden
         seen_pids: BTreeSet::new(),
         watched_pids: BTreeSet::new(),
         impostors: BTreeSet::new(),
+        background: BTreeMap::new(),
     };
     let bound = Duration::from_millis(scenario.timeout_ms);
     match tokio::time::timeout(bound, run.start_and_run_steps()).await {
@@ -278,6 +279,8 @@ pub(crate) struct Run<'a> {
     pub watched_pids: BTreeSet<u32>,
     /// PIDs an `impostor` step now holds: no longer a session's, so not `seen_pids`.
     pub impostors: BTreeSet<u32>,
+    /// Calls sent with `background`, by name, until their `await` step.
+    pub background: BTreeMap<String, crate::steps::Background>,
 }
 
 impl Run<'_> {

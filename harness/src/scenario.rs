@@ -234,6 +234,7 @@ pub enum Action {
     ServerRss(ServerRssSpec),
     Repeat(RepeatSpec),
     Impostor(ImpostorSpec),
+    Await(AwaitStep),
 }
 
 impl Action {
@@ -253,6 +254,7 @@ impl Action {
             Action::ServerRss(_) => "server_rss".into(),
             Action::Repeat(r) => format!("repeat {} times", r.times),
             Action::Impostor(_) => "impostor".into(),
+            Action::Await(a) => format!("await {}", a.name),
         }
     }
 }
@@ -277,6 +279,17 @@ pub struct CallStep {
     /// After the cancellation, no progress notification for the request may arrive for this
     /// many ms: the server stopped working on it.
     pub cancel_quiet_ms: Option<u64>,
+    /// Send the call and go on at once; an `await` step with this name checks the answer.
+    pub background: Option<String>,
+}
+
+/// The answer to a call sent with `background`, checked like a call's.
+#[derive(Debug, Clone)]
+pub struct AwaitStep {
+    pub name: String,
+    pub expect: Option<Matcher>,
+    pub expect_error: Option<String>,
+    pub save: Saves,
 }
 
 /// Read the server's open file descriptor count: `save` it into a variable, or poll until it
@@ -661,6 +674,9 @@ struct StepFields {
     server_rss: Option<ServerRssSpec>,
     repeat: Option<RepeatSpec>,
     impostor: Option<ImpostorSpec>,
+    background: Option<String>,
+    #[serde(rename = "await")]
+    await_: Option<String>,
 }
 
 impl StepFields {
@@ -691,12 +707,14 @@ impl StepFields {
             ("server_rss", self.server_rss.is_some()),
             ("repeat", self.repeat.is_some()),
             ("impostor", self.impostor.is_some()),
+            ("background", self.background.is_some()),
+            ("await", self.await_.is_some()),
         ];
         flags.iter().filter(|(_, p)| *p).map(|(k, _)| *k).collect()
     }
 }
 
-const KINDS: [&str; 14] = [
+const KINDS: [&str; 15] = [
     "call",
     "until",
     "collect",
@@ -711,6 +729,7 @@ const KINDS: [&str; 14] = [
     "server_rss",
     "repeat",
     "impostor",
+    "await",
 ];
 
 impl TryFrom<StepFields> for Step {
@@ -741,7 +760,9 @@ impl TryFrom<StepFields> for Step {
                 "progress",
                 "within_ms",
                 "cancel_quiet_ms",
+                "background",
             ],
+            "await" => &["await", "expect", "expect_error", "save"],
             "until" => &["until", "save", "save_regex"],
             "collect" => &["collect", "expect", "assert", "save", "save_regex"],
             other => &[other][..],
@@ -765,6 +786,23 @@ impl TryFrom<StepFields> for Step {
                 if f.cancel_after_ms.is_some() && f.within_ms.is_some() {
                     return Err("a cancelled call has no answer to time: drop within_ms".into());
                 }
+                let plain = [
+                    f.expect.is_some(),
+                    f.expect_error.is_some(),
+                    f.save.is_some(),
+                ];
+                if f.background.is_some()
+                    && (plain.contains(&true)
+                        || f.save_regex.is_some()
+                        || f.cancel_after_ms.is_some()
+                        || f.progress.is_some()
+                        || f.within_ms.is_some())
+                {
+                    return Err(
+                        "a background call is checked by its `await` step: move expect/save there"
+                            .into(),
+                    );
+                }
                 if f.cancel_quiet_ms.is_some() && f.cancel_after_ms.is_none() {
                     return Err("`cancel_quiet_ms` needs `cancel_after_ms`".into());
                 }
@@ -783,6 +821,18 @@ impl TryFrom<StepFields> for Step {
                     progress: f.progress,
                     within_ms: f.within_ms,
                     cancel_quiet_ms: f.cancel_quiet_ms,
+                    background: f.background,
+                })
+            }
+            "await" => {
+                if f.expect.is_some() && f.expect_error.is_some() {
+                    return Err("use either `expect` or `expect_error`, not both".into());
+                }
+                Action::Await(AwaitStep {
+                    name: f.await_.expect("kind key present"),
+                    expect: f.expect,
+                    expect_error: f.expect_error,
+                    save: f.save.unwrap_or_default(),
                 })
             }
             "until" => Action::Until(UntilStep {

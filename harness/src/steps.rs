@@ -15,11 +15,19 @@ use crate::procfs;
 use crate::raw::{LINE_TIMEOUT, RawServer};
 use crate::runner::{Run, wait_gone};
 use crate::scenario::{
-    Action, CallStep, CollectStep, FsStep, ProcState, ProcessStep, RawAction, RepeatSpec,
-    SaveRegexes, Saves, ServerFdsSpec, ServerRssSpec, ServerStep, SignalName, Step, TextAssert,
-    UntilStep,
+    Action, AwaitStep, CallStep, CollectStep, FsStep, Matcher, ProcState, ProcessStep, RawAction,
+    RepeatSpec, SaveRegexes, Saves, ServerFdsSpec, ServerRssSpec, ServerStep, SignalName, Step,
+    TextAssert, UntilStep,
 };
 use crate::vars::lookup_path;
+
+/// A call sent with `background`: its tool, arguments, when it was sent, and its answer.
+pub type Background = (
+    String,
+    Value,
+    Instant,
+    tokio::task::JoinHandle<Result<crate::client::ToolResult, String>>,
+);
 
 /// Pause between repeated calls of an `until` step; the server-side `wait_ms` does the rest.
 const POLL_PAUSE: Duration = Duration::from_millis(10);
@@ -57,6 +65,7 @@ impl Run<'_> {
             Action::ServerFds(spec) => self.server_fds_step(spec).await,
             Action::ServerRss(spec) => self.server_rss_step(spec).await,
             Action::Repeat(r) => self.repeat_step(r).await,
+            Action::Await(a) => self.await_step(a).await,
             Action::Impostor(i) => {
                 let pid = pid_of(&self.vars.subst(&i.pid)?)?;
                 let began = Instant::now();
@@ -165,17 +174,32 @@ impl Run<'_> {
         Ok(())
     }
 
+    /// What a call's answer must match.
+    fn expected(&self, expect: Option<&Matcher>, error: Option<&String>) -> Result<Value, String> {
+        Ok(match (expect, error) {
+            (_, Some(code)) => json!({"ok": false, "error": {"code": self.vars.subst_text(code)?}}),
+            (Some(m), None) => self.vars.subst(&m.0)?,
+            // A call with no expectation must at least succeed.
+            (None, None) => json!({"ok": true}),
+        })
+    }
+
     async fn call_step(&mut self, c: &CallStep) -> Result<(), String> {
         let args = self.vars.subst(&c.args)?;
         if let Some(ms) = c.cancel_after_ms {
             return self.cancelled_call(c, &args, ms).await;
         }
-        let expected = match (&c.expect, &c.expect_error) {
-            (_, Some(code)) => json!({"ok": false, "error": {"code": self.vars.subst_text(code)?}}),
-            (Some(m), None) => self.vars.subst(&m.0)?,
-            // A call with no expectation must at least succeed.
-            (None, None) => json!({"ok": true}),
-        };
+        if let Some(name) = &c.background {
+            let task = self.connected()?.call_in_background(&c.tool, &args)?;
+            self.check(
+                format!("{} sent in the background as `{name}`", c.tool),
+                Ok(()),
+            )?;
+            self.background
+                .insert(name.clone(), (c.tool.clone(), args, Instant::now(), task));
+            return Ok(());
+        }
+        let expected = self.expected(c.expect.as_ref(), c.expect_error.as_ref())?;
         let (reply, progress, took) = if c.progress.is_some() {
             self.tool_with_progress(&c.tool, &args).await?
         } else {
@@ -196,6 +220,33 @@ impl Run<'_> {
             let what = format!("{} progress notifications match", c.tool);
             self.matches(&what, &expected, &Value::Array(progress))?;
         }
+        self.judge(&c.tool, &expected, &reply)?;
+        self.save(&c.save, &reply.structured)?;
+        self.save_regexes(&c.save_regex, &reply.structured)
+    }
+
+    /// The answer to a call sent with `background`, checked like a call's.
+    async fn await_step(&mut self, a: &AwaitStep) -> Result<(), String> {
+        let (tool, args, began, task) = self
+            .background
+            .remove(&a.name)
+            .ok_or_else(|| format!("no background call `{}` is pending", a.name))?;
+        let result = task
+            .await
+            .unwrap_or_else(|e| Err(format!("the background call failed: {e}")));
+        let response = match &result {
+            Ok(v) => v.clone(),
+            Err(e) => json!({"protocol_error": e}),
+        };
+        self.record(json!({"tool": tool, "arguments": args}), &response, began);
+        let reply = self.reply(&tool, result?)?;
+        let expected = self.expected(a.expect.as_ref(), a.expect_error.as_ref())?;
+        self.judge(&tool, &expected, &reply)?;
+        self.save(&a.save, &reply.structured)
+    }
+
+    /// Check a call's answer against what it must match.
+    fn judge(&mut self, tool: &str, expected: &Value, reply: &Reply) -> Result<(), String> {
         if let Some(ok) = expected.get("ok").and_then(Value::as_bool) {
             let want_error = !ok;
             let result = if reply.is_error == want_error {
@@ -209,12 +260,10 @@ impl Run<'_> {
             self.check(format!("isError is {want_error}"), result)?;
         }
         self.matches(
-            &format!("{} result matches", c.tool),
-            &expected,
+            &format!("{tool} result matches"),
+            expected,
             &reply.structured,
-        )?;
-        self.save(&c.save, &reply.structured)?;
-        self.save_regexes(&c.save_regex, &reply.structured)
+        )
     }
 
     async fn cancelled_call(&mut self, c: &CallStep, args: &Value, ms: u64) -> Result<(), String> {
