@@ -104,3 +104,8 @@ pub const SHELL_IDLE_TIMEOUT_MS: u64 = 300_000;
 pub const EXEC_DEFAULT_TIMEOUT_MS: u64 = 30_000;
 pub const EXEC_LINE_BYTES: usize = 512;
 pub const EXEC_INTERRUPT_SETTLE: Duration = Duration::from_secs(5);
+
+/// `terminal_run.max_bytes`: bytes of each stream's tail returned, range and default.
+pub const RUN_MIN_BYTES: u64 = 4;
+pub const RUN_MAX_BYTES: u64 = 1_048_576;
+pub const RUN_DEFAULT_BYTES: u64 = 65_536;

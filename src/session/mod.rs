@@ -12,6 +12,7 @@ mod input;
 mod io;
 mod lifecycle;
 mod manager;
+mod run;
 mod state;
 mod terminal;
 mod wait;

@@ -10,8 +10,9 @@ use crate::config::Config;
 use crate::limits::{
     COMMAND_ID_MAX_CHARS, CWD_MAX_CHARS, EXEC_DEFAULT_TIMEOUT_MS, GRACE_DEFAULT_MS, GRACE_MAX_MS,
     IDLE_MAX_MS, KEY_NAME_MAX_CHARS, MAX_CURSOR, MAX_KEYS, READ_MAX_BYTES, READ_MAX_WAIT_MS,
-    READ_MIN_BYTES, SCREEN_MAX_SCROLLBACK, SECRET_NAME_MAX_CHARS, TAIL_MAX_LINES,
-    TERMINAL_MAX_SIZE, WAIT_DEFAULT_MS, WAIT_PATTERN_MAX_CHARS,
+    READ_MIN_BYTES, RUN_DEFAULT_BYTES, RUN_MAX_BYTES, RUN_MIN_BYTES, SCREEN_MAX_SCROLLBACK,
+    SECRET_NAME_MAX_CHARS, TAIL_MAX_LINES, TERMINAL_MAX_SIZE, WAIT_DEFAULT_MS,
+    WAIT_PATTERN_MAX_CHARS,
 };
 
 pub struct ToolSpec {
@@ -80,6 +81,93 @@ fn session_id() -> Param {
     .required()
 }
 
+/// What starting a session takes (`terminal_start`, `terminal_run`).
+fn start_params(timeout_max: u64, timeout_default: u64, timeout: &str) -> Vec<Param> {
+    vec![
+        Param::new(
+            "command_id",
+            Kind::Str {
+                min: 1,
+                max: COMMAND_ID_MAX_CHARS,
+            },
+            "Id of an approved command profile.",
+        )
+        .required(),
+        Param::new(
+            "cwd",
+            Kind::Str {
+                min: 1,
+                max: CWD_MAX_CHARS,
+            },
+            "Working directory: absolute, or relative to the default; must be inside the \
+             owner's allowed roots. Default: the owner's default_cwd.",
+        ),
+        Param::new(
+            "env",
+            Kind::StrMap,
+            "Extra environment variables (at most 32), each named in the profile's allowed_env.",
+        ),
+        Param::new(
+            "timeout_ms",
+            Kind::Int {
+                min: 100,
+                max: timeout_max,
+                default: timeout_default,
+            },
+            timeout,
+        ),
+    ]
+}
+
+/// `terminal_run`: one-shot.
+fn run_spec(config: &Config) -> ToolSpec {
+    let limits = &config.limits;
+    let mut params = start_params(
+        limits.max_wait_ms,
+        limits.default_timeout_ms.min(limits.max_wait_ms),
+        "The run is terminated (reason `timeout`) after this long.",
+    );
+    params.push(Param::new(
+        "stdin",
+        Kind::Text,
+        format!(
+            "Text written to the program's stdin before it is closed (at most {} bytes); \
+             default none, stdin is closed at once.",
+            limits.max_input_bytes
+        ),
+    ));
+    params.push(Param::new(
+        "max_bytes",
+        Kind::Int {
+            min: RUN_MIN_BYTES,
+            max: RUN_MAX_BYTES,
+            default: RUN_DEFAULT_BYTES,
+        },
+        "Bytes of the end of stdout and of stderr to return, each.",
+    ));
+    spec(
+        "terminal_run",
+        format!(
+            "Run an approved command to its end in one call: start it, write stdin and close \
+             it, wait until it exits (at most timeout_ms, itself at most {} ms; then it is \
+             terminated with reason timeout) and return the last max_bytes of stdout and of \
+             stderr (stdout_truncated/stderr_truncated say if earlier output is missing) with \
+             the final snapshot as session. Use it for commands that need no conversation; \
+             the session stays readable with terminal_read until its retention ends.",
+            limits.max_wait_ms
+        ),
+        params,
+        envelope(json!({
+            "stdout": {"type": "string"},
+            "stderr": {"type": "string"},
+            "stdout_truncated": {"type": "boolean"},
+            "stderr_truncated": {"type": "boolean"},
+            "session": {"type": "object", "properties": snapshot_properties()},
+        })),
+        Effect::Act,
+    )
+}
+
 /// `terminal_exec`, offered only when some profile is a POSIX shell.
 fn exec_spec(config: &Config) -> Option<ToolSpec> {
     let shells: Vec<&str> = config
@@ -146,6 +234,7 @@ fn exec_spec(config: &Config) -> Option<ToolSpec> {
 
 pub fn catalog(config: &Config) -> Vec<ToolSpec> {
     let mut tools = base_catalog(config);
+    tools.push(run_spec(config));
     tools.extend(exec_spec(config));
     tools
 }
@@ -171,41 +260,11 @@ fn base_catalog(config: &Config) -> Vec<ToolSpec> {
                  Approved commands:\n{}",
                 profiles.join("\n")
             ),
-            vec![
-                Param::new(
-                    "command_id",
-                    Kind::Str {
-                        min: 1,
-                        max: COMMAND_ID_MAX_CHARS,
-                    },
-                    "Id of an approved command profile.",
-                )
-                .required(),
-                Param::new(
-                    "cwd",
-                    Kind::Str {
-                        min: 1,
-                        max: CWD_MAX_CHARS,
-                    },
-                    "Working directory: absolute, or relative to the default; must be inside \
-                     the owner's allowed roots. Default: the owner's default_cwd.",
-                ),
-                Param::new(
-                    "env",
-                    Kind::StrMap,
-                    "Extra environment variables (at most 32), each named in the profile's \
-                     allowed_env.",
-                ),
-                Param::new(
-                    "timeout_ms",
-                    Kind::Int {
-                        min: 100,
-                        max: limits.max_timeout_ms,
-                        default: limits.default_timeout_ms,
-                    },
-                    "The session is terminated (reason `timeout`) after this long.",
-                ),
-            ],
+            start_params(
+                limits.max_timeout_ms,
+                limits.default_timeout_ms,
+                "The session is terminated (reason `timeout`) after this long.",
+            ),
             envelope(snapshot_properties()),
             Effect::Act,
         ),

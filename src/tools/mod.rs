@@ -62,6 +62,37 @@ impl TerminalServer {
                 };
                 ok(sessions.start(request).await?.snapshot())
             }
+            "terminal_run" => {
+                let stdin = args.str("stdin").unwrap_or_default();
+                let limit = sessions.config.limits.max_input_bytes;
+                if stdin.len() > limit {
+                    return Err(ToolError::new(
+                        ErrorCode::InputTooLarge,
+                        format!(
+                            "stdin is {} bytes, over the limit of {limit}; nothing was started: \
+                             put the input in a file the command reads instead",
+                            stdin.len()
+                        ),
+                    ));
+                }
+                let timeout_ms = args.int("timeout_ms");
+                let request = StartRequest {
+                    command_id: args.str("command_id").unwrap_or_default().to_owned(),
+                    cwd: args.str("cwd").map(str::to_owned),
+                    env: args.str_map("env"),
+                    timeout_ms: Some(timeout_ms),
+                };
+                let session = sessions.start(request).await?;
+                let result = session
+                    .run_to_end(
+                        stdin,
+                        Duration::from_millis(timeout_ms),
+                        args.int("max_bytes") as usize,
+                        cancel,
+                    )
+                    .await;
+                ok(result)
+            }
             "terminal_read" => {
                 let from = match args.opt_int("tail_lines") {
                     Some(_) if args.has("cursor") => {
