@@ -135,6 +135,32 @@ pub fn zombie_status(pid: u32) -> Option<(Option<i32>, Option<i32>)> {
     })
 }
 
+/// The number of threads of `pid` (`Threads` of /proc/<pid>/status).
+pub fn threads(pid: u32) -> Result<u64, String> {
+    let status = fs::read_to_string(format!("/proc/{pid}/status"))
+        .map_err(|e| format!("cannot read /proc/{pid}/status: {e}"))?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Threads:")?.trim().parse().ok())
+        .ok_or_else(|| format!("no Threads in /proc/{pid}/status"))
+}
+
+/// Children of `parent` that have ended but were not reaped (zombies).
+pub fn zombie_children(parent: u32) -> u64 {
+    let Ok(entries) = fs::read_dir("/proc") else {
+        return 0;
+    };
+    entries
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            stat_fields(*pid).is_some_and(|f| {
+                f.first().map(String::as_str) == Some("Z")
+                    && f.get(1).map(String::as_str) == Some(&parent.to_string())
+            })
+        })
+        .count() as u64
+}
+
 /// The number of open file descriptors of `pid` (entries of /proc/<pid>/fd).
 pub fn open_fds(pid: u32) -> Result<u64, String> {
     let entries = fs::read_dir(format!("/proc/{pid}/fd"))

@@ -231,6 +231,8 @@ pub enum Action {
     Fs(FsStep),
     Let(LetStep),
     ServerFds(ServerFdsSpec),
+    ServerThreads(ServerFdsSpec),
+    ServerZombies(ServerFdsSpec),
     ServerRss(ServerRssSpec),
     Repeat(RepeatSpec),
     Impostor(ImpostorSpec),
@@ -251,6 +253,8 @@ impl Action {
             Action::Fs(_) => "fs".into(),
             Action::Let(l) => format!("let {}", l.var),
             Action::ServerFds(_) => "server_fds".into(),
+            Action::ServerThreads(_) => "server_threads".into(),
+            Action::ServerZombies(_) => "server_zombies".into(),
             Action::ServerRss(_) => "server_rss".into(),
             Action::Repeat(r) => format!("repeat {} times", r.times),
             Action::Impostor(_) => "impostor".into(),
@@ -671,6 +675,8 @@ struct StepFields {
     within_ms: Option<u64>,
     cancel_quiet_ms: Option<u64>,
     server_fds: Option<ServerFdsSpec>,
+    server_threads: Option<ServerFdsSpec>,
+    server_zombies: Option<ServerFdsSpec>,
     server_rss: Option<ServerRssSpec>,
     repeat: Option<RepeatSpec>,
     impostor: Option<ImpostorSpec>,
@@ -704,6 +710,8 @@ impl StepFields {
             ("within_ms", self.within_ms.is_some()),
             ("cancel_quiet_ms", self.cancel_quiet_ms.is_some()),
             ("server_fds", self.server_fds.is_some()),
+            ("server_threads", self.server_threads.is_some()),
+            ("server_zombies", self.server_zombies.is_some()),
             ("server_rss", self.server_rss.is_some()),
             ("repeat", self.repeat.is_some()),
             ("impostor", self.impostor.is_some()),
@@ -714,7 +722,7 @@ impl StepFields {
     }
 }
 
-const KINDS: [&str; 15] = [
+const KINDS: &[&str] = &[
     "call",
     "until",
     "collect",
@@ -726,6 +734,8 @@ const KINDS: [&str; 15] = [
     "fs",
     "let",
     "server_fds",
+    "server_threads",
+    "server_zombies",
     "server_rss",
     "repeat",
     "impostor",
@@ -931,12 +941,21 @@ impl TryFrom<StepFields> for Step {
                 }
                 Action::Let(l)
             }
-            "server_fds" => {
-                let spec = f.server_fds.expect("kind key present");
-                if spec.save.is_some() == spec.matches.is_some() {
-                    return Err("a server_fds step needs exactly one of save, matches".into());
+            "server_fds" | "server_threads" | "server_zombies" => {
+                let spec = match kind {
+                    "server_fds" => f.server_fds,
+                    "server_threads" => f.server_threads,
+                    _ => f.server_zombies,
                 }
-                Action::ServerFds(spec)
+                .expect("kind key present");
+                if spec.save.is_some() == spec.matches.is_some() {
+                    return Err(format!("a {kind} step needs exactly one of save, matches"));
+                }
+                match kind {
+                    "server_fds" => Action::ServerFds(spec),
+                    "server_threads" => Action::ServerThreads(spec),
+                    _ => Action::ServerZombies(spec),
+                }
             }
             "server_rss" => {
                 let spec = f.server_rss.expect("kind key present");

@@ -32,6 +32,14 @@ pub type Background = (
 /// Pause between repeated calls of an `until` step; the server-side `wait_ms` does the rest.
 const POLL_PAUSE: Duration = Duration::from_millis(10);
 
+/// What a server count step counts.
+#[derive(Clone, Copy)]
+enum Count {
+    Fds,
+    Threads,
+    Zombies,
+}
+
 /// A tool result split into the parts assertions look at.
 struct Reply {
     structured: Value,
@@ -62,7 +70,9 @@ impl Run<'_> {
                 self.matches("initialize result matches", &expected, &info)
             }
             Action::Fs(fs) => self.fs_step(fs),
-            Action::ServerFds(spec) => self.server_fds_step(spec).await,
+            Action::ServerFds(spec) => self.server_count_step(Count::Fds, spec).await,
+            Action::ServerThreads(spec) => self.server_count_step(Count::Threads, spec).await,
+            Action::ServerZombies(spec) => self.server_count_step(Count::Zombies, spec).await,
             Action::ServerRss(spec) => self.server_rss_step(spec).await,
             Action::Repeat(r) => self.repeat_step(r).await,
             Action::Await(a) => self.await_step(a).await,
@@ -349,17 +359,27 @@ impl Run<'_> {
         Ok(())
     }
 
-    async fn server_fds_step(&mut self, spec: &ServerFdsSpec) -> Result<(), String> {
+    async fn server_count_step(&mut self, what: Count, spec: &ServerFdsSpec) -> Result<(), String> {
         let began = Instant::now();
         let within = Duration::from_millis(spec.within_ms);
+        let (key, noun) = match what {
+            Count::Fds => ("server_fds", "open fds"),
+            Count::Threads => ("server_threads", "threads"),
+            Count::Zombies => ("server_zombies", "zombie children"),
+        };
         let mut reads = Vec::new();
         loop {
-            let count = self.connected()?.open_fds()?;
+            let pid = self.connected()?.pid;
+            let count = match what {
+                Count::Fds => procfs::open_fds(pid)?,
+                Count::Threads => procfs::threads(pid)?,
+                Count::Zombies => procfs::zombie_children(pid),
+            };
             reads.push(count);
             let done = match (&spec.save, &spec.matches) {
                 (Some(var), _) => {
-                    self.record(json!({"server_fds": "read"}), &json!(count), began);
-                    self.check(format!("saved ${{{var}}} = {count} open fds"), Ok(()))?;
+                    self.record(json!({key: "read"}), &json!(count), began);
+                    self.check(format!("saved ${{{var}}} = {count} {noun}"), Ok(()))?;
                     self.vars.set(var, Value::from(count));
                     return Ok(());
                 }
@@ -374,17 +394,17 @@ impl Run<'_> {
                         Err(mm) => Err(matcher::explain(&expected, &Value::from(count), &mm)),
                     }
                 }
-                (None, None) => Err("a server_fds step needs save or matches".into()),
+                (None, None) => Err(format!("a {key} step needs save or matches")),
             };
             let last = reads.len().saturating_sub(10);
             self.record(
-                json!({"server_fds": "poll", "within_ms": spec.within_ms}),
+                json!({key: "poll", "within_ms": spec.within_ms}),
                 &json!({"reads": reads.len(), "last_counts": &reads[last..]}),
                 began,
             );
             return self.check(
                 format!(
-                    "the server's open fd count matches within {} ms",
+                    "the server's {noun} count matches within {} ms",
                     spec.within_ms
                 ),
                 done,
