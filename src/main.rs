@@ -38,8 +38,9 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Serve MCP over stdio. Without --config: the built-in demo profiles, with the current
-    /// directory as the only allowed root and default cwd.
+    /// Serve MCP over stdio. Without --config: the owner's default config file when it
+    /// exists, else the built-in demo profiles with the current directory as the only
+    /// allowed root and default cwd.
     Stdio {
         /// Owner config (JSON); see `make-config`.
         #[arg(long)]
@@ -47,9 +48,11 @@ enum Command {
     },
     /// Write an owner config with every field at its default, all paths absolute.
     MakeConfig {
-        /// Where to write it (parent directories are created).
+        /// Where to write it (parent directories are created). Default: the owner's default
+        /// config file ($XDG_CONFIG_HOME/mcp-terminal/config.json, else
+        /// ~/.config/mcp-terminal/config.json), which is never overwritten.
         #[arg(long)]
-        output: PathBuf,
+        output: Option<PathBuf>,
         /// The allowed root and default cwd (default: the current directory).
         #[arg(long)]
         root: Option<PathBuf>,
@@ -57,16 +60,66 @@ enum Command {
         #[arg(long)]
         shells: bool,
     },
-    /// Validate a config and print a summary; exit 2 with the first error.
+    /// Validate a config (default: the owner's default config file) and print a summary;
+    /// exit 2 with the first error.
     CheckConfig {
         #[arg(long)]
-        config: PathBuf,
+        config: Option<PathBuf>,
+    },
+    /// Approve, list and withdraw commands in the config without editing JSON.
+    Profile {
+        #[command(subcommand)]
+        action: ProfileAction,
     },
     /// Internal: the process `stdio` starts to end its sessions' processes if it is killed.
     #[command(hide = true)]
     Guardian {
         #[arg(long)]
         instance: String,
+    },
+}
+
+#[derive(Subcommand)]
+enum ProfileAction {
+    /// Approve PROGRAM (resolved through PATH to an absolute path) with fixed ARGS as ID.
+    Add {
+        /// The command id clients will name.
+        id: String,
+        /// Run it on a pseudo-terminal instead of pipes.
+        #[arg(long)]
+        pty: bool,
+        /// Terminal rows (PTY profiles).
+        #[arg(long, requires = "pty")]
+        rows: Option<u64>,
+        /// Terminal columns (PTY profiles).
+        #[arg(long, requires = "pty")]
+        cols: Option<u64>,
+        /// The program is a POSIX shell: clients may run any command line in it with
+        /// terminal_exec.
+        #[arg(long)]
+        shell: bool,
+        /// An environment variable the client may set (repeatable).
+        #[arg(long = "allow-env", value_name = "NAME")]
+        allow_env: Vec<String>,
+        /// Shown to clients in terminal_start's description.
+        #[arg(long)]
+        description: Option<String>,
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// PROGRAM and its arguments, after `--`.
+        #[arg(last = true, required = true, value_name = "PROGRAM ARGS")]
+        argv: Vec<String>,
+    },
+    /// List the approved commands.
+    List {
+        #[arg(long)]
+        config: Option<PathBuf>,
+    },
+    /// Withdraw a command.
+    Remove {
+        id: String,
+        #[arg(long)]
+        config: Option<PathBuf>,
     },
 }
 
@@ -82,8 +135,11 @@ fn main() -> ExitCode {
             output,
             root,
             shells,
-        } => make_config(&output, root.as_deref(), shells),
-        Command::CheckConfig { config } => Config::load(&config).map(|c| print!("{}", c.summary())),
+        } => make_config(output.as_deref(), root.as_deref(), shells),
+        Command::CheckConfig { config } => existing_config(config.as_deref())
+            .and_then(|path| Config::load(&path))
+            .map(|c| print!("{}", c.summary())),
+        Command::Profile { action } => profile(action),
         Command::Guardian { instance } => process::run_guardian(&instance),
     };
     match result {
@@ -101,14 +157,115 @@ fn current_dir() -> Result<PathBuf, String> {
         .map_err(|e| format!("cannot resolve the current directory: {e}"))
 }
 
-fn load_config(path: Option<&Path>) -> Result<Config, String> {
-    match path {
-        Some(path) => Config::load(path),
+/// The config a serving command uses: `--config`, else the owner's default file when it
+/// exists, else the built-in demo defaults.
+fn load_config(given: Option<&Path>) -> Result<Config, String> {
+    match config::config_path(given) {
+        Some(path) => Config::load(&path),
         None => Ok(config::default_config(&current_dir()?)),
     }
 }
 
-fn make_config(output: &Path, root: Option<&Path>, shells: bool) -> Result<(), String> {
+/// The config file a command that edits or checks one works on.
+fn existing_config(given: Option<&Path>) -> Result<PathBuf, String> {
+    config::config_path(given).ok_or_else(|| match config::default_config_path() {
+        Some(path) => format!(
+            "no config at `{}`; write one with `mcp-terminal make-config`, or pass --config",
+            path.display()
+        ),
+        None => {
+            "no default config path (neither XDG_CONFIG_HOME nor HOME is set); pass --config".into()
+        }
+    })
+}
+
+fn profile(action: ProfileAction) -> Result<(), String> {
+    match action {
+        ProfileAction::Add {
+            id,
+            pty,
+            rows,
+            cols,
+            shell,
+            allow_env,
+            description,
+            config,
+            argv,
+        } => {
+            let path = existing_config(config.as_deref())?;
+            let path_var = std::env::var("PATH").ok();
+            let program = config::resolve_program(&argv[0], path_var.as_deref())?;
+            let mut fixed = vec![program.display().to_string()];
+            fixed.extend(argv[1..].iter().cloned());
+            let mut profile = serde_json::json!({
+                "argv": fixed,
+                "mode": if pty { "pty" } else { "pipe" },
+                "allowed_env": allow_env,
+            });
+            let optional = [
+                ("rows", rows.map(Into::into)),
+                ("cols", cols.map(Into::into)),
+                ("shell", shell.then(|| "posix".into())),
+                ("description", description.map(Into::into)),
+            ];
+            for (key, value) in optional {
+                if let Some(value) = value {
+                    profile[key] = value;
+                }
+            }
+            let mut file = config::ConfigFile::open(&path)?;
+            file.add(&id, profile)?;
+            file.save()?;
+            println!(
+                "approved `{id}`: {} (in {})",
+                fixed.join(" "),
+                path.display()
+            );
+            if shell {
+                println!(
+                    "`{id}` is a shell: a client may run any command line in it with terminal_exec"
+                );
+            }
+            Ok(())
+        }
+        ProfileAction::List { config } => {
+            let path = existing_config(config.as_deref())?;
+            let loaded = config::ConfigFile::open(&path)?.validate()?;
+            for (id, p) in &loaded.commands {
+                let shell = if p.shell.is_some() { " shell" } else { "" };
+                println!("{id}\t{}{shell}\t{}", p.mode.as_str(), p.argv.join(" "));
+            }
+            Ok(())
+        }
+        ProfileAction::Remove { id, config } => {
+            let path = existing_config(config.as_deref())?;
+            let mut file = config::ConfigFile::open(&path)?;
+            file.remove(&id)?;
+            file.save()?;
+            println!("withdrew `{id}` (from {})", path.display());
+            Ok(())
+        }
+    }
+}
+
+fn make_config(output: Option<&Path>, root: Option<&Path>, shells: bool) -> Result<(), String> {
+    let output = match output {
+        Some(path) => path.to_path_buf(),
+        None => {
+            let path = config::default_config_path().ok_or(
+                "no default config path (neither XDG_CONFIG_HOME nor HOME is set); pass --output",
+            )?;
+            if path.exists() {
+                return Err(format!(
+                    "`{}` already exists and is not overwritten; edit it with `mcp-terminal \
+                     profile`, remove it, or pass --output",
+                    path.display()
+                ));
+            }
+            path
+        }
+    };
+    let output = output.as_path();
     let root = match root {
         Some(root) => root
             .canonicalize()

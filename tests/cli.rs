@@ -6,8 +6,19 @@ use std::path::Path;
 use assert_cmd::Command;
 use serde_json::{Value, json};
 
+/// The binary with HOME and XDG_CONFIG_HOME in an empty temporary directory, so no test
+/// reads or writes the owner's real config.
 fn mcp_terminal() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_mcp-terminal"))
+    static HOME: std::sync::LazyLock<tempfile::TempDir> =
+        std::sync::LazyLock::new(|| tempfile::tempdir().unwrap());
+    in_home(HOME.path())
+}
+
+/// The binary with HOME at `home` and no XDG_CONFIG_HOME.
+fn in_home(home: &Path) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_mcp-terminal"));
+    cmd.env("HOME", home).env_remove("XDG_CONFIG_HOME");
+    cmd
 }
 
 fn stdout_of(output: &std::process::Output) -> String {
@@ -183,8 +194,9 @@ fn help_version_and_usage_errors() {
     );
     for args in [
         &["bogus"][..],
-        &["make-config"],
+        &["make-config", "--bogus"],
         &["check-config"],
+        &["profile", "add", "x"],
         &["stdio", "--nope"],
     ] {
         let out = mcp_terminal().args(args).output().unwrap();
@@ -267,4 +279,191 @@ fn check_config_names_a_bad_secret_and_never_prints_its_value() {
         "{}",
         stderr_of(&out)
     );
+}
+
+#[test]
+fn every_command_uses_the_default_config_path_when_config_is_absent() {
+    let home = tempfile::tempdir().unwrap();
+    let root = home.path().canonicalize().unwrap();
+    let default = root.join(".config/mcp-terminal/config.json");
+    let out = in_home(&root).args(["check-config"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr_of(&out).contains("make-config"),
+        "{}",
+        stderr_of(&out)
+    );
+
+    in_home(&root)
+        .args(["make-config", "--shells", "--root"])
+        .arg(&root)
+        .assert()
+        .success();
+    assert!(default.is_file());
+    let again = in_home(&root)
+        .args(["make-config", "--root"])
+        .arg(&root)
+        .output()
+        .unwrap();
+    assert_eq!(
+        again.status.code(),
+        Some(2),
+        "the owner's file is never overwritten"
+    );
+    assert!(stderr_of(&again).contains("already exists"));
+
+    let summary = in_home(&root).args(["check-config"]).output().unwrap();
+    assert!(summary.status.success(), "{}", stderr_of(&summary));
+    assert!(stdout_of(&summary).contains("/bin/sh"));
+
+    in_home(&root)
+        .args(["profile", "add", "hello", "--", "echo", "hi"])
+        .assert()
+        .success();
+    let listed = in_home(&root).args(["profile", "list"]).output().unwrap();
+    let listed = stdout_of(&listed);
+    let hello = listed.lines().find(|l| l.starts_with("hello\t")).unwrap();
+    assert!(
+        hello.ends_with("/echo hi") && hello.contains("\t/"),
+        "{hello}"
+    );
+    assert!(
+        listed
+            .lines()
+            .any(|l| l.starts_with("sh\tpipe shell\t/bin/sh")),
+        "{listed}"
+    );
+
+    // stdio reads the default file too: a broken one stops it before it speaks.
+    std::fs::write(&default, "{\"max_sessions\": 0}").unwrap();
+    let out = in_home(&root)
+        .arg("stdio")
+        .write_stdin("")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr_of(&out).contains("max_sessions"),
+        "{}",
+        stderr_of(&out)
+    );
+    assert!(out.stdout.is_empty());
+
+    // XDG_CONFIG_HOME wins over HOME.
+    let xdg = root.join("xdg");
+    let out = in_home(&root)
+        .env("XDG_CONFIG_HOME", &xdg)
+        .args(["make-config", "--root"])
+        .arg(&root)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr_of(&out));
+    assert!(xdg.join("mcp-terminal/config.json").is_file());
+}
+
+#[test]
+fn profile_add_validates_and_rewrites_atomically_keeping_the_rest() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let path = config_with(dir.path(), |c| set(c, "/max_sessions", json!(3)));
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let before: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    let profile = |args: &[&str]| {
+        mcp_terminal()
+            .args(["profile", args[0], "--config"])
+            .arg(&path)
+            .args(&args[1..])
+            .output()
+            .unwrap()
+    };
+
+    let out = profile(&[
+        "add",
+        "bash",
+        "--pty",
+        "--rows",
+        "30",
+        "--cols",
+        "100",
+        "--shell",
+        "--allow-env",
+        "GREETING",
+        "--description",
+        "my shell",
+        "--",
+        "bash",
+        "--norc",
+        "-i",
+    ]);
+    assert!(out.status.success(), "{}", stderr_of(&out));
+    assert!(
+        stdout_of(&out).contains("terminal_exec"),
+        "a shell's meaning is spelled out"
+    );
+    let after: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    let bash = &after["commands"]["bash"];
+    let argv0 = bash["argv"][0].as_str().unwrap();
+    assert!(
+        argv0.starts_with('/') && argv0.ends_with("/bash"),
+        "{argv0}"
+    );
+    assert_eq!(
+        bash["argv"].as_array().unwrap()[1..],
+        [json!("--norc"), json!("-i")]
+    );
+    assert_eq!(bash["mode"], "pty");
+    assert_eq!(
+        (bash["rows"].clone(), bash["cols"].clone()),
+        (json!(30), json!(100))
+    );
+    assert_eq!(bash["shell"], "posix");
+    assert_eq!(bash["allowed_env"], json!(["GREETING"]));
+    assert_eq!(bash["description"], "my shell");
+    let mut rest = after.clone();
+    rest["commands"].as_object_mut().unwrap().remove("bash");
+    assert_eq!(rest, before, "other fields and profiles are untouched");
+    let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600);
+    mcp_terminal()
+        .arg("check-config")
+        .arg("--config")
+        .arg(&path)
+        .assert()
+        .success();
+
+    // Refusals leave the file as it was.
+    let text = std::fs::read_to_string(&path).unwrap();
+    for (args, message) in [
+        (&["add", "bash", "--", "sh"][..], "already exists"),
+        (
+            &["add", "envy", "--allow-env", "PATH", "--", "sh"][..],
+            "allowed_env",
+        ),
+        (
+            &["add", "ghost", "--", "no-such-program-anywhere"][..],
+            "not an executable",
+        ),
+        (&["add", "bad id", "--", "sh"][..], "[A-Za-z0-9._-]"),
+        (&["remove", "nope"][..], "no profile `nope`"),
+    ] {
+        let out = profile(args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        assert!(
+            stderr_of(&out).contains(message),
+            "{args:?}: {}",
+            stderr_of(&out)
+        );
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), text, "{args:?}");
+    }
+    let leftovers: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".tmp"))
+        .collect();
+    assert!(leftovers.is_empty());
+
+    let out = profile(&["remove", "bash"]);
+    assert!(out.status.success(), "{}", stderr_of(&out));
+    let removed: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    assert_eq!(removed, before);
 }

@@ -22,9 +22,13 @@ fn python_sdk_connects_by_initialize_and_by_discover() {
         return;
     }
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/python/sdk_client.py");
+    // The server must not find the owner's default config: HOME is a fresh directory.
+    let home = tempfile::tempdir().expect("a temporary directory");
     let output = Command::new("python3")
         .args([script, env!("CARGO_BIN_EXE_mcp-terminal")])
         .env("MCP_TERMINAL_LOG", "warn")
+        .env("HOME", home.path())
+        .env_remove("XDG_CONFIG_HOME")
         .output()
         .expect("python3 runs");
     let stdout = String::from_utf8_lossy(&output.stdout);

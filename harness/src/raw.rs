@@ -32,6 +32,8 @@ impl RawServer {
         let mut child = tokio::process::Command::new(program)
             .args(args)
             .current_dir(cwd)
+            .env("HOME", cwd)
+            .env("XDG_CONFIG_HOME", cwd.join(".config"))
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())

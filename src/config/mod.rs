@@ -6,6 +6,7 @@
 //! Nothing here starts processes or knows about MCP.
 
 mod defaults;
+mod edit;
 mod parse;
 mod secrets;
 
@@ -15,6 +16,7 @@ use std::path::{Path, PathBuf};
 use serde_json::{Value, json};
 
 pub use defaults::{default_config, shell_profiles};
+pub use edit::{ConfigFile, config_path, default_config_path, resolve_program};
 pub use parse::parse_config;
 pub use secrets::Secret;
 

@@ -1,0 +1,188 @@
+//! The owner's side of the config file: where it lives by default, and approving or
+//! withdrawing a profile without hand-editing JSON (`profile add/list/remove`).
+//!
+//! An edit changes only `commands.ID` in the JSON document (other fields and profiles keep
+//! their text values), is validated exactly like `check-config`, and replaces the file
+//! atomically (a temporary file beside it, then rename) with the file's mode kept.
+
+use std::io::Write;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+use serde_json::{Map, Value};
+
+use super::{Config, parse_config};
+
+/// `$XDG_CONFIG_HOME/mcp-terminal/config.json`, else `~/.config/mcp-terminal/config.json`.
+pub fn default_config_path() -> Option<PathBuf> {
+    let absolute = |var: &str| {
+        std::env::var_os(var)
+            .map(PathBuf::from)
+            .filter(|p| p.is_absolute())
+    };
+    let base =
+        absolute("XDG_CONFIG_HOME").or_else(|| absolute("HOME").map(|h| h.join(".config")))?;
+    Some(base.join("mcp-terminal").join("config.json"))
+}
+
+/// Where a command finds its config: `--config`, else the default path when that file
+/// exists (`None`: the built-in defaults apply).
+pub fn config_path(given: Option<&Path>) -> Option<PathBuf> {
+    match given {
+        Some(path) => Some(path.to_path_buf()),
+        None => default_config_path().filter(|p| p.exists()),
+    }
+}
+
+/// A config file read for editing.
+pub struct ConfigFile {
+    path: PathBuf,
+    document: Map<String, Value>,
+}
+
+impl ConfigFile {
+    pub fn open(path: &Path) -> Result<Self, String> {
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            format!(
+                "cannot read config `{}`: {e}; write one with `mcp-terminal make-config`",
+                path.display()
+            )
+        })?;
+        match serde_json::from_str(&text) {
+            Ok(Value::Object(document)) => Ok(ConfigFile {
+                path: path.to_path_buf(),
+                document,
+            }),
+            Ok(_) => Err(format!("config `{}` is not a JSON object", path.display())),
+            Err(e) => Err(format!(
+                "config `{}` is not valid JSON: {e}",
+                path.display()
+            )),
+        }
+    }
+
+    /// The config as `check-config` sees it.
+    pub fn validate(&self) -> Result<Config, String> {
+        let cwd = std::env::current_dir()
+            .map_err(|e| format!("cannot read the current directory: {e}"))?;
+        parse_config(&Value::Object(self.document.clone()), &cwd)
+    }
+
+    fn commands(&mut self) -> Result<&mut Map<String, Value>, String> {
+        match self
+            .document
+            .entry("commands")
+            .or_insert_with(|| Value::Object(Map::new()))
+        {
+            Value::Object(commands) => Ok(commands),
+            _ => Err("`commands`: must be an object".into()),
+        }
+    }
+
+    /// Approve `profile` as `id`; an id already in use is refused.
+    pub fn add(&mut self, id: &str, profile: Value) -> Result<(), String> {
+        let commands = self.commands()?;
+        if commands.contains_key(id) {
+            return Err(format!(
+                "profile `{id}` already exists; remove it first (`mcp-terminal profile remove {id}`)"
+            ));
+        }
+        commands.insert(id.to_owned(), profile);
+        Ok(())
+    }
+
+    pub fn remove(&mut self, id: &str) -> Result<(), String> {
+        let commands = self.commands()?;
+        if commands.remove(id).is_none() {
+            let known: Vec<&str> = commands.keys().map(String::as_str).collect();
+            return Err(format!(
+                "no profile `{id}` in the config; it has: {}",
+                known.join(", ")
+            ));
+        }
+        Ok(())
+    }
+
+    /// Validate the edited config, then replace the file atomically, keeping its mode.
+    pub fn save(&self) -> Result<Config, String> {
+        let config = self.validate()?;
+        let mut text = serde_json::to_string_pretty(&Value::Object(self.document.clone()))
+            .map_err(|e| format!("cannot encode the config: {e}"))?;
+        text.push('\n');
+        let mode = std::fs::metadata(&self.path)
+            .map(|m| m.permissions().mode() & 0o7777)
+            .map_err(|e| format!("cannot read `{}`: {e}", self.path.display()))?;
+        let name = self
+            .path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let temp = self
+            .path
+            .with_file_name(format!(".{name}.{}.tmp", std::process::id()));
+        let written = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(mode)
+            .open(&temp)
+            .and_then(|mut file| {
+                // The mode given at creation is masked by the umask; set it exactly.
+                file.set_permissions(std::fs::Permissions::from_mode(mode))?;
+                file.write_all(text.as_bytes())?;
+                file.sync_all()
+            })
+            .and_then(|()| std::fs::rename(&temp, &self.path));
+        if let Err(e) = written {
+            let _ = std::fs::remove_file(&temp);
+            return Err(format!("cannot write `{}`: {e}", self.path.display()));
+        }
+        Ok(config)
+    }
+}
+
+/// `program` as an absolute path: one containing `/` is taken relative to the current
+/// directory, a bare name is looked up in `path_var` (the owner's PATH) like a shell does.
+pub fn resolve_program(program: &str, path_var: Option<&str>) -> Result<PathBuf, String> {
+    let executable = |p: &Path| {
+        p.metadata()
+            .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    };
+    if program.contains('/') {
+        let path =
+            std::path::absolute(program).map_err(|e| format!("cannot resolve `{program}`: {e}"))?;
+        return if executable(&path) {
+            Ok(path)
+        } else {
+            Err(format!("`{}` is not an executable file", path.display()))
+        };
+    }
+    path_var
+        .unwrap_or_default()
+        .split(':')
+        .filter(|dir| dir.starts_with('/'))
+        .map(|dir| Path::new(dir).join(program))
+        .find(|p| executable(p))
+        .ok_or_else(|| {
+            format!("`{program}` is not an executable in PATH; give its absolute path instead")
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn programs_resolve_through_path_or_as_paths() {
+        assert_eq!(
+            resolve_program("sh", Some("relative:/nonexistent:/bin")).unwrap(),
+            PathBuf::from("/bin/sh")
+        );
+        assert!(resolve_program("no-such-program-here", Some("/bin")).is_err());
+        assert!(resolve_program("sh", None).is_err());
+        assert_eq!(
+            resolve_program("/bin/sh", None).unwrap(),
+            PathBuf::from("/bin/sh")
+        );
+        assert!(resolve_program("/etc/hostname", None).is_err());
+    }
+}
