@@ -183,6 +183,10 @@ mod tests {
             resolve_program("/bin/sh", None).unwrap(),
             PathBuf::from("/bin/sh")
         );
-        assert!(resolve_program("/etc/hostname", None).is_err());
+        let dir = tempfile::tempdir().unwrap();
+        let plain = dir.path().join("plain");
+        std::fs::write(&plain, "not a program").unwrap();
+        std::fs::set_permissions(&plain, std::fs::Permissions::from_mode(0o644)).unwrap();
+        assert!(resolve_program(plain.to_str().unwrap(), None).is_err());
     }
 }
