@@ -1,60 +1,58 @@
-//! Removal of terminal escape sequences from returned text (`strip_ansi`): CSI (`ESC [` and
-//! 8-bit `0x9B`), OSC (titles, hyperlinks; ended by BEL or `ESC \`), DCS/SOS/PM/APC strings
-//! (ended by `ESC \`), charset designations (`ESC ( B`) and other two-byte escapes.
-//! A sequence cut off by the end of the text is dropped to its end; the streaming
-//! `AnsiStripper` carries an unfinished sequence over to the next piece.
+//! Removal of terminal escape sequences from returned text (`strip_ansi`), parsed as a
+//! terminal parses them: vte's VT500-series state machine, the parser under the vt100
+//! emulator that renders `terminal_screen`. What the terminal prints or executes as a C0
+//! control (`\n`, `\r`, `\t`, BEL, BS) is kept; CSI, OSC (ended by BEL, ST, or any ESC),
+//! DCS/SOS/PM/APC strings and other escapes are dropped, CAN and SUB abort a sequence, and
+//! C0 controls inside a CSI still act (so are kept). A sequence cut off by the end of the
+//! text is dropped to its end; the streaming `AnsiStripper` carries an unfinished sequence
+//! over to the next piece.
 
 /// A streaming stripper: feed code points in order, across any number of pieces.
-#[derive(Debug, Default, Clone, Copy)]
+#[derive(Default)]
 pub struct AnsiStripper {
-    state: State,
+    /// No OSC bytes are kept: a stripper needs none.
+    parser: vte::Parser<0>,
+    kept: bool,
 }
 
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-enum State {
-    #[default]
-    Text,
-    /// After ESC.
-    Escape,
-    /// Inside a CSI: parameters and intermediates until a final byte in `@`..=`~`.
-    Csi,
-    /// Inside an OSC/DCS/SOS/PM/APC string, until BEL, ST or `ESC \`.
-    String,
-    /// After ESC inside a string.
-    StringEscape,
-    /// After `ESC (` and friends: one designator character follows.
-    Designator,
+/// Records whether the character just fed was printed or acted on as text.
+struct Keep<'a>(&'a mut bool);
+
+impl vte::Perform for Keep<'_> {
+    fn print(&mut self, _: char) {
+        *self.0 = true;
+    }
+
+    fn execute(&mut self, byte: u8) {
+        // CAN and SUB only cancel a sequence; C1 controls (U+0080..U+009F) are not text.
+        if byte < 0x20 && byte != 0x18 && byte != 0x1a {
+            *self.0 = true;
+        }
+    }
 }
 
 impl AnsiStripper {
     /// Whether `c` is text to keep (true) or part of an escape sequence (false).
     pub fn keep(&mut self, c: char) -> bool {
-        let (next, keep) = match (self.state, c) {
-            (State::Text, '\u{1b}') => (State::Escape, false),
-            (State::Text, '\u{9b}') => (State::Csi, false),
-            (State::Text, '\u{9d}' | '\u{90}') => (State::String, false),
-            (State::Text, _) => (State::Text, true),
-            (State::Escape, '[') => (State::Csi, false),
-            (State::Escape, ']' | 'P' | 'X' | '^' | '_') => (State::String, false),
-            (State::Escape, '(' | ')' | '*' | '+' | '-' | '.' | '/' | '#' | '%' | ' ') => {
-                (State::Designator, false)
-            }
-            (State::Escape | State::Designator, _) => (State::Text, false),
-            (State::Csi, '@'..='~') => (State::Text, false),
-            (State::Csi, _) => (State::Csi, false),
-            (State::String, '\u{7}' | '\u{9c}') => (State::Text, false),
-            (State::String, '\u{1b}') => (State::StringEscape, false),
-            (State::String, _) => (State::String, false),
-            (State::StringEscape, '\\') => (State::Text, false),
-            (State::StringEscape, _) => (State::String, false),
-        };
-        self.state = next;
-        keep
+        self.kept = false;
+        let mut utf8 = [0u8; 4];
+        self.parser.advance(
+            &mut Keep(&mut self.kept),
+            c.encode_utf8(&mut utf8).as_bytes(),
+        );
+        self.kept
     }
+}
+
+/// A pair of strippers, one per output stream (their sequences interleave independently).
+pub fn stripper_pair() -> [AnsiStripper; 2] {
+    [AnsiStripper::default(), AnsiStripper::default()]
 }
 
 #[cfg(test)]
 mod tests {
+    use proptest::prelude::*;
+
     use super::AnsiStripper;
 
     fn strip_ansi(text: &str) -> String {
@@ -74,9 +72,29 @@ mod tests {
             ),
             ("\u{1b}P1$r0m\u{1b}\\after", "after"),
             ("\u{1b}(Bplain\u{1b}=\u{1b}>", "plain"),
-            ("\u{9b}32mgreen", "green"),
             ("日本\u{1b}[Kok\r\n", "日本ok\r\n"),
             ("cut \u{1b}[12", "cut "),
+        ];
+        for (input, expected) in cases {
+            assert_eq!(strip_ansi(input), expected, "{input:?}");
+        }
+    }
+
+    #[test]
+    fn sequences_end_where_a_terminal_ends_them() {
+        let cases = [
+            // ESC inside an OSC ends it and starts the next sequence.
+            ("\u{1b}]0;title\u{1b}[1mhello\n", "hello\n"),
+            ("\u{1b}P1;2|data\u{1b}[0mafter", "after"),
+            // CAN and SUB abort a sequence.
+            ("\u{1b}[12\u{18}abc", "abc"),
+            ("\u{1b}]0;t\u{1a}abc", "abc"),
+            // C0 controls inside a CSI act, and the CSI goes on.
+            ("\u{1b}[1\n;31mred", "\nred"),
+            // SOS/PM/APC are not ended by BEL.
+            ("\u{1b}_app\u{7}still\u{1b}\\after", "after"),
+            // An 8-bit C1 control in UTF-8 text is not a sequence introducer.
+            ("\u{9b}32mgreen", "32mgreen"),
         ];
         for (input, expected) in cases {
             assert_eq!(strip_ansi(input), expected, "{input:?}");
@@ -91,5 +109,63 @@ mod tests {
             out.extend(piece.chars().filter(|c| s.keep(*c)));
         }
         assert_eq!(out, "abc");
+    }
+
+    /// Pieces of terminal output: text, line ends, and sequences that neither move the
+    /// cursor nor print (SGR, OSC, DCS, APC, mode changes), strings possibly left open (the
+    /// next piece's ESC ends them) and escapes cut by CAN or SUB (a cut escape followed by
+    /// a letter would be another, cursor-moving, sequence).
+    fn piece() -> impl Strategy<Value = String> {
+        prop_oneof![
+            "[a-zA-Z0-9 .,é日]{1,8}",
+            Just("\r\n".to_owned()),
+            "\u{1b}\\[[0-9;]{0,6}m",
+            "\u{1b}\\[[0-9]{0,3}[\u{18}\u{1a}]",
+            "\u{1b}\\[\\?(1|25|1000|1006|2004)[hl]",
+            "\u{1b}\\][0-9]{1,2};[a-z é]{0,10}(\u{7}|\u{1b}\\\\)?",
+            "\u{1b}P[0-9;]{0,4}[a-z|$]{0,6}(\u{1b}\\\\)?",
+            "\u{1b}_[a-z\u{7}]{0,6}(\u{1b}\\\\)?",
+            "\u{1b}[\u{18}\u{1a}]",
+            Just("\u{18}".to_owned()),
+            Just("\u{1a}".to_owned()),
+            Just("\u{7}".to_owned()),
+        ]
+    }
+
+    fn rendered(text: &str) -> String {
+        let mut parser = vt100::Parser::new(
+            std::num::NonZeroU16::new(40).unwrap(),
+            std::num::NonZeroU16::new(200).unwrap(),
+            0,
+        );
+        parser.process(text.as_bytes());
+        parser.screen().contents()
+    }
+
+    proptest! {
+        /// The stripped text renders as the original does: nothing printed was dropped,
+        /// nothing kept is part of a sequence.
+        #[test]
+        fn stripped_text_renders_like_the_original(pieces in prop::collection::vec(piece(), 0..24)) {
+            let text: String = pieces.concat();
+            let stripped = strip_ansi(&text);
+            prop_assert!(!stripped.contains('\x1b'), "{:?}", stripped);
+            prop_assert_eq!(rendered(&stripped), rendered(&text), "{:?} → {:?}", text, stripped);
+        }
+
+        /// Fed in any pieces, the stripper keeps what it keeps from the whole text.
+        #[test]
+        fn streaming_is_independent_of_the_split(
+            pieces in prop::collection::vec(piece(), 0..16),
+            cut in 0usize..64,
+        ) {
+            let text: String = pieces.concat();
+            let chars: Vec<char> = text.chars().collect();
+            let cut = cut.min(chars.len());
+            let mut s = AnsiStripper::default();
+            let mut out: String = chars[..cut].iter().filter(|c| s.keep(**c)).collect();
+            out.extend(chars[cut..].iter().filter(|c| s.keep(**c)));
+            prop_assert_eq!(out, strip_ansi(&text));
+        }
     }
 }

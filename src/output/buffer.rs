@@ -18,7 +18,7 @@ use std::collections::VecDeque;
 
 use serde::Serialize;
 
-use super::AnsiStripper;
+use super::stripper_pair;
 
 /// Cursors that are multiples of this have their byte offset indexed: bounds the scan
 /// that maps a cursor to a byte offset (to 4 × this many bytes).
@@ -426,7 +426,7 @@ impl OutputBuffer {
     }
 
     fn tail_start_stripped(&self, lines: usize) -> u64 {
-        let mut strippers = [AnsiStripper::default(); 2];
+        let mut strippers = stripper_pair();
         // Starts of the last `lines` lines after the first; a line starts after a kept
         // `\n` once kept text follows it.
         let mut starts: VecDeque<u64> = VecDeque::with_capacity(lines.min(1024));

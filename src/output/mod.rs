@@ -9,7 +9,7 @@ mod redact;
 mod screen;
 mod search;
 
-pub use ansi::AnsiStripper;
+pub use ansi::{AnsiStripper, stripper_pair};
 pub use buffer::{Entry, OutputBuffer, Page, ReadError, Stream};
 pub use decoder::Utf8Decoder;
 pub use redact::Redactor;

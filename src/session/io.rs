@@ -9,7 +9,7 @@ use super::Session;
 use super::state::{State, Status};
 use crate::errors::{ErrorCode, ToolError};
 use crate::limits::PAGE_MAX_ENTRIES;
-use crate::output::{AnsiStripper, Entry, ReadError};
+use crate::output::{Entry, ReadError, stripper_pair};
 
 #[derive(Debug, Serialize)]
 pub struct ReadResult {
@@ -75,7 +75,7 @@ impl Session {
         if strip {
             // One stripper per stream: a sequence split by the other stream's output is
             // still one sequence.
-            let mut strippers = [AnsiStripper::default(); 2];
+            let mut strippers = stripper_pair();
             result.records.retain_mut(|e| {
                 let stripper = &mut strippers[e.stream as usize];
                 e.text = e.text.chars().filter(|c| stripper.keep(*c)).collect();

@@ -14,7 +14,7 @@ use super::io::read_error;
 use super::state::{Snapshot, State};
 use crate::errors::{ErrorCode, ToolError};
 use crate::limits::{PAGE_MAX_ENTRIES, SEARCH_STEP_BYTES};
-use crate::output::{AnsiStripper, Entry, Page, ReadError, Search, Stream};
+use crate::output::{AnsiStripper, Entry, Page, ReadError, Search, Stream, stripper_pair};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Streams {
@@ -73,7 +73,7 @@ impl Filter {
         Filter {
             streams,
             strip,
-            strippers: [AnsiStripper::default(); 2],
+            strippers: stripper_pair(),
         }
     }
 
