@@ -52,6 +52,11 @@ pub const SECRET_MAX_BYTES: usize = 4096;
 /// Output that may be the start of a secret's value is held back at most this long.
 pub const REDACT_HOLD_MAX: Duration = Duration::from_millis(50);
 
+/// An asciicast recording is flushed this long after its first unflushed event, and
+/// capped at this size.
+pub const RECORDING_FLUSH_EVERY: Duration = Duration::from_millis(100);
+pub const RECORDING_MAX_BYTES: u64 = 64 * 1024 * 1024;
+
 /// Client-supplied environment variables per start.
 pub const MAX_CLIENT_ENV: usize = 32;
 /// `command_id` length bounds.

@@ -11,6 +11,7 @@
 //! - `bench`: speed and memory of the server through the same client.
 
 pub mod bench;
+pub mod cast;
 pub mod client;
 pub mod collect;
 pub mod evidence;

@@ -237,6 +237,7 @@ pub enum Action {
     Repeat(RepeatSpec),
     Impostor(ImpostorSpec),
     Await(AwaitStep),
+    Cast(CastStep),
 }
 
 impl Action {
@@ -259,6 +260,7 @@ impl Action {
             Action::Repeat(r) => format!("repeat {} times", r.times),
             Action::Impostor(_) => "impostor".into(),
             Action::Await(a) => format!("await {}", a.name),
+            Action::Cast(_) => "cast".into(),
         }
     }
 }
@@ -599,6 +601,25 @@ pub struct ExpectOnly {
     pub expect: Matcher,
 }
 
+/// Read an asciicast recording (`file`) as `{header, events, kinds, cat}`, `cat` being what
+/// `asciinema cat` prints; `expect` matches it, `save` keeps fields of it.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CastSpec {
+    pub file: String,
+    /// Read again until `expect` matches, for up to this long (a recording is flushed on
+    /// its own schedule); 0 reads once.
+    #[serde(default)]
+    pub within_ms: u64,
+}
+
+#[derive(Debug, Clone)]
+pub struct CastStep {
+    pub spec: CastSpec,
+    pub expect: Option<Matcher>,
+    pub save: Saves,
+}
+
 /// Define a variable: a literal `value`, or `repeat` text `times` times (large inputs).
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -683,6 +704,7 @@ struct StepFields {
     background: Option<String>,
     #[serde(rename = "await")]
     await_: Option<String>,
+    cast: Option<CastSpec>,
 }
 
 impl StepFields {
@@ -717,6 +739,7 @@ impl StepFields {
             ("impostor", self.impostor.is_some()),
             ("background", self.background.is_some()),
             ("await", self.await_.is_some()),
+            ("cast", self.cast.is_some()),
         ];
         flags.iter().filter(|(_, p)| *p).map(|(k, _)| *k).collect()
     }
@@ -740,6 +763,7 @@ const KINDS: &[&str] = &[
     "repeat",
     "impostor",
     "await",
+    "cast",
 ];
 
 impl TryFrom<StepFields> for Step {
@@ -775,6 +799,7 @@ impl TryFrom<StepFields> for Step {
             "await" => &["await", "expect", "expect_error", "save"],
             "until" => &["until", "save", "save_regex"],
             "collect" => &["collect", "expect", "assert", "save", "save_regex"],
+            "cast" => &["cast", "expect", "save"],
             other => &[other][..],
         };
         if let Some(extra) = present.iter().find(|k| !allowed.contains(k)) {
@@ -911,6 +936,11 @@ impl TryFrom<StepFields> for Step {
                 }
                 Action::Server(s)
             }
+            "cast" => Action::Cast(CastStep {
+                spec: f.cast.expect("kind key present"),
+                expect: f.expect,
+                save: f.save.unwrap_or_default(),
+            }),
             "raw" => Action::Raw(f.raw.expect("kind key present")),
             "list_tools" => Action::ListTools(f.list_tools.expect("kind key present").expect),
             "server_info" => Action::ServerInfo(f.server_info.expect("kind key present").expect),

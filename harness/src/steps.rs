@@ -15,9 +15,9 @@ use crate::procfs;
 use crate::raw::{LINE_TIMEOUT, RawServer};
 use crate::runner::{Run, wait_gone};
 use crate::scenario::{
-    Action, AwaitStep, CallStep, CollectStep, FsStep, Matcher, ProcState, ProcessStep, RawAction,
-    RepeatSpec, SaveRegexes, Saves, ServerFdsSpec, ServerRssSpec, ServerStep, SignalName, Step,
-    TextAssert, UntilStep,
+    Action, AwaitStep, CallStep, CastStep, CollectStep, FsStep, Matcher, ProcState, ProcessStep,
+    RawAction, RepeatSpec, SaveRegexes, Saves, ServerFdsSpec, ServerRssSpec, ServerStep,
+    SignalName, Step, TextAssert, UntilStep,
 };
 use crate::vars::lookup_path;
 
@@ -70,6 +70,7 @@ impl Run<'_> {
                 self.matches("initialize result matches", &expected, &info)
             }
             Action::Fs(fs) => self.fs_step(fs),
+            Action::Cast(c) => self.cast_step(c).await,
             Action::ServerFds(spec) => self.server_count_step(Count::Fds, spec).await,
             Action::ServerThreads(spec) => self.server_count_step(Count::Threads, spec).await,
             Action::ServerZombies(spec) => self.server_count_step(Count::Zombies, spec).await,
@@ -976,6 +977,32 @@ impl Run<'_> {
         };
         self.record(request, &response, began);
         result.map_err(|e| format!("fs step failed: {e}"))
+    }
+
+    async fn cast_step(&mut self, c: &CastStep) -> Result<(), String> {
+        let path = PathBuf::from(self.vars.subst_text(&c.spec.file)?);
+        let expected = match &c.expect {
+            Some(m) => Some(self.vars.subst(&m.0)?),
+            None => None,
+        };
+        let began = Instant::now();
+        let within = Duration::from_millis(c.spec.within_ms);
+        let mut read = crate::cast::read_cast(&path).await;
+        while began.elapsed() < within
+            && !matches!((&read, &expected), (Ok(cast), Some(e)) if matcher::check(e, cast).is_ok())
+        {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            read = crate::cast::read_cast(&path).await;
+        }
+        let response = read.clone().unwrap_or_else(|e| json!({"error": e}));
+        self.record(json!({"cast": path}), &response, began);
+        let cast = self
+            .check("the recording is a valid asciicast v2 file", read.map(drop))
+            .map(|()| response)?;
+        if let Some(expected) = &expected {
+            self.matches("the recording matches", expected, &cast)?;
+        }
+        self.save(&c.save, &cast)
     }
 
     /// Scenario files may only touch their own root.

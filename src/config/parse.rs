@@ -426,9 +426,6 @@ fn refuse_unsupported(config: &Config) -> Result<(), String> {
     if config.audit_log.is_some() {
         return unsupported("audit_log".into(), "an audit log");
     }
-    if config.recordings_dir.is_some() {
-        return unsupported("recordings_dir".into(), "recording");
-    }
     Ok(())
 }
 

@@ -73,6 +73,15 @@ impl Input {
     }
 }
 
+/// What a write types, as its recording shows it.
+#[derive(Clone, Copy)]
+enum Typed<'a> {
+    /// Text or keys: recorded as they are.
+    Input,
+    /// The value of this secret: recorded by name only.
+    Secret(&'a str),
+}
+
 /// Where one write goes, taken out of the state so that no lock is held while it waits.
 enum Sink {
     Pipe(Arc<pipe::Sender>),
@@ -175,7 +184,9 @@ impl Session {
                 ),
             ));
         }
-        let closed = self.send(bytes.as_bytes(), close, cancel).await?;
+        let closed = self
+            .send_as(bytes.as_bytes(), close, cancel, Typed::Secret(name))
+            .await?;
         Ok((bytes.len(), closed))
     }
 
@@ -187,6 +198,17 @@ impl Session {
         bytes: &[u8],
         close: bool,
         cancel: &CancellationToken,
+    ) -> Result<bool, ToolError> {
+        self.send_as(bytes, close, cancel, Typed::Input).await
+    }
+
+    /// `send`, recording what was typed as `typed` says.
+    async fn send_as(
+        &self,
+        bytes: &[u8],
+        close: bool,
+        cancel: &CancellationToken,
+        typed: Typed<'_>,
     ) -> Result<bool, ToolError> {
         self.check_writable()?;
         let _writing = tokio::select! {
@@ -224,7 +246,13 @@ impl Session {
         // The session's end may have closed the input meanwhile: never reopen it.
         self.update(|s| {
             s.last_activity = SystemTime::now();
-            let typed = &bytes[..written];
+            let sent = &bytes[..written];
+            if let (Some(recording), false) = (&self.recording, sent.is_empty()) {
+                match typed {
+                    Typed::Input => recording.input(sent),
+                    Typed::Secret(name) => recording.secret(name),
+                }
+            }
             let result = match outcome {
                 Some(Ok(Ok(()))) if !is_pty && close => {
                     s.input.close();
@@ -253,7 +281,7 @@ impl Session {
                 partial_line,
             } = &mut s.input
             {
-                *partial_line = typed_partial_line(*partial_line, typed, &master.line_controls());
+                *partial_line = typed_partial_line(*partial_line, sent, &master.line_controls());
             }
             result.map(|()| s.input.is_closed())
         })

@@ -1,5 +1,6 @@
 //! Starting the tasks behind a session, watching its exit, ending it on request.
 
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
@@ -10,6 +11,7 @@ use tokio::sync::{oneshot, watch};
 use tokio::time::Instant;
 
 use super::input::Input;
+use super::recording::{Header, Recording};
 use super::state::{Reason, State, Status};
 use super::{Session, Snapshot};
 use crate::config::Mode;
@@ -28,6 +30,16 @@ pub struct NewSession {
     pub idle_timeout: Option<Duration>,
     /// `(name, value)` of every secret the profile allows: redacted from the output.
     pub redact: Vec<(String, String)>,
+    /// Record the session as an asciicast file.
+    pub record: Option<RecordTo>,
+}
+
+/// Where and how a session is recorded.
+pub struct RecordTo {
+    pub dir: PathBuf,
+    pub argv: Vec<String>,
+    /// `TERM` as the recording's header tells players.
+    pub term: &'static str,
 }
 
 /// A spawned child, on pipes or on a terminal of `rows`×`cols`.
@@ -59,6 +71,26 @@ impl Source {
 
 /// Wrap a spawned child in a session and start its readers and supervisor.
 pub fn launch(new: NewSession, spawned: Spawned) -> Arc<Session> {
+    let created_at = SystemTime::now();
+    // Pipe sessions are recorded as an 80×24 terminal.
+    let (rows, cols) = match &spawned {
+        Spawned::Pty { rows, cols, .. } => (*rows, *cols),
+        Spawned::Pipes(_) => (24, 80),
+    };
+    let recording = new.record.as_ref().and_then(|to| {
+        Recording::create(
+            &to.dir,
+            &Header {
+                command_id: &new.command_id,
+                session_id: &new.id,
+                argv: &to.argv,
+                created_at,
+                cols,
+                rows,
+                term: to.term,
+            },
+        )
+    });
     let (pid, exit, mode, input, terminal, screen, sources) = match spawned {
         Spawned::Pipes(child) => (
             child.pid,
@@ -98,7 +130,7 @@ pub fn launch(new: NewSession, spawned: Spawned) -> Arc<Session> {
         command_id: new.command_id,
         mode,
         pid,
-        created_at: SystemTime::now(),
+        created_at,
         state: Mutex::new(state),
         changed: watch::Sender::new(()),
         writing: tokio::sync::Mutex::new(()),
@@ -106,6 +138,7 @@ pub fn launch(new: NewSession, spawned: Spawned) -> Arc<Session> {
         readers: Mutex::new(Vec::new()),
         shell: tokio::sync::Mutex::default(),
         named_at: Mutex::new(Instant::now()),
+        recording,
     });
     let readers = sources
         .into_iter()
@@ -198,6 +231,10 @@ async fn deliver(session: &Session, source: &Source, stream: Stream, text: &str)
     }
     let (replies, taken) = session.update(|s| {
         let replies = s.screen.as_mut().map(|screen| screen.feed(text.as_bytes()));
+        // Under the state lock, so the recording keeps the buffer's order of the streams.
+        if let Some(recording) = &session.recording {
+            recording.output(text);
+        }
         (replies.unwrap_or_default(), s.store(stream, text))
     });
     if let (Source::Pty(master), false) = (source, replies.is_empty()) {
@@ -224,6 +261,11 @@ async fn supervise(
             });
             exit.await
         }
+    };
+    let closing = match exit {
+        Ok(Exit::Code(code)) => format!("exit {code}"),
+        Ok(Exit::Signal(signal)) => format!("signal {}", signal.as_str()),
+        Err(_) => "failed".to_owned(),
     };
     let status = match exit {
         Ok(exit) => session.update(|s| {
@@ -263,6 +305,9 @@ async fn supervise(
         s.output_complete = drained;
         s.output_incomplete = !drained;
     });
+    if let Some(recording) = &session.recording {
+        recording.close(&closing);
+    }
 }
 
 /// Completes when the session has run for `timeout`, or (with `idle_timeout`) when no

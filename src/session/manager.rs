@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use super::lifecycle::{NewSession, Spawned, launch};
+use super::lifecycle::{NewSession, RecordTo, Spawned, launch};
 use super::state::Reason;
 use super::{Session, Snapshot};
 use crate::config::{Config, Mode, OnFull, Shell};
@@ -18,6 +18,8 @@ use crate::process::{Reaper, SpawnError, SpawnSpec, session_tag, spawn_pipes, sp
 
 /// The terminal type PTY children are told they run on.
 const TERM: &str = "xterm-256color";
+/// What a recording of a pipe session tells players its terminal was: none.
+const PIPE_TERM: &str = "dumb";
 
 pub struct StartRequest {
     pub command_id: String,
@@ -210,6 +212,18 @@ impl Sessions {
                         Some((name.clone(), secret.value.expose().to_owned()))
                     })
                     .collect(),
+                record: config
+                    .recordings_dir
+                    .as_ref()
+                    .filter(|_| profile.record)
+                    .map(|dir| RecordTo {
+                        dir: dir.clone(),
+                        argv: profile.argv.clone(),
+                        term: match profile.mode {
+                            Mode::Pty => TERM,
+                            Mode::Pipe => PIPE_TERM,
+                        },
+                    }),
             },
             spawned,
         );

@@ -12,6 +12,7 @@ mod input;
 mod io;
 mod lifecycle;
 mod manager;
+mod recording;
 mod run;
 mod state;
 mod terminal;
@@ -51,6 +52,8 @@ pub struct Session {
     shell: tokio::sync::Mutex<exec::ShellState>,
     /// When a tool call last named this session (for `idle_timeout_ms`).
     named_at: Mutex<Instant>,
+    /// The asciicast recording, when the owner records this profile.
+    recording: Option<Arc<recording::Recording>>,
 }
 
 impl Session {
@@ -71,6 +74,7 @@ impl Session {
         self.inspect(|s| {
             let mut snapshot = state::snapshot(&self.identity(), s);
             snapshot.input_hidden = hidden && !s.status.is_final();
+            snapshot.recording = self.recording.as_ref().map(|r| r.name().to_owned());
             snapshot
         })
     }

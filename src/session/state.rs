@@ -159,6 +159,8 @@ pub struct Snapshot {
     pub paused: bool,
     /// PTY: canonical mode with echo off (a password prompt); always false on pipes.
     pub input_hidden: bool,
+    /// File name of the session's asciicast recording in `recordings_dir`.
+    pub recording: Option<String>,
 }
 
 pub struct Identity<'a> {
@@ -194,6 +196,7 @@ pub fn snapshot(id: &Identity, s: &State) -> Snapshot {
         output_incomplete: s.output_incomplete,
         paused: s.paused(),
         input_hidden: false,
+        recording: None,
     }
 }
 

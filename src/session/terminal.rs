@@ -57,6 +57,9 @@ impl Session {
             if let Some(screen) = s.screen.as_mut() {
                 screen.resize(rows, cols);
             }
+            if let Some(recording) = &self.recording {
+                recording.resize(rows, cols);
+            }
         });
         Ok(())
     }

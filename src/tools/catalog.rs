@@ -677,6 +677,7 @@ fn snapshot_properties() -> Value {
         "output_incomplete": {"type": "boolean"},
         "paused": {"type": "boolean"},
         "input_hidden": {"type": "boolean"},
+        "recording": {"type": ["string", "null"]},
     })
 }
 

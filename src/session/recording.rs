@@ -1,0 +1,330 @@
+//! A session's asciicast v2 recording (SPEC §13): a header line, then one JSON array per
+//! event — `[seconds, "o", text]` output (already redacted), `"i"` input, `"r"` a resize,
+//! `"m"` a marker (a secret's name in place of its value, the end of the session).
+//!
+//! Events are buffered and flushed at most `RECORDING_FLUSH_EVERY` after the first
+//! unflushed one (by a task woken by that event, not a polling timer) and at the end, so a
+//! killed server leaves a valid file up to its last flush. A file is capped at
+//! `RECORDING_MAX_BYTES`: a `recording truncated` marker ends it and the session goes on
+//! unrecorded. A write failure is reported once on stderr and stops only the recording.
+
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use serde_json::json;
+use tokio::sync::Notify;
+
+use crate::limits::{RECORDING_FLUSH_EVERY, RECORDING_MAX_BYTES};
+
+/// What the header says of the session.
+pub struct Header<'a> {
+    pub command_id: &'a str,
+    pub session_id: &'a str,
+    pub argv: &'a [String],
+    pub created_at: SystemTime,
+    pub cols: u16,
+    pub rows: u16,
+    pub term: &'a str,
+}
+
+pub struct Recording {
+    name: String,
+    path: PathBuf,
+    started: Instant,
+    file: Mutex<Writer>,
+    unflushed: Notify,
+}
+
+struct Writer {
+    /// `None` once the recording ended, was truncated or failed.
+    out: Option<BufWriter<File>>,
+    bytes: u64,
+    dirty: bool,
+}
+
+/// The marker that ends a file at its cap; room for it is kept.
+const TRUNCATED: &str = "recording truncated";
+const MARKER_RESERVE: u64 = 64;
+
+/// `20261201T100708Z` from a time.
+fn compact_utc(t: SystemTime) -> String {
+    humantime::format_rfc3339_seconds(t)
+        .to_string()
+        .replace(['-', ':'], "")
+}
+
+impl Recording {
+    /// Create the file (mode 0600) in `dir` and write the header; `None` (reported on
+    /// stderr) when that fails, and the session runs unrecorded.
+    pub fn create(dir: &Path, header: &Header) -> Option<Arc<Recording>> {
+        let name = format!(
+            "{}-{}-{}.cast",
+            compact_utc(header.created_at),
+            header.command_id,
+            header.session_id
+        );
+        let path = dir.join(&name);
+        let timestamp = header
+            .created_at
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        let line = json!({
+            "version": 2,
+            "width": header.cols,
+            "height": header.rows,
+            "timestamp": timestamp,
+            "command": header.argv.join(" "),
+            "title": header.command_id,
+            "env": {"TERM": header.term},
+        })
+        .to_string();
+        let opened = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&path)
+            .and_then(|file| {
+                let mut out = BufWriter::new(file);
+                writeln!(out, "{line}")?;
+                out.flush()?;
+                Ok(out)
+            });
+        let out = match opened {
+            Ok(out) => out,
+            Err(e) => {
+                tracing::warn!(file = %path.display(), "cannot create the recording ({e}); the session runs unrecorded");
+                return None;
+            }
+        };
+        let recording = Arc::new(Recording {
+            name,
+            path,
+            started: Instant::now(),
+            file: Mutex::new(Writer {
+                out: Some(out),
+                bytes: line.len() as u64 + 1,
+                dirty: false,
+            }),
+            unflushed: Notify::new(),
+        });
+        tokio::spawn(flush_after_events(recording.clone()));
+        Some(recording)
+    }
+
+    /// The file name (in `recordings_dir`).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub fn output(&self, text: &str) {
+        self.event("o", text);
+    }
+
+    pub fn input(&self, bytes: &[u8]) {
+        self.event("i", &String::from_utf8_lossy(bytes));
+    }
+
+    /// A secret was typed: its name stands in for the value.
+    pub fn secret(&self, name: &str) {
+        self.event("m", &format!("secret {name}"));
+    }
+
+    pub fn resize(&self, rows: u16, cols: u16) {
+        self.event("r", &format!("{cols}x{rows}"));
+    }
+
+    /// The closing marker (`exit 0`, `signal SIGKILL`); nothing is recorded after it.
+    pub fn close(&self, marker: &str) {
+        self.event("m", marker);
+        let mut w = self.lock();
+        if let Some(mut out) = w.out.take() {
+            self.finish(&mut out);
+        }
+        drop(w);
+        self.unflushed.notify_one();
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Writer> {
+        self.file.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn event(&self, kind: &str, data: &str) {
+        let seconds = self.started.elapsed().as_micros() as f64 / 1e6;
+        let line = json!([seconds, kind, data]).to_string();
+        let mut guard = self.lock();
+        let w = &mut *guard;
+        if w.out.is_none() {
+            return;
+        }
+        if w.bytes + line.len() as u64 + 1 + MARKER_RESERVE > RECORDING_MAX_BYTES {
+            let marker = json!([seconds, "m", TRUNCATED]).to_string();
+            let mut out = w.out.take().expect("checked above");
+            if writeln!(out, "{marker}").is_ok() {
+                self.finish(&mut out);
+            } else {
+                self.failed();
+            }
+            tracing::warn!(file = %self.path.display(), "recording reached {RECORDING_MAX_BYTES} bytes; the session goes on unrecorded");
+            return;
+        }
+        let written = w
+            .out
+            .as_mut()
+            .is_some_and(|out| writeln!(out, "{line}").is_ok());
+        if !written {
+            w.out = None;
+            drop(guard);
+            self.failed();
+            return;
+        }
+        w.bytes += line.len() as u64 + 1;
+        if !w.dirty {
+            w.dirty = true;
+            drop(guard);
+            self.unflushed.notify_one();
+        }
+    }
+
+    fn flush(&self) {
+        let mut w = self.lock();
+        w.dirty = false;
+        if let Some(out) = w.out.as_mut()
+            && out.flush().is_err()
+        {
+            w.out = None;
+            drop(w);
+            self.failed();
+        }
+    }
+
+    fn finish(&self, out: &mut BufWriter<File>) {
+        if out.flush().is_err() {
+            self.failed();
+        }
+    }
+
+    fn failed(&self) {
+        tracing::warn!(file = %self.path.display(), "writing the recording failed; it stops here and the session goes on");
+    }
+
+    fn closed(&self) -> bool {
+        self.lock().out.is_none()
+    }
+}
+
+/// Flush a recording `RECORDING_FLUSH_EVERY` after each first unflushed event, until it
+/// is closed (`close` wakes it one last time).
+async fn flush_after_events(recording: Arc<Recording>) {
+    loop {
+        recording.unflushed.notified().await;
+        if recording.closed() {
+            return;
+        }
+        tokio::time::sleep(RECORDING_FLUSH_EVERY).await;
+        recording.flush();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    fn header<'a>(argv: &'a [String], created_at: SystemTime) -> Header<'a> {
+        Header {
+            command_id: "demo",
+            session_id: "0123456789abcdef0123456789abcdef",
+            argv,
+            created_at,
+            cols: 80,
+            rows: 24,
+            term: "dumb",
+        }
+    }
+
+    fn lines(path: &Path) -> Vec<serde_json::Value> {
+        std::fs::read_to_string(path)
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn events_follow_the_header_and_the_file_is_private() {
+        let dir = tempfile::tempdir().unwrap();
+        let argv = vec!["/bin/prog".to_owned(), "arg".to_owned()];
+        let at = UNIX_EPOCH + std::time::Duration::from_secs(1_764_583_628);
+        let r = Recording::create(dir.path(), &header(&argv, at)).unwrap();
+        assert_eq!(
+            r.name(),
+            "20251201T100708Z-demo-0123456789abcdef0123456789abcdef.cast"
+        );
+        r.output("out\r\n");
+        r.input(b"in\n");
+        r.secret("db");
+        r.resize(30, 100);
+        r.close("exit 0");
+        r.output("after the end");
+        let path = dir.path().join(r.name());
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600);
+        let lines = lines(&path);
+        assert_eq!(
+            lines[0],
+            json!({"version": 2, "width": 80, "height": 24, "timestamp": 1_764_583_628u64,
+                   "command": "/bin/prog arg", "title": "demo", "env": {"TERM": "dumb"}})
+        );
+        let events: Vec<(&str, &str)> = lines[1..]
+            .iter()
+            .map(|e| (e[1].as_str().unwrap(), e[2].as_str().unwrap()))
+            .collect();
+        assert_eq!(
+            events,
+            [
+                ("o", "out\r\n"),
+                ("i", "in\n"),
+                ("m", "secret db"),
+                ("r", "100x30"),
+                ("m", "exit 0")
+            ]
+        );
+        assert!(lines[1..].iter().all(|e| e[0].as_f64().is_some()));
+    }
+
+    #[tokio::test]
+    async fn a_file_at_its_cap_ends_with_a_marker_and_the_rest_is_not_recorded() {
+        let dir = tempfile::tempdir().unwrap();
+        let argv = vec!["/bin/prog".to_owned()];
+        let r = Recording::create(dir.path(), &header(&argv, SystemTime::now())).unwrap();
+        let chunk = "x".repeat(1 << 20);
+        for _ in 0..70 {
+            r.output(&chunk);
+        }
+        r.close("exit 0");
+        let path = dir.path().join(r.name());
+        assert!(std::fs::metadata(&path).unwrap().len() <= RECORDING_MAX_BYTES);
+        let lines = lines(&path);
+        let last = lines.last().unwrap();
+        assert_eq!(
+            (last[1].as_str(), last[2].as_str()),
+            (Some("m"), Some(TRUNCATED))
+        );
+        assert_eq!(
+            lines.len(),
+            1 + 63 + 1,
+            "63 whole chunks fit beside the header"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_recording_that_cannot_be_created_leaves_the_session_unrecorded() {
+        let argv = vec!["/bin/prog".to_owned()];
+        let missing = Path::new("/nonexistent/recordings");
+        assert!(Recording::create(missing, &header(&argv, SystemTime::now())).is_none());
+    }
+}
