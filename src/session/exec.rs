@@ -30,6 +30,7 @@ use serde::Serialize;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use super::input::Typed;
 use super::state::{Reason, Snapshot, State};
 use super::wait::Match;
 use super::{Session, Streams, WaitRequest};
@@ -223,7 +224,8 @@ impl Session {
         let markers = Markers::new();
         let text = wrapper(command, &markers, self.mode, !shell.prepared);
         let from = self.inspect(|s| s.output.end());
-        self.send(text.as_bytes(), false, cancel).await?;
+        self.send_as(text.as_bytes(), false, cancel, Typed::Command(command))
+            .await?;
         shell.prepared = true;
         let deadline = Instant::now() + timeout;
 

@@ -75,9 +75,12 @@ impl Input {
 
 /// What a write types, as its recording shows it.
 #[derive(Clone, Copy)]
-enum Typed<'a> {
+pub(super) enum Typed<'a> {
     /// Text or keys: recorded as they are.
     Input,
+    /// The wrapper `terminal_exec` writes for this command line: recorded as the command
+    /// line and Enter, as a person would have typed it.
+    Command(&'a str),
     /// The value of this secret: recorded by name only.
     Secret(&'a str),
 }
@@ -203,7 +206,7 @@ impl Session {
     }
 
     /// `send`, recording what was typed as `typed` says.
-    async fn send_as(
+    pub(super) async fn send_as(
         &self,
         bytes: &[u8],
         close: bool,
@@ -250,6 +253,7 @@ impl Session {
             if let (Some(recording), false) = (&self.recording, sent.is_empty()) {
                 match typed {
                     Typed::Input => recording.input(sent),
+                    Typed::Command(line) => recording.input(format!("{line}\n").as_bytes()),
                     Typed::Secret(name) => recording.secret(name),
                 }
             }
