@@ -5,15 +5,15 @@
 //! (or not UTF-8) are answered with a "Parse error". Both answers have `id: null`, and the
 //! server keeps serving. Everything else passes through unchanged. The service's output is
 //! copied to stdout line by line, so an injected answer never splits one of its messages.
-
-use std::collections::VecDeque;
+//! At most `REPLY_QUEUE_MAX` such answers wait for stdout: while they do, input is not read,
+//! so a client that writes garbage and never reads cannot grow the server.
 
 use tokio::io::{
     AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader, DuplexStream,
 };
 use tokio::sync::{mpsc, oneshot};
 
-use crate::limits::MAX_FRAME_BYTES;
+use crate::limits::{MAX_FRAME_BYTES, REPLY_QUEUE_MAX};
 
 const PIPE_CAPACITY: usize = 2 * MAX_FRAME_BYTES;
 
@@ -27,7 +27,7 @@ where
 {
     let (service_in, pump_in) = tokio::io::duplex(PIPE_CAPACITY);
     let (service_out, pump_out) = tokio::io::duplex(PIPE_CAPACITY);
-    let (replies_tx, replies_rx) = mpsc::unbounded_channel();
+    let (replies_tx, replies_rx) = mpsc::channel(REPLY_QUEUE_MAX);
     let (eof_tx, eof_rx) = oneshot::channel();
     tokio::spawn(async move {
         pump_input(stdin, pump_in, replies_tx).await;
@@ -51,7 +51,7 @@ fn error_frame(code: i64, message: &str) -> Vec<u8> {
 async fn pump_input<R: AsyncRead + Unpin>(
     stdin: R,
     mut service: DuplexStream,
-    replies: mpsc::UnboundedSender<Vec<u8>>,
+    replies: mpsc::Sender<Vec<u8>>,
 ) {
     let mut reader = BufReader::with_capacity(64 * 1024, stdin);
     let mut line: Vec<u8> = Vec::new();
@@ -81,7 +81,9 @@ async fn pump_input<R: AsyncRead + Unpin>(
                 "Invalid Request: the message exceeds {MAX_FRAME_BYTES} bytes (newline \
                  included) and was discarded unread"
             );
-            let _ = replies.send(error_frame(-32600, &message));
+            if replies.send(error_frame(-32600, &message)).await.is_err() {
+                break;
+            }
             continue;
         }
         let frame = std::mem::take(&mut line);
@@ -93,10 +95,10 @@ async fn pump_input<R: AsyncRead + Unpin>(
             .is_ok_and(|text| serde_json::from_str::<serde::de::IgnoredAny>(text).is_ok());
         if !is_json {
             tracing::warn!("refused a message that is not valid JSON");
-            let _ = replies.send(error_frame(
-                -32700,
-                "Parse error: the message is not valid UTF-8 JSON",
-            ));
+            let reply = error_frame(-32700, "Parse error: the message is not valid UTF-8 JSON");
+            if replies.send(reply).await.is_err() {
+                break;
+            }
             continue;
         }
         if service.write_all(&frame).await.is_err() {
@@ -109,12 +111,11 @@ async fn pump_input<R: AsyncRead + Unpin>(
 async fn pump_output<W: AsyncWrite + Unpin>(
     mut service: DuplexStream,
     mut stdout: W,
-    mut replies: mpsc::UnboundedReceiver<Vec<u8>>,
+    mut replies: mpsc::Receiver<Vec<u8>>,
 ) {
     let mut chunk = vec![0u8; 64 * 1024];
     // Bytes of a service message not yet ended by its newline.
     let mut partial: Vec<u8> = Vec::new();
-    let mut queued: VecDeque<Vec<u8>> = VecDeque::new();
     loop {
         tokio::select! {
             read = service.read(&mut chunk) => {
@@ -130,10 +131,9 @@ async fn pump_output<W: AsyncWrite + Unpin>(
                     }
                 }
             }
-            Some(reply) = replies.recv() => queued.push_back(reply),
-        }
-        if partial.is_empty() {
-            while let Some(reply) = queued.pop_front() {
+            // A reply waits in the channel (bounded) until no service message is half
+            // written, then goes out at once.
+            Some(reply) = replies.recv(), if partial.is_empty() => {
                 if stdout.write_all(&reply).await.is_err() {
                     return;
                 }
@@ -144,4 +144,39 @@ async fn pump_output<W: AsyncWrite + Unpin>(
         }
     }
     let _ = stdout.flush().await;
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use tokio::io::AsyncWriteExt;
+
+    use super::*;
+
+    /// A client that writes garbage and never reads: once the bounded replies wait for
+    /// stdout, the guard stops reading, so the client's writes stall.
+    #[tokio::test]
+    async fn stops_reading_while_error_replies_wait() {
+        let (mut client_in, stdin) = tokio::io::duplex(4096);
+        let (stdout, _client_out_unread) = tokio::io::duplex(4096);
+        let (_service_in, _service_out, _eof) = guard(stdin, stdout);
+        let garbage = b"not json at all\n";
+        let mut accepted = 0usize;
+        for _ in 0..100_000 {
+            let write = client_in.write_all(garbage);
+            match tokio::time::timeout(Duration::from_secs(2), write).await {
+                Ok(Ok(())) => accepted += 1,
+                Ok(Err(e)) => panic!("the guard closed its input: {e}"),
+                Err(_stalled) => break,
+            }
+        }
+        // Replies waiting in stdout's pipe and the queue, plus the lines buffered on the
+        // way in (the duplex and the 64 KiB reader).
+        let bound = 4096 / 80 + REPLY_QUEUE_MAX + (4096 + 65_536) / garbage.len() + 8;
+        assert!(
+            accepted < bound,
+            "{accepted} garbage lines read, bound {bound}"
+        );
+    }
 }

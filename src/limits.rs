@@ -5,6 +5,8 @@ use std::time::Duration;
 
 /// A JSON-RPC line over this many bytes (newline included) is refused unread.
 pub const MAX_FRAME_BYTES: usize = 1024 * 1024;
+/// Error replies to malformed lines that may wait for stdout; while they do, stdin is not read.
+pub const REPLY_QUEUE_MAX: usize = 16;
 
 /// Largest cursor a client may pass (2^63 - 1).
 pub const MAX_CURSOR: u64 = i64::MAX as u64;
