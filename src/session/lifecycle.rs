@@ -1,13 +1,13 @@
 //! Starting the tasks behind a session, watching its exit, ending it on request.
 
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use nix::sys::signal::Signal;
 use tokio::io::AsyncReadExt;
 use tokio::net::unix::pipe;
-use tokio::sync::{oneshot, watch};
+use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 use super::input::Input;
@@ -125,21 +125,14 @@ pub fn launch(new: NewSession, spawned: Spawned) -> Arc<Session> {
     let mut state = State::new(input, new.buffer, sources.len() as u8);
     state.screen = screen;
     state.pause = new.pause;
-    let session = Arc::new(Session {
-        id: new.id,
-        command_id: new.command_id,
-        mode,
-        pid,
-        created_at,
-        state: Mutex::new(state),
-        changed: watch::Sender::new(()),
-        writing: tokio::sync::Mutex::new(()),
+    let session = Arc::new(Session::new(
+        new.id,
+        new.command_id,
+        (mode, pid, created_at),
+        state,
         terminal,
-        readers: Mutex::new(Vec::new()),
-        shell: tokio::sync::Mutex::default(),
-        named_at: Mutex::new(Instant::now()),
         recording,
-    });
+    ));
     let readers = sources
         .into_iter()
         .map(|(source, stream)| {

@@ -57,6 +57,32 @@ pub struct Session {
 }
 
 impl Session {
+    /// A session over `state`, its readers and supervisor not yet started.
+    fn new(
+        id: String,
+        command_id: String,
+        (mode, pid, created_at): (Mode, i32, SystemTime),
+        state: State,
+        terminal: Option<Arc<PtyMaster>>,
+        recording: Option<Arc<recording::Recording>>,
+    ) -> Self {
+        Session {
+            id,
+            command_id,
+            mode,
+            pid,
+            created_at,
+            state: Mutex::new(state),
+            changed: watch::Sender::new(()),
+            writing: tokio::sync::Mutex::new(()),
+            terminal,
+            readers: Mutex::new(Vec::new()),
+            shell: tokio::sync::Mutex::default(),
+            named_at: Mutex::new(Instant::now()),
+            recording,
+        }
+    }
+
     /// Apply a change to the state and wake every waiter.
     fn update<R>(&self, change: impl FnOnce(&mut State) -> R) -> R {
         let result = change(&mut self.state.lock().unwrap_or_else(|e| e.into_inner()));

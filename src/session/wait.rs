@@ -177,7 +177,18 @@ impl Session {
                         session: self.snapshot(),
                     });
                 }
-                Step::More => continue,
+                Step::More => {
+                    // A large backlog is searched step by step: between steps other tasks
+                    // run, and the timeout and a cancellation are heard.
+                    if cancel.is_cancelled() {
+                        return Err(cancelled());
+                    }
+                    if Instant::now() >= deadline {
+                        return Ok(self.finish_wait("timeout", scan));
+                    }
+                    tokio::task::yield_now().await;
+                    continue;
+                }
                 Step::Idle { done: true, end } => return Ok(self.finish_wait("exited", end)),
                 Step::Idle { done: false, .. } => {}
             }
@@ -204,9 +215,7 @@ impl Session {
                     }
                 }
                 () = tokio::time::sleep_until(deadline) => return Ok(self.finish_wait("timeout", scan)),
-                () = cancel.cancelled() => {
-                    return Err(ToolError::new(ErrorCode::Internal, "the client cancelled this wait"));
-                }
+                () = cancel.cancelled() => return Err(cancelled()),
             }
         }
     }
@@ -220,6 +229,10 @@ impl Session {
             session: self.snapshot(),
         }
     }
+}
+
+fn cancelled() -> ToolError {
+    ToolError::new(ErrorCode::Internal, "the client cancelled this wait")
 }
 
 /// One step of a wait.
@@ -286,7 +299,56 @@ fn find(s: &State, from: u64, regex: &Regex, (streams, strip): (Streams, bool)) 
 
 #[cfg(test)]
 mod tests {
+    use std::future::Future;
+    use std::task::{Context, Poll, Waker};
+
     use super::*;
+    use crate::config::Mode;
+    use crate::output::OutputBuffer;
+    use crate::session::input::Input;
+
+    /// A wait over a large backlog gives the runtime back between steps, so its timeout
+    /// and a cancellation are heard before the whole backlog is searched.
+    #[test]
+    fn a_long_search_yields_between_steps_and_hears_cancellation() {
+        let backlog = 64 * SEARCH_STEP_BYTES;
+        let mut output = OutputBuffer::new(backlog, backlog);
+        output.append(Stream::Stdout, &"a".repeat(backlog));
+        let state = State::new(Input::Closed, output, 1);
+        let identity = (Mode::Pipe, 1, std::time::SystemTime::now());
+        let session = Session::new("s".into(), "c".into(), identity, state, None, None);
+        let request = WaitRequest {
+            cursor: 0,
+            search: Some(Search::new("b").unwrap()),
+            streams: Streams::Any,
+            timeout: Duration::from_secs(60),
+            strip_ansi: false,
+            idle: None,
+        };
+        let searched = AtomicU64::new(0);
+        let cancel = CancellationToken::new();
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap();
+        let _entered = runtime.enter();
+        let mut wait = std::pin::pin!(session.wait(request, &searched, &cancel));
+        let mut cx = Context::from_waker(Waker::noop());
+        if let Poll::Ready(r) = wait.as_mut().poll(&mut cx) {
+            panic!("answered at once: {:?}", r.map(|w| w.outcome));
+        }
+        let after_one_poll = searched.load(Ordering::Relaxed);
+        assert!(
+            after_one_poll < backlog as u64,
+            "one poll searched all {after_one_poll} code points"
+        );
+        cancel.cancel();
+        match wait.as_mut().poll(&mut cx) {
+            Poll::Ready(Err(e)) => assert_eq!(e.code, ErrorCode::Internal),
+            other => panic!("not cancelled: {:?}", other.map(|r| r.map(|w| w.outcome))),
+        }
+        assert!(searched.load(Ordering::Relaxed) < backlog as u64);
+    }
 
     fn entry(cursor: u64, stream: Stream, text: &str) -> Entry {
         Entry {
