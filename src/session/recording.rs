@@ -100,19 +100,25 @@ impl Recording {
                 return None;
             }
         };
+        Some(Recording::writing(name, path, out, line.len() as u64 + 1))
+    }
+
+    /// A recording that goes on writing to `out` (`bytes` already written), with its
+    /// flushing task.
+    fn writing(name: String, path: PathBuf, out: BufWriter<File>, bytes: u64) -> Arc<Recording> {
         let recording = Arc::new(Recording {
             name,
             path,
             started: Instant::now(),
             file: Mutex::new(Writer {
                 out: Some(out),
-                bytes: line.len() as u64 + 1,
+                bytes,
                 dirty: false,
             }),
             unflushed: Notify::new(),
         });
         tokio::spawn(flush_after_events(recording.clone()));
-        Some(recording)
+        recording
     }
 
     /// The file name (in `recordings_dir`).
@@ -319,6 +325,28 @@ mod tests {
             1 + 63 + 1,
             "63 whole chunks fit beside the header"
         );
+    }
+
+    /// A full disk (`/dev/full` fails every write) ends the recording, not the caller.
+    #[tokio::test]
+    async fn a_failing_disk_stops_only_the_recording() {
+        let full = std::fs::OpenOptions::new()
+            .write(true)
+            .open("/dev/full")
+            .unwrap();
+        let r = Recording::writing(
+            "full.cast".into(),
+            "/dev/full".into(),
+            BufWriter::new(full),
+            0,
+        );
+        let chunk = "y".repeat(64 * 1024);
+        r.output(&chunk);
+        assert!(r.closed(), "the failed write ended the recording");
+        r.output("more");
+        r.input(b"typed");
+        r.close("exit 0");
+        assert!(r.closed());
     }
 
     #[tokio::test]
