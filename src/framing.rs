@@ -7,13 +7,20 @@
 //! copied to stdout line by line, so an injected answer never splits one of its messages.
 //! At most `REPLY_QUEUE_MAX` such answers wait for stdout: while they do, input is not read,
 //! so a client that writes garbage and never reads cannot grow the server.
+//!
+//! At most `MAX_IN_FLIGHT` requests are with the service unanswered: beyond that no more
+//! input is read until an answer has been written to stdout. A client that writes requests
+//! and never reads the answers therefore meets a full pipe instead of a growing server.
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
 
 use tokio::io::{
     AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader, DuplexStream,
 };
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{Notify, mpsc, oneshot};
 
-use crate::limits::{MAX_FRAME_BYTES, REPLY_QUEUE_MAX};
+use crate::limits::{MAX_FRAME_BYTES, MAX_IN_FLIGHT, REPLY_QUEUE_MAX};
 
 const PIPE_CAPACITY: usize = 2 * MAX_FRAME_BYTES;
 
@@ -29,13 +36,141 @@ where
     let (service_out, pump_out) = tokio::io::duplex(PIPE_CAPACITY);
     let (replies_tx, replies_rx) = mpsc::channel(REPLY_QUEUE_MAX);
     let (eof_tx, eof_rx) = oneshot::channel();
+    let in_flight = Arc::new(InFlight::default());
+    let answered = in_flight.clone();
     tokio::spawn(async move {
-        pump_input(stdin, pump_in, replies_tx).await;
+        pump_input(stdin, pump_in, replies_tx, in_flight).await;
         let _ = eof_tx.send(());
     });
-    tokio::spawn(pump_output(pump_out, stdout, replies_rx));
+    tokio::spawn(pump_output(pump_out, stdout, replies_rx, answered));
     (service_in, service_out, eof_rx)
 }
+
+/// The ids (as JSON text) of requests passed to the service and not yet answered on stdout.
+#[derive(Default)]
+struct InFlight {
+    ids: Mutex<HashSet<String>>,
+    answered: Notify,
+}
+
+impl InFlight {
+    fn ids(&self) -> std::sync::MutexGuard<'_, HashSet<String>> {
+        self.ids.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Wait for room, then note `id` as in flight.
+    async fn admit(&self, id: String) {
+        loop {
+            let answered = self.answered.notified();
+            {
+                let mut ids = self.ids();
+                if ids.len() < MAX_IN_FLIGHT {
+                    ids.insert(id);
+                    return;
+                }
+            }
+            answered.await;
+        }
+    }
+
+    fn settle(&self, id: &str) {
+        if self.ids().remove(id) {
+            self.answered.notify_waiters();
+        }
+    }
+
+    /// Settle the requests answered by these whole lines of service output. A cancelled
+    /// request may never be answered; its cancellation settles it on the input side.
+    fn settle_answers(&self, lines: &[u8]) {
+        for line in lines.split_inclusive(|b| *b == b'\n') {
+            if let Some(rest) = line.strip_prefix(ANSWER_PREFIX)
+                && let Some(Ok(id)) = serde_json::Deserializer::from_slice(rest)
+                    .into_iter::<serde_json::Value>()
+                    .next()
+            {
+                self.settle(&id.to_string());
+            }
+        }
+    }
+}
+
+/// How every answer of the service begins (it sends no requests of its own).
+const ANSWER_PREFIX: &[u8] = br#"{"jsonrpc":"2.0","id":"#;
+
+/// The id of a request the service will answer with that id; `None` for notifications, and
+/// for what it refuses with `id: null` (an id that is not a string or an integer, no
+/// `jsonrpc: "2.0"`, a repeated key), which must not hold a place that nothing frees.
+fn request_id(message: &serde_json::Value, text: &str) -> Option<String> {
+    let object = message.as_object()?;
+    object.get("method")?.as_str()?;
+    if object.get("jsonrpc")?.as_str()? != "2.0" {
+        return None;
+    }
+    let id = object.get("id")?;
+    let valid = id.is_string() || id.is_i64() || id.is_u64();
+    (valid && !repeats_a_key(text)).then(|| id.to_string())
+}
+
+/// Whether the top-level object names a key twice (the parsed value keeps only the last).
+fn repeats_a_key(text: &str) -> bool {
+    use serde::de::{Deserializer as _, IgnoredAny, MapAccess, Visitor};
+    struct Keys;
+    impl<'de> Visitor<'de> for Keys {
+        type Value = bool;
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("an object")
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<bool, A::Error> {
+            let mut seen = HashSet::new();
+            let mut repeated = false;
+            while let Some(key) = map.next_key::<String>()? {
+                map.next_value::<IgnoredAny>()?;
+                repeated |= !seen.insert(key);
+            }
+            Ok(repeated)
+        }
+    }
+    serde_json::Deserializer::from_str(text)
+        .deserialize_map(Keys)
+        .unwrap_or(true)
+}
+
+/// The request a `notifications/cancelled` gives up on.
+fn cancelled_id(message: &serde_json::Value) -> Option<String> {
+    if message.get("method")?.as_str()? != "notifications/cancelled" {
+        return None;
+    }
+    message
+        .pointer("/params/requestId")
+        .map(serde_json::Value::to_string)
+}
+
+/// How the service begins an error answer that has no `id`: its answer to a request whose id
+/// it could not read (an id of the wrong type, duplicate keys).
+const ERROR_WITHOUT_ID: &[u8] = br#"{"jsonrpc":"2.0","error":"#;
+const ERROR_WITH_NULL_ID: &[u8] = br#"{"jsonrpc":"2.0","id":null,"error":"#;
+
+/// JSON-RPC requires `"id": null` on the answer to a request whose id could not be read.
+fn with_null_ids(lines: Vec<u8>) -> Vec<u8> {
+    if !lines
+        .split_inclusive(|b| *b == b'\n')
+        .any(|line| line.starts_with(ERROR_WITHOUT_ID))
+    {
+        return lines;
+    }
+    let mut fixed = Vec::with_capacity(lines.len() + 16);
+    for line in lines.split_inclusive(|b| *b == b'\n') {
+        match line.strip_prefix(ERROR_WITHOUT_ID) {
+            Some(rest) => {
+                fixed.extend_from_slice(ERROR_WITH_NULL_ID);
+                fixed.extend_from_slice(rest);
+            }
+            None => fixed.extend_from_slice(line),
+        }
+    }
+    fixed
+}
+
 
 fn error_frame(code: i64, message: &str) -> Vec<u8> {
     let frame = serde_json::json!({
@@ -52,6 +187,7 @@ async fn pump_input<R: AsyncRead + Unpin>(
     stdin: R,
     mut service: DuplexStream,
     replies: mpsc::Sender<Vec<u8>>,
+    in_flight: Arc<InFlight>,
 ) {
     let mut reader = BufReader::with_capacity(64 * 1024, stdin);
     let mut line: Vec<u8> = Vec::new();
@@ -91,15 +227,32 @@ async fn pump_input<R: AsyncRead + Unpin>(
         if body.is_empty() {
             continue;
         }
-        let is_json = std::str::from_utf8(body)
-            .is_ok_and(|text| serde_json::from_str::<serde::de::IgnoredAny>(text).is_ok());
-        if !is_json {
-            tracing::warn!("refused a message that is not valid JSON");
-            let reply = error_frame(-32700, "Parse error: the message is not valid UTF-8 JSON");
-            if replies.send(reply).await.is_err() {
-                break;
+        // Parsed as the service will parse it, so what it would drop unanswered (nesting past
+        // serde_json's depth limit, a number out of range) is answered here.
+        let parsed = match std::str::from_utf8(body) {
+            Err(_) => Err("the message is not valid UTF-8".to_owned()),
+            Ok(text) => serde_json::from_str::<serde_json::Value>(text)
+                .map_err(|e| format!("the message is not valid JSON ({e})")),
+        };
+        let message = match parsed {
+            Ok(message) => message,
+            Err(why) => {
+                tracing::warn!("refused a message: {why}");
+                let reply = error_frame(-32700, &format!("Parse error: {why}"));
+                if replies.send(reply).await.is_err() {
+                    break;
+                }
+                continue;
             }
-            continue;
+        };
+        if let Some(id) = cancelled_id(&message) {
+            in_flight.settle(&id);
+        }
+        if let Some(id) = std::str::from_utf8(body)
+            .ok()
+            .and_then(|text| request_id(&message, text))
+        {
+            in_flight.admit(id).await;
         }
         if service.write_all(&frame).await.is_err() {
             break;
@@ -112,6 +265,7 @@ async fn pump_output<W: AsyncWrite + Unpin>(
     mut service: DuplexStream,
     mut stdout: W,
     mut replies: mpsc::Receiver<Vec<u8>>,
+    in_flight: Arc<InFlight>,
 ) {
     let mut chunk = vec![0u8; 64 * 1024];
     // Bytes of a service message not yet ended by its newline.
@@ -125,10 +279,11 @@ async fn pump_output<W: AsyncWrite + Unpin>(
                 };
                 partial.extend_from_slice(&chunk[..n]);
                 if let Some(end) = partial.iter().rposition(|b| *b == b'\n') {
-                    let whole: Vec<u8> = partial.drain(..=end).collect();
+                    let whole = with_null_ids(partial.drain(..=end).collect());
                     if stdout.write_all(&whole).await.is_err() {
                         return;
                     }
+                    in_flight.settle_answers(&whole);
                 }
             }
             // A reply waits in the channel (bounded) until no service message is half
@@ -178,5 +333,62 @@ mod tests {
             accepted < bound,
             "{accepted} garbage lines read, bound {bound}"
         );
+    }
+
+    fn id_of(text: &str) -> Option<String> {
+        request_id(&serde_json::from_str(text).unwrap(), text)
+    }
+
+    #[test]
+    fn only_requests_answered_with_their_id_hold_a_place() {
+        assert_eq!(
+            id_of(r#"{"jsonrpc":"2.0","id":7,"method":"ping"}"#).as_deref(),
+            Some("7")
+        );
+        assert_eq!(
+            id_of(r#"{"jsonrpc":"2.0","id":"a","method":"ping"}"#).as_deref(),
+            Some("\"a\"")
+        );
+        for refused in [
+            r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
+            r#"{"jsonrpc":"2.0","id":null,"method":"ping"}"#,
+            r#"{"jsonrpc":"2.0","id":1.5,"method":"ping"}"#,
+            r#"{"jsonrpc":"2.0","id":true,"method":"ping"}"#,
+            r#"{"jsonrpc":"2.0","id":[1],"method":"ping"}"#,
+            r#"{"jsonrpc":"2.0","id":123456789012345678901234567890,"method":"ping"}"#,
+            r#"{"id":1,"method":"ping"}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"ping","id":2}"#,
+            r#"{"jsonrpc":"2.0","id":1,"result":{}}"#,
+            r#"[{"jsonrpc":"2.0","id":1,"method":"ping"}]"#,
+        ] {
+            assert_eq!(id_of(refused), None, "{refused}");
+        }
+    }
+
+    #[test]
+    fn answers_and_cancellations_free_their_place() {
+        let in_flight = InFlight::default();
+        in_flight.ids().insert("7".into());
+        in_flight.ids().insert("\"a\"".into());
+        in_flight.settle_answers(b"{\"jsonrpc\":\"2.0\",\"id\":7,\"result\":{}}\n{\"jsonrpc\":\"2.0\",\"method\":\"x\"}\n");
+        assert_eq!(in_flight.ids().len(), 1);
+        let cancel: serde_json::Value = serde_json::from_str(
+            r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":"a"}}"#,
+        )
+        .unwrap();
+        in_flight.settle(&cancelled_id(&cancel).unwrap());
+        assert!(in_flight.ids().is_empty());
+    }
+
+    #[test]
+    fn an_error_without_id_gets_a_null_id_and_nothing_else_changes() {
+        let lines = b"{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{}}\n{\"jsonrpc\":\"2.0\",\"error\":{\"code\":-32600}}\n".to_vec();
+        let fixed = with_null_ids(lines);
+        assert_eq!(
+            fixed,
+            b"{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{}}\n{\"jsonrpc\":\"2.0\",\"id\":null,\"error\":{\"code\":-32600}}\n"
+        );
+        let untouched = b"{\"jsonrpc\":\"2.0\",\"id\":2,\"error\":{}}\n".to_vec();
+        assert_eq!(with_null_ids(untouched.clone()), untouched);
     }
 }

@@ -7,6 +7,9 @@ use std::time::Duration;
 pub const MAX_FRAME_BYTES: usize = 1024 * 1024;
 /// Error replies to malformed lines that may wait for stdout; while they do, stdin is not read.
 pub const REPLY_QUEUE_MAX: usize = 16;
+/// Requests the service holds unanswered before no more input is read (a client that
+/// never reads its answers cannot grow the server).
+pub const MAX_IN_FLIGHT: usize = 64;
 
 /// Largest cursor a client may pass (2^63 - 1).
 pub const MAX_CURSOR: u64 = i64::MAX as u64;

@@ -15,6 +15,8 @@ pub const LINE_TIMEOUT: Duration = Duration::from_secs(5);
 const OVERSIZED_CHUNK: usize = 64 * 1024;
 /// Bound on writing a whole frame: a server that stops reading stdin must not hang the run.
 const WRITE_TIMEOUT: Duration = Duration::from_secs(20);
+/// Bound on reading back every answer to a flood.
+const FLOOD_DRAIN: Duration = Duration::from_secs(120);
 /// Protocol version the raw handshake announces (the one rmcp clients use by default).
 const PROTOCOL_VERSION: &str = "2025-11-25";
 
@@ -158,6 +160,59 @@ impl RawServer {
         let pid = self.pid().ok_or("the raw server has already been reaped")?;
         nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), sig)
             .map_err(|e| format!("kill({pid}, {sig}) failed: {e}"))
+    }
+
+    /// Write `times` copies of `line` (`{n}` replaced by 0, 1, …) and then `last`, without
+    /// reading any answer; after `settle` (the writer blocked by then if the server applies
+    /// backpressure) note the server's resident memory growth, then read every answer up to
+    /// the one to `last` (id `"last"`). Returns (growth KiB, distinct ids answered besides
+    /// `last`, the last answer).
+    pub async fn flood_unread(
+        &mut self,
+        line: &str,
+        times: u64,
+        last: &str,
+        settle: Duration,
+    ) -> Result<(u64, u64, Value), String> {
+        let pid = self.pid().ok_or("the raw server has exited")?;
+        let before = crate::procfs::rss_kib(pid)?;
+        let mut stdin = self.stdin.take().ok_or("stdin is already closed")?;
+        let mut bytes = Vec::new();
+        for n in 0..times {
+            bytes.extend_from_slice(line.replace("{n}", &n.to_string()).as_bytes());
+            bytes.push(b'\n');
+        }
+        bytes.extend_from_slice(last.as_bytes());
+        bytes.push(b'\n');
+        let writer = tokio::spawn(async move {
+            let written = stdin.write_all(&bytes).await.and(stdin.flush().await);
+            (stdin, written)
+        });
+        tokio::time::sleep(settle).await;
+        let grown = crate::procfs::rss_kib(pid)?.saturating_sub(before);
+        // Requests run concurrently: the last answer may come before others.
+        let mut answered = std::collections::HashSet::new();
+        let mut last_answer = None;
+        let deadline = tokio::time::Instant::now() + FLOOD_DRAIN;
+        while last_answer.is_none() || (answered.len() as u64) < times {
+            let within = deadline.saturating_duration_since(tokio::time::Instant::now());
+            let answer = self.read_json(within.max(Duration::from_millis(1))).await?;
+            match answer.get("id") {
+                Some(id) if *id == json!("last") => last_answer = Some(answer),
+                Some(id) => {
+                    answered.insert(id.to_string());
+                }
+                None => return Err(format!("an answer without id: {answer}")),
+            }
+        }
+        let answers = answered.len() as u64;
+        let last_answer = last_answer.unwrap_or_default();
+        let (stdin, written) = writer
+            .await
+            .map_err(|e| format!("the writer failed: {e}"))?;
+        written.map_err(|e| format!("writing the flood failed: {e}"))?;
+        self.stdin = Some(stdin);
+        Ok((grown, answers, last_answer))
     }
 
     pub fn close_stdin(&mut self) {

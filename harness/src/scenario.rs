@@ -515,6 +515,24 @@ pub enum RawAction {
     Save(Saves),
     /// Send a signal to the raw server.
     Signal(SignalName),
+    Flood(FloodSpec),
+}
+
+/// Write `times` requests (`line`, `{n}` numbering them) and a final `ping` with id "last"
+/// without reading; after `settle_ms` the server's resident memory may have grown by at most
+/// `max_growth_kib`; then every request must have had exactly one answer.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FloodSpec {
+    pub line: String,
+    pub times: u64,
+    pub max_growth_kib: u64,
+    #[serde(default = "default_flood_settle")]
+    pub settle_ms: u64,
+}
+
+fn default_flood_settle() -> u64 {
+    3_000
 }
 
 impl<'de> Deserialize<'de> for RawAction {
@@ -539,6 +557,7 @@ struct RawActionFields {
     expect_exit: Option<i32>,
     save: Option<Saves>,
     signal: Option<SignalName>,
+    flood: Option<FloodSpec>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -584,11 +603,14 @@ impl TryFrom<RawActionFields> for RawAction {
         if let Some(signal) = f.signal {
             found.push(RawAction::Signal(signal));
         }
+        if let Some(flood) = f.flood {
+            found.push(RawAction::Flood(flood));
+        }
         match found.len() {
             1 => Ok(found.remove(0)),
             n => Err(format!(
                 "a raw action needs exactly one of send, send_bytes_hex, send_oversized, \
-                 initialize, expect, expect_silence_ms, close_stdin, close_stdout, expect_exit, save, signal \
+                 initialize, expect, expect_silence_ms, close_stdin, close_stdout, expect_exit, save, signal, flood \
                  (found {n})"
             )),
         }

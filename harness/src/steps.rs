@@ -907,6 +907,51 @@ impl Run<'_> {
                 let saved = self.save(saves, last).map(|()| json!("saved"));
                 (request, saved)
             }
+            RawAction::Flood(flood) => {
+                let request = json!({"flood": {"line": flood.line, "times": flood.times}});
+                let line = match self.vars.subst_text(&flood.line) {
+                    Ok(line) => line,
+                    Err(e) => return (request, Err(e)),
+                };
+                let last = r#"{"jsonrpc":"2.0","id":"last","method":"ping"}"#;
+                let settle = Duration::from_millis(flood.settle_ms);
+                let (grown, answers, last_answer) =
+                    match raw.flood_unread(&line, flood.times, last, settle).await {
+                        Ok(outcome) => outcome,
+                        Err(e) => return (request, Err(e)),
+                    };
+                let response =
+                    json!({"rss_growth_kib": grown, "answers": answers, "last": last_answer});
+                let bounded = if grown <= flood.max_growth_kib {
+                    Ok(())
+                } else {
+                    Err(format!("it grew by {grown} KiB"))
+                };
+                let result = self
+                    .check(
+                        format!(
+                            "resident memory grew by at most {} KiB while nothing was read",
+                            flood.max_growth_kib
+                        ),
+                        bounded,
+                    )
+                    .and_then(|()| {
+                        let all = if answers == flood.times {
+                            Ok(())
+                        } else {
+                            Err(format!("{answers} answers"))
+                        };
+                        self.check(format!("{} answers, one per request", flood.times), all)
+                    })
+                    .and_then(|()| {
+                        let served = match last_answer.get("result") {
+                            Some(_) => Ok(()),
+                            None => Err(format!("{last_answer}")),
+                        };
+                        self.check("the next request is served", served)
+                    });
+                (request, result.map(|()| response))
+            }
             RawAction::Signal(name) => {
                 let sig = signal_of(*name);
                 (
