@@ -171,7 +171,6 @@ fn with_null_ids(lines: Vec<u8>) -> Vec<u8> {
     fixed
 }
 
-
 fn error_frame(code: i64, message: &str) -> Vec<u8> {
     let frame = serde_json::json!({
         "jsonrpc": "2.0",
