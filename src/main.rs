@@ -2,6 +2,7 @@
 //! owner-approved command policy. This file holds the command line and the stdio serving
 //! loop with its shutdown; everything else lives in the modules below.
 
+mod audit;
 mod config;
 mod errors;
 mod framing;
@@ -294,6 +295,8 @@ fn make_config(output: Option<&Path>, root: Option<&Path>, shells: bool) -> Resu
 
 fn serve_stdio(config: Config) -> Result<(), String> {
     init_logging();
+    // A log that cannot be opened is a config error, reported before anything starts.
+    let audit = open_audit(&config)?;
     // Before the runtime: the guardian is started while this process has one thread.
     let instance = process::new_instance();
     let guardian = match Guardian::start(&instance) {
@@ -310,7 +313,7 @@ fn serve_stdio(config: Config) -> Result<(), String> {
         .enable_all()
         .build()
         .map_err(|e| format!("cannot start the runtime: {e}"))?;
-    runtime.block_on(run(config, instance.clone()))?;
+    runtime.block_on(run(config, audit, instance.clone()))?;
     // Descendants that left their session's group (escaped daemons) end here too.
     match guardian {
         Some(guardian) => guardian.finish(&instance),
@@ -320,14 +323,25 @@ fn serve_stdio(config: Config) -> Result<(), String> {
     std::process::exit(0);
 }
 
-async fn run(config: Config, instance: String) -> Result<(), String> {
+fn open_audit(config: &Config) -> Result<Option<Arc<audit::AuditLog>>, String> {
+    match &config.audit_log {
+        Some(path) => Ok(Some(Arc::new(audit::AuditLog::open(path)?))),
+        None => Ok(None),
+    }
+}
+
+async fn run(
+    config: Config,
+    audit: Option<Arc<audit::AuditLog>>,
+    instance: String,
+) -> Result<(), String> {
     let mut sigterm = signal(SignalKind::terminate()).map_err(|e| e.to_string())?;
     let mut sigint = signal(SignalKind::interrupt()).map_err(|e| e.to_string())?;
     let reaper = Reaper::start().map_err(|e| format!("cannot watch child processes: {e}"))?;
     let sessions = Arc::new(Sessions::new(Arc::new(config), reaper, instance));
     let (stdin, stdout) = rmcp::transport::io::stdio_pipes();
     let (service_in, service_out, stdin_closed) = framing::guard(stdin, stdout);
-    let server = TerminalServer::new(sessions.clone());
+    let server = TerminalServer::new(sessions.clone()).with_audit(audit);
     tracing::info!(version = env!("CARGO_PKG_VERSION"), "serving MCP on stdio");
 
     let serving = async {

@@ -467,3 +467,42 @@ fn profile_add_validates_and_rewrites_atomically_keeping_the_rest() {
     let removed: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
     assert_eq!(removed, before);
 }
+
+#[test]
+fn an_audit_log_that_cannot_be_opened_is_a_config_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = config_with(dir.path(), |c| {
+        set(c, "/audit_log", json!("/no/such/dir/audit.jsonl"))
+    });
+    let out = mcp_terminal()
+        .arg("check-config")
+        .arg("--config")
+        .arg(&missing)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr_of(&out).contains("`audit_log`"),
+        "{}",
+        stderr_of(&out)
+    );
+
+    // /proc takes no new files, whoever asks: a directory nothing can be created in.
+    let unwritable = config_with(dir.path(), |c| {
+        set(c, "/audit_log", json!("/proc/audit.jsonl"))
+    });
+    let out = mcp_terminal()
+        .arg("stdio")
+        .arg("--config")
+        .arg(&unwritable)
+        .write_stdin("")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr_of(&out).contains("`audit_log`: cannot open"),
+        "{}",
+        stderr_of(&out)
+    );
+    assert!(out.stdout.is_empty());
+}

@@ -5,7 +5,7 @@
 use regex::Regex;
 use serde_json::Value;
 
-const OPERATORS: [&str; 14] = [
+const OPERATORS: [&str; 15] = [
     "$regex",
     "$type",
     "$gt",
@@ -20,6 +20,7 @@ const OPERATORS: [&str; 14] = [
     "$any",
     "$not",
     "$each",
+    "$count",
 ];
 
 const TYPES: [&str; 7] = [
@@ -88,6 +89,15 @@ fn validate_operator(op: &str, arg: &Value) -> Result<(), String> {
         "$absent" | "$any" => match arg {
             Value::Bool(true) => Ok(()),
             _ => Err(format!("{op} takes `true`")),
+        },
+        "$count" => match (arg.get("regex").and_then(Value::as_str), arg.get("is")) {
+            (Some(re), Some(is)) if arg.as_object().is_some_and(|m| m.len() == 2) => {
+                if !re.contains("${") {
+                    Regex::new(re).map_err(|e| format!("$count.regex: {e}"))?;
+                }
+                validate(is)
+            }
+            _ => Err("$count takes {regex: PATTERN, is: MATCHER}".into()),
         },
         _ => validate(arg),
     }
@@ -208,6 +218,22 @@ fn check_operator(
             }
         }
         "$gt" | "$ge" | "$lt" | "$le" => compare(op, arg, actual, path),
+        "$count" => {
+            let pattern = arg["regex"].as_str().unwrap_or_default();
+            let re = Regex::new(pattern).map_err(|e| Mismatch {
+                path: path.into(),
+                reason: format!("bad $count.regex: {e}"),
+            })?;
+            let Some(text) = actual.as_str() else {
+                return fail(path, format!("$count needs a string, got {}", kind(actual)));
+            };
+            let count = re.find_iter(text).count();
+            check_at(
+                &arg["is"],
+                Some(&Value::from(count)),
+                &format!("{path}.$count"),
+            )
+        }
         "$len" => {
             let len = match actual {
                 Value::String(s) => s.chars().count(),

@@ -660,6 +660,16 @@ pub struct FsStep {
     pub mkdir: Option<String>,
     pub write: Option<FsWrite>,
     pub chmod: Option<FsChmod>,
+    pub read: Option<FsRead>,
+}
+
+/// Read a file and match `{text, lines, mode}`: `lines` holds each line parsed as JSON (or
+/// as text when it is not JSON), `mode` the permission bits as octal text (`"600"`).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FsRead {
+    pub path: String,
+    pub expect: Matcher,
 }
 
 /// Set a path's permission bits; `mode` is octal text (`"000"`, `"755"`).
@@ -973,13 +983,14 @@ impl TryFrom<StepFields> for Step {
                     fs.mkdir.is_some(),
                     fs.write.is_some(),
                     fs.chmod.is_some(),
+                    fs.read.is_some(),
                 ]
                 .iter()
                 .filter(|p| **p)
                 .count();
                 if n != 1 {
                     return Err(
-                        "an fs step needs exactly one of symlink, mkdir, write, chmod".into(),
+                        "an fs step needs exactly one of symlink, mkdir, write, chmod, read".into(),
                     );
                 }
                 Action::Fs(fs)

@@ -987,6 +987,28 @@ impl Run<'_> {
 
     fn fs_step(&mut self, fs: &FsStep) -> Result<(), String> {
         let began = Instant::now();
+        if let Some(r) = &fs.read {
+            use std::os::unix::fs::PermissionsExt;
+            let path = self.inside_root(&r.path)?;
+            let read = std::fs::read_to_string(&path).and_then(|text| {
+                let mode = std::fs::metadata(&path)?.permissions().mode() & 0o7777;
+                Ok((text, mode))
+            });
+            let found = match &read {
+                Ok((text, mode)) => {
+                    let lines: Vec<Value> = text
+                        .lines()
+                        .map(|l| serde_json::from_str(l).unwrap_or_else(|_| json!(l)))
+                        .collect();
+                    json!({"text": text, "lines": lines, "mode": format!("{mode:o}")})
+                }
+                Err(e) => json!({"error": e.to_string()}),
+            };
+            self.record(json!({"read": path}), &found, began);
+            read.map_err(|e| format!("fs read failed: {e}"))?;
+            let expected = self.vars.subst(&r.expect.0)?;
+            return self.matches("file matches", &expected, &found);
+        }
         let (request, result) = if let Some(link) = &fs.symlink {
             let path = self.inside_root(&link.path)?;
             let target = self.vars.subst_text(&link.target)?;

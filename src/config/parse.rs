@@ -133,7 +133,7 @@ pub fn parse_config(value: &Value, default_root: &Path) -> Result<Config, String
     };
     f.finish()?;
 
-    let config = Config {
+    Ok(Config {
         allowed_roots,
         default_cwd,
         commands,
@@ -141,9 +141,7 @@ pub fn parse_config(value: &Value, default_root: &Path) -> Result<Config, String
         audit_log,
         secrets,
         recordings_dir,
-    };
-    refuse_unsupported(&config)?;
-    Ok(config)
+    })
 }
 
 fn int(f: &mut Fields, key: &'static str, min: u64, max: u64, default: u64) -> Result<u64, String> {
@@ -415,20 +413,6 @@ fn parse_profile(id: &str, value: &Value) -> Result<Profile, String> {
     })
 }
 
-/// Fields that parse and validate but whose behaviour this build does not have yet: a
-/// config that asks for them is refused rather than silently run without them.
-fn refuse_unsupported(config: &Config) -> Result<(), String> {
-    let unsupported = |field: String, what: &str| {
-        Err(format!(
-            "`{field}`: {what} is not supported yet by this version of mcp-terminal; remove it"
-        ))
-    };
-    if config.audit_log.is_some() {
-        return unsupported("audit_log".into(), "an audit log");
-    }
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -679,9 +663,10 @@ mod tests {
     }
 
     #[test]
-    fn features_not_built_yet_are_refused_not_ignored() {
-        let audit = root().join("audit.jsonl");
-        assert!(err(json!({"audit_log": audit})).contains("not supported yet"));
+    fn audit_log_needs_an_existing_directory() {
         assert!(err(json!({"audit_log": "/no/such/dir/a.jsonl"})).contains("must exist"));
+        assert!(err(json!({"audit_log": "relative.jsonl"})).contains("absolute"));
+        let c = parse_config(&with(json!({"audit_log": root().join("a.jsonl")})), &root()).unwrap();
+        assert_eq!(c.audit_log, Some(root().join("a.jsonl")));
     }
 }

@@ -77,6 +77,15 @@ impl Sessions {
         Ok(session)
     }
 
+    /// The command id of a retained session, without naming it (no idle-time reset).
+    pub fn command_of(&self, session_id: &str) -> Option<String> {
+        let table = self.table.lock().unwrap_or_else(|e| e.into_inner());
+        table
+            .iter()
+            .find(|s| s.id == session_id)
+            .map(|s| s.command_id.clone())
+    }
+
     /// A session whose profile is a POSIX shell, for `terminal_exec`.
     pub fn shell(&self, session_id: &str) -> Result<Arc<Session>, ToolError> {
         let session = self.get(session_id)?;

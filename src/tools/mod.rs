@@ -23,6 +23,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use nix::sys::signal::Signal;
 use rmcp::model::ProgressNotificationParam;
 
+use crate::audit::{AuditLine, AuditLog};
 use crate::errors::{ErrorCode, ToolError};
 use crate::limits::{IDLE_MAX_MS, IDLE_MIN_MS, WAIT_PROGRESS_EVERY};
 use crate::output::{Search, Stream};
@@ -35,12 +36,95 @@ use params::Args;
 pub struct TerminalServer {
     sessions: Arc<Sessions>,
     catalog: Arc<Vec<ToolSpec>>,
+    audit: Option<Arc<AuditLog>>,
 }
 
 impl TerminalServer {
     pub fn new(sessions: Arc<Sessions>) -> Self {
         let catalog = Arc::new(catalog(&sessions.config));
-        TerminalServer { sessions, catalog }
+        TerminalServer {
+            sessions,
+            catalog,
+            audit: None,
+        }
+    }
+
+    /// Record every call in `audit`.
+    pub fn with_audit(mut self, audit: Option<Arc<AuditLog>>) -> Self {
+        self.audit = audit;
+        self
+    }
+
+    /// Write the audit line of one call: what it named and asked for, never written text
+    /// or secret values.
+    fn audit(
+        &self,
+        tool: &str,
+        arguments: &Map<String, Value>,
+        outcome: &Result<Value, ToolError>,
+        duration: Duration,
+    ) {
+        let Some(audit) = &self.audit else {
+            return;
+        };
+        let text = |key: &str| arguments.get(key).and_then(Value::as_str);
+        let answered = outcome.as_ref().ok();
+        let session_id = text("session_id").map(str::to_owned).or_else(|| {
+            let found = answered.and_then(|v| {
+                v.get("session_id")
+                    .or_else(|| v.get("session").and_then(|s| s.get("session_id")))
+            });
+            found.and_then(Value::as_str).map(str::to_owned)
+        });
+        let command_id = text("command_id").map(str::to_owned).or_else(|| {
+            session_id
+                .as_deref()
+                .and_then(|id| self.sessions.command_of(id))
+        });
+        let mut details = Map::new();
+        match tool {
+            "terminal_exec" => {
+                if let Some(command) = text("command") {
+                    details.insert("command".into(), command.into());
+                }
+            }
+            "terminal_write" => {
+                if let Some(written) = text("text") {
+                    details.insert("bytes".into(), written.len().into());
+                }
+                if let Some(name) = text("secret") {
+                    details.insert("secret".into(), name.into());
+                }
+            }
+            "terminal_run" => {
+                details.insert(
+                    "stdin_bytes".into(),
+                    text("stdin").map_or(0, str::len).into(),
+                );
+            }
+            "terminal_keys" => {
+                let keys = arguments.get("keys").and_then(Value::as_array);
+                details.insert("keys".into(), keys.map_or(0, Vec::len).into());
+            }
+            "terminal_signal" => {
+                if let Some(signal) = text("signal") {
+                    details.insert("signal".into(), signal.into());
+                }
+            }
+            _ => {}
+        }
+        audit.record(AuditLine {
+            tool: tool.to_owned(),
+            session_id,
+            command_id,
+            outcome: match outcome {
+                Ok(_) => "ok".to_owned(),
+                Err(e) => e.code.as_str().to_owned(),
+            },
+            duration,
+            details,
+            extra: Map::new(),
+        });
     }
 
     async fn dispatch(
@@ -374,10 +458,13 @@ impl ServerHandler for TerminalServer {
                 None,
             ));
         };
+        let began = std::time::Instant::now();
+        let arguments = request.arguments.clone().unwrap_or_default();
         let outcome = match Args::decode(&spec.params, request.arguments) {
             Ok(args) => self.dispatch(spec.name, &args, &context).await,
             Err(error) => Err(error),
         };
+        self.audit(spec.name, &arguments, &outcome, began.elapsed());
         let result = match outcome {
             Ok(value) => CallToolResult::structured(value),
             Err(error) => {
