@@ -328,6 +328,11 @@ const DESCRIPTIONS: &[(&str, &str)] = &[
          the previous next_cursor",
     ),
     (
+        "exec_roundtrip_ms",
+        "terminal_exec of `true` and of `echo hi` (output checked) in a persistent shell: \
+         `/bin/sh` on pipes and `bash -i` on a terminal, beside the write→echo floor above",
+    ),
+    (
         "pty_keys_to_screen_ms",
         "`pty-tui`: terminal_keys [Up], then terminal_screen polled until `counter: k` shows",
     ),
@@ -425,6 +430,7 @@ async fn run_all(server: &Path, sizes: Sizes, report: &mut BenchReport) {
         "start_to_exit_ms",
         "tool_roundtrip_ms",
         "write_echo_latency_ms",
+        "exec_roundtrip_ms",
         "pty_keys_to_screen_ms",
     ];
     match start_server(
@@ -433,7 +439,7 @@ async fn run_all(server: &Path, sizes: Sizes, report: &mut BenchReport) {
         config_dir.path(),
         "default",
         json!({}),
-        json!({}),
+        exec_profiles(),
     )
     .await
     {
@@ -457,7 +463,9 @@ async fn run_all(server: &Path, sizes: Sizes, report: &mut BenchReport) {
             report.benchmarks.push(b);
             let b = measure(latency[2], write_echo(&mcp, sizes.write_echo)).await;
             report.benchmarks.push(b);
-            let b = measure(latency[3], pty_keys(&mcp, sizes.pty_keys)).await;
+            let b = measure(latency[3], exec_roundtrip(&mcp, sizes.write_echo)).await;
+            report.benchmarks.push(b);
+            let b = measure(latency[4], pty_keys(&mcp, sizes.pty_keys)).await;
             report.benchmarks.push(b);
             collect_memory(
                 &mut memory,
@@ -816,6 +824,74 @@ async fn write_echo(mcp: &McpServer, n: usize) -> Result<Vec<Metric>, String> {
         Metric::distribution("terminal_write_call", "ms", &samples.write),
         Metric::distribution("terminal_wait_call", "ms", &samples.wait),
     ])
+}
+
+/// The shells `exec_roundtrip_ms` runs commands in: sh on pipes, bash on a terminal.
+fn exec_profiles() -> Value {
+    json!({
+        "bench-sh": {"argv": ["/bin/sh"], "shell": "posix"},
+        "bench-bash": {
+            "argv": ["/bin/bash", "--noprofile", "--norc", "-i"],
+            "mode": "pty",
+            "shell": "posix",
+        },
+    })
+}
+
+/// terminal_exec round trips of `true` and `echo hi`, on pipes and on a terminal.
+async fn exec_roundtrip(mcp: &McpServer, n: usize) -> Result<Vec<Metric>, String> {
+    let mut metrics = Vec::new();
+    for (mode, command_id) in [("pipe", "bench-sh"), ("pty", "bench-bash")] {
+        let sid = start(mcp, command_id).await?;
+        let result = exec_samples(mcp, &sid, n).await;
+        let ended = end(mcp, &sid).await;
+        let [true_ms, echo_ms] = result?;
+        ended?;
+        metrics.push(Metric::distribution(
+            &format!("{mode}_true"),
+            "ms",
+            &true_ms,
+        ));
+        metrics.push(Metric::distribution(
+            &format!("{mode}_echo_hi"),
+            "ms",
+            &echo_ms,
+        ));
+    }
+    Ok(metrics)
+}
+
+async fn exec_samples(mcp: &McpServer, sid: &str, n: usize) -> Result<[Vec<f64>; 2], String> {
+    let commands = [("true", ""), ("echo hi", "hi\n")];
+    // The first call also sets the shell up; it is not a sample.
+    exec_checked(mcp, sid, commands[0]).await?;
+    let mut samples = [Vec::new(), Vec::new()];
+    for _ in 0..n {
+        for (sample, command) in samples.iter_mut().zip(commands) {
+            let began = Instant::now();
+            exec_checked(mcp, sid, command).await?;
+            sample.push(ms(began.elapsed()));
+        }
+    }
+    Ok(samples)
+}
+
+async fn exec_checked(
+    mcp: &McpServer,
+    sid: &str,
+    (command, want): (&str, &str),
+) -> Result<(), String> {
+    let r = call(
+        mcp,
+        "terminal_exec",
+        json!({"session_id": sid, "command": command}),
+    )
+    .await?;
+    if r["outcome"] == "completed" && r["exit_code"] == 0 && r["output"] == want {
+        Ok(())
+    } else {
+        Err(format!("terminal_exec `{command}` answered {r}"))
+    }
 }
 
 /// Echo round trips: the whole sample and its two calls.
