@@ -426,7 +426,9 @@ impl ServerHandler for TerminalServer {
                  by cursor (terminal_read) or wait for a pattern (terminal_wait), write their \
                  stdin (terminal_write) or send keys (terminal_keys), look at a terminal's \
                  screen (terminal_screen), check them (terminal_status, terminal_list) and end \
-                 their whole process group (terminal_terminate).",
+                 their whole process group (terminal_terminate). Run a command to its end in \
+                 one call with terminal_run; when the owner approved a shell, run command \
+                 lines in it with terminal_exec and get their output and exit code.",
             )
     }
 
