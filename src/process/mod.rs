@@ -9,7 +9,7 @@ mod spawn;
 
 pub use guardian::{Guardian, new_instance, run_guardian, session_tag, sweep};
 pub use pty::{LineControls, PtyChild, PtyMaster, spawn_pty};
-pub use reaper::{Exit, Reaper};
+pub use reaper::{Exit, ExitReceiver, Reaper};
 pub use spawn::{PipeChild, SpawnError, SpawnSpec, can_enter, spawn_pipes};
 
 use nix::sys::signal::{Signal, killpg};
@@ -62,10 +62,14 @@ pub fn signal_process(pid: i32, signal: Signal) {
 
 /// Signal every process group of the session led by `sid`: the leader's group, and the
 /// groups a job-control shell made for its jobs inside that session.
-pub fn signal_session(sid: i32, signal: Signal) {
-    signal_group(sid, signal);
-    for group in session_groups(sid) {
-        signal_group(group, signal);
+/// The groups are read from /proc once for all of `signals`, sent in order to each group.
+pub fn signal_session(sid: i32, signals: &[Signal]) {
+    let groups = session_groups(sid);
+    for signal in signals {
+        signal_group(sid, *signal);
+        for group in &groups {
+            signal_group(*group, *signal);
+        }
     }
 }
 

@@ -11,10 +11,9 @@ use nix::fcntl::{FcntlArg, FdFlag, OFlag, fcntl};
 use nix::pty::{Winsize, openpty};
 use tokio::io::Interest;
 use tokio::io::unix::AsyncFd;
-use tokio::sync::oneshot;
 
 use super::spawn::{SpawnError, SpawnSpec, command, describe};
-use super::{Exit, Reaper};
+use super::{ExitReceiver, Reaper};
 
 /// The characters a terminal's line discipline edits the typed line with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -37,7 +36,7 @@ pub struct PtyMaster {
 pub struct PtyChild {
     pub pid: i32,
     pub master: PtyMaster,
-    pub exit: oneshot::Receiver<Exit>,
+    pub exit: ExitReceiver,
 }
 
 fn winsize(rows: u16, cols: u16) -> Winsize {
@@ -66,7 +65,7 @@ fn set_modes(slave: &OwnedFd) -> io::Result<()> {
     Ok(())
 }
 
-pub fn spawn_pty(
+pub async fn spawn_pty(
     spec: &SpawnSpec,
     rows: u16,
     cols: u16,
@@ -96,14 +95,16 @@ pub fn spawn_pty(
             Ok(())
         });
     }
-    let spawned = reaper.spawn_registered(|| {
-        let child = command.spawn()?;
-        let pid = child.id() as i32;
-        Ok(((), pid))
-    });
-    // The parent's copies of the slave must go, or the master never sees EOF.
-    drop(command);
+    // The parent's copies of the slave must go, or the master never sees EOF: the
+    // command's go with it once the spawn ran.
     drop(pty.slave);
+    let spawned = reaper
+        .spawn_registered(move || {
+            let child = command.spawn()?;
+            let pid = child.id() as i32;
+            Ok(((), pid))
+        })
+        .await;
     let ((), pid, exit) = spawned.map_err(|e| describe(spec, &e))?;
     let flags = fcntl(&pty.master, FcntlArg::F_GETFL)
         .map(OFlag::from_bits_truncate)

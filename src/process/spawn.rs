@@ -8,9 +8,8 @@ use std::process::{Command, Stdio};
 use nix::fcntl::OFlag;
 use nix::sys::stat::Mode;
 use tokio::net::unix::pipe;
-use tokio::sync::oneshot;
 
-use super::{Exit, Reaper};
+use super::{ExitReceiver, Reaper};
 
 pub struct SpawnSpec {
     pub argv: Vec<String>,
@@ -25,7 +24,7 @@ pub struct PipeChild {
     pub stdin: pipe::Sender,
     pub stdout: pipe::Receiver,
     pub stderr: pipe::Receiver,
-    pub exit: oneshot::Receiver<Exit>,
+    pub exit: ExitReceiver,
 }
 
 /// Why a spawn failed, in words for the client (never raw OS text).
@@ -93,8 +92,8 @@ pub(super) fn command(spec: &SpawnSpec) -> Command {
                 return Err(std::io::Error::last_os_error());
             }
             // The leader dies with the server. The kernel sends this when the *thread* that
-            // forked ends, so spawns run on threads that live as long as the server (runtime
-            // workers; never a blocking-pool thread, which ends when idle).
+            // forked ends, so spawns run on the reaper's spawner thread, which lives as long
+            // as the server (never a blocking-pool thread, which ends when idle).
             if libc::prctl(
                 libc::PR_SET_PDEATHSIG,
                 libc::SIGKILL as libc::c_ulong,
@@ -115,7 +114,7 @@ pub(super) fn command(spec: &SpawnSpec) -> Command {
     command
 }
 
-pub fn spawn_pipes(spec: &SpawnSpec, reaper: &Reaper) -> Result<PipeChild, SpawnError> {
+pub async fn spawn_pipes(spec: &SpawnSpec, reaper: &Reaper) -> Result<PipeChild, SpawnError> {
     let program = &spec.argv[0];
     let mut command = command(spec);
     command
@@ -130,11 +129,13 @@ pub fn spawn_pipes(spec: &SpawnSpec, reaper: &Reaper) -> Result<PipeChild, Spawn
                 .map_err(std::io::Error::from)
         });
     }
-    let spawned = reaper.spawn_registered(|| {
-        let child = command.spawn()?;
-        let pid = child.id() as i32;
-        Ok((child, pid))
-    });
+    let spawned = reaper
+        .spawn_registered(move || {
+            let child = command.spawn()?;
+            let pid = child.id() as i32;
+            Ok((child, pid))
+        })
+        .await;
     let (mut child, pid, exit) = spawned.map_err(|e| describe(spec, &e))?;
     let pipes = (|| -> std::io::Result<_> {
         let stdin = pipe::Sender::from_owned_fd(child.stdin.take().expect("piped").into())?;

@@ -7,7 +7,6 @@ use std::time::{Duration, SystemTime};
 use nix::sys::signal::Signal;
 use tokio::io::AsyncReadExt;
 use tokio::net::unix::pipe;
-use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 use super::input::Input;
@@ -17,7 +16,9 @@ use super::{Session, Snapshot};
 use crate::config::Mode;
 use crate::limits::{DRAIN_DEADLINE, KILL_CONFIRM, READ_CHUNK_BYTES, REDACT_HOLD_MAX};
 use crate::output::{OutputBuffer, Redactor, Screen, Stream, Utf8Decoder};
-use crate::process::{Exit, PipeChild, PtyChild, PtyMaster, has_exited, signal_session};
+use crate::process::{
+    Exit, ExitReceiver, PipeChild, PtyChild, PtyMaster, has_exited, signal_session,
+};
 
 pub struct NewSession {
     pub id: String,
@@ -240,7 +241,7 @@ async fn deliver(session: &Session, source: &Source, stream: Stream, text: &str)
 /// kill what remains of its process group and drain the pipes.
 async fn supervise(
     session: Arc<Session>,
-    mut exit: oneshot::Receiver<Exit>,
+    mut exit: ExitReceiver,
     timeout: Duration,
     idle_timeout: Option<Duration>,
 ) {
@@ -254,6 +255,12 @@ async fn supervise(
             });
             exit.await
         }
+    };
+    // The leader stays a zombie (its PID, group and session IDs reserved) until its
+    // descendants are killed below.
+    let (exit, leader) = match exit {
+        Ok((exit, leader)) => (Ok(exit), Some(leader)),
+        Err(e) => (Err(e), None),
     };
     let closing = match exit {
         Ok(Exit::Code(code)) => format!("exit {code}"),
@@ -278,7 +285,8 @@ async fn supervise(
         }),
     };
     // Descendants left in the session must not linger or hold the pipes open.
-    signal_session(session.pid, Signal::SIGKILL);
+    signal_session(session.pid, &[Signal::SIGKILL]);
+    drop(leader);
     session.update(|s| s.input.close());
     tracing::info!(session = %session.id, pid = session.pid, status = status.as_str(), "process ended");
 
@@ -413,11 +421,10 @@ impl Session {
             return self.settled_snapshot().await;
         }
         tracing::info!(session = %self.id, pid = self.pid, ?reason, "terminating");
-        signal_session(self.pid, Signal::SIGTERM);
         // A stopped group (SIGSTOP, SIGTSTP) only acts on SIGTERM once it runs again.
-        signal_session(self.pid, Signal::SIGCONT);
+        signal_session(self.pid, &[Signal::SIGTERM, Signal::SIGCONT]);
         if !self.wait_final(grace).await {
-            signal_session(self.pid, Signal::SIGKILL);
+            signal_session(self.pid, &[Signal::SIGKILL]);
             if !self.wait_final(KILL_CONFIRM).await {
                 tracing::error!(session = %self.id, pid = self.pid, "process survived SIGKILL");
                 self.update(|s| s.finish(Status::Failed));

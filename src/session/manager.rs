@@ -2,7 +2,7 @@
 //! retention, and ending every session at shutdown.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -11,7 +11,7 @@ use super::state::Reason;
 use super::{Session, Snapshot};
 use crate::config::{Config, Mode, OnFull, Shell};
 use crate::errors::{ErrorCode, ToolError};
-use crate::limits::MAX_CLIENT_ENV;
+use crate::limits::{MAX_CLIENT_ENV, SHUTDOWN_GRACE};
 use crate::output::OutputBuffer;
 use crate::policy::{BASE_ENV, TAG_VAR, denied_env_name, resolve_cwd};
 use crate::process::{Reaper, SpawnError, SpawnSpec, session_tag, spawn_pipes, spawn_pty};
@@ -37,6 +37,8 @@ pub struct Sessions {
     table: Mutex<Vec<Arc<Session>>>,
     /// Serialises limit checks with the spawn they admit.
     starting: tokio::sync::Mutex<()>,
+    /// Starts admitted and still spawning: they count against the limits.
+    starting_now: AtomicUsize,
     shutting_down: AtomicBool,
 }
 
@@ -48,6 +50,7 @@ impl Sessions {
             instance,
             table: Mutex::new(Vec::new()),
             starting: tokio::sync::Mutex::new(()),
+            starting_now: AtomicUsize::new(0),
             shutting_down: AtomicBool::new(false),
         }
     }
@@ -147,13 +150,20 @@ impl Sessions {
             )
         })?;
         let requested = request.cwd.as_deref().unwrap_or(".");
-        let cwd =
-            resolve_cwd(requested, &config.default_cwd, &config.allowed_roots).map_err(|why| {
-                ToolError::new(
-                    ErrorCode::CwdNotAllowed,
-                    format!("cwd {why}; pick a directory inside the allowed roots"),
-                )
-            })?;
+        // Off the async workers: resolving a path may block on a hung filesystem.
+        let (requested, config_for_cwd) = (requested.to_owned(), config.clone());
+        let cwd = tokio::task::spawn_blocking(move || {
+            let config = config_for_cwd;
+            resolve_cwd(&requested, &config.default_cwd, &config.allowed_roots)
+        })
+        .await
+        .map_err(|_| ToolError::internal("resolving the cwd stopped"))?
+        .map_err(|why| {
+            ToolError::new(
+                ErrorCode::CwdNotAllowed,
+                format!("cwd {why}; pick a directory inside the allowed roots"),
+            )
+        })?;
         let mut env: BTreeMap<String, String> = BASE_ENV
             .iter()
             .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
@@ -170,14 +180,16 @@ impl Sessions {
             .timeout_ms
             .unwrap_or(config.limits.default_timeout_ms);
 
-        let _admission = self.starting.lock().await;
-        if self.shutting_down.load(Ordering::SeqCst) {
-            return Err(ToolError::new(
-                ErrorCode::SessionLimit,
-                "the server is shutting down and starts no new sessions",
-            ));
-        }
-        self.check_limits()?;
+        // The limits are checked and a place reserved under the admission lock; the spawn,
+        // which may block, runs after it is released.
+        let reserved = {
+            let _admission = self.starting.lock().await;
+            if self.shutting_down.load(Ordering::SeqCst) {
+                return Err(shutting_down());
+            }
+            self.check_limits()?;
+            Reservation::new(&self.starting_now)
+        };
         let spec = SpawnSpec {
             argv: profile.argv.clone(),
             env: env.into_iter().collect(),
@@ -185,15 +197,15 @@ impl Sessions {
         };
         let cwd_path = cwd.path;
         let spawned = match profile.mode {
-            Mode::Pipe => spawn_pipes(&spec, &self.reaper).map(Spawned::Pipes),
-            Mode::Pty => spawn_pty(&spec, profile.rows, profile.cols, &self.reaper).map(|child| {
-                Spawned::Pty {
+            Mode::Pipe => spawn_pipes(&spec, &self.reaper).await.map(Spawned::Pipes),
+            Mode::Pty => spawn_pty(&spec, profile.rows, profile.cols, &self.reaper)
+                .await
+                .map(|child| Spawned::Pty {
                     child,
                     rows: profile.rows,
                     cols: profile.cols,
                     emulator_cells: config.limits.emulator_cells(),
-                }
-            }),
+                }),
         }
         .map_err(|e| match e {
             SpawnError::Cwd(why) => ToolError::new(
@@ -247,13 +259,22 @@ impl Sessions {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .push(session.clone());
+        drop(reserved);
+        if self.shutting_down.load(Ordering::SeqCst) {
+            // Shutdown began during the spawn and did not see this session.
+            session
+                .terminate(Reason::Shutdown, SHUTDOWN_GRACE.as_millis() as u64)
+                .await;
+            return Err(shutting_down());
+        }
         Ok(session)
     }
 
     fn check_limits(&self) -> Result<(), ToolError> {
         let limits = &self.config.limits;
         let retained = self.retained();
-        let running = retained.iter().filter(|s| !s.status().is_final()).count();
+        let spawning = self.starting_now.load(Ordering::SeqCst);
+        let running = retained.iter().filter(|s| !s.status().is_final()).count() + spawning;
         if running >= limits.max_sessions {
             return Err(ToolError::new(
                 ErrorCode::SessionLimit,
@@ -264,7 +285,7 @@ impl Sessions {
             )
             .with("max_sessions", limits.max_sessions));
         }
-        if retained.len() >= limits.max_records {
+        if retained.len() + spawning >= limits.max_records {
             return Err(ToolError::new(
                 ErrorCode::RecordLimit,
                 format!(
@@ -345,6 +366,29 @@ fn client_env(
         }
     }
     Ok(requested.clone())
+}
+
+/// A place under the limits held by a start until its session is in the table.
+struct Reservation<'a>(&'a AtomicUsize);
+
+impl<'a> Reservation<'a> {
+    fn new(count: &'a AtomicUsize) -> Self {
+        count.fetch_add(1, Ordering::SeqCst);
+        Reservation(count)
+    }
+}
+
+impl Drop for Reservation<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+fn shutting_down() -> ToolError {
+    ToolError::new(
+        ErrorCode::SessionLimit,
+        "the server is shutting down and starts no new sessions",
+    )
 }
 
 fn new_session_id() -> String {
