@@ -232,16 +232,21 @@ mod tests {
     /// own: the test binary again, running only the test below.
     #[test]
     fn a_leader_stays_a_zombie_until_released() {
-        let status = std::process::Command::new(std::env::current_exe().unwrap())
+        let run = std::process::Command::new(std::env::current_exe().unwrap())
             .args([
                 "--exact",
                 "process::reaper::tests::leader_zombie",
                 "--ignored",
             ])
             .args(["--test-threads", "1"])
-            .status()
+            .output()
             .unwrap();
-        assert!(status.success());
+        assert!(
+            run.status.success(),
+            "{}{}",
+            String::from_utf8_lossy(&run.stdout),
+            String::from_utf8_lossy(&run.stderr)
+        );
     }
 
     #[test]
