@@ -25,6 +25,8 @@ use serde_json::{Value, json};
 use crate::client::McpServer;
 use crate::evidence;
 
+mod suite;
+
 /// The throughput profile: `flood` with this many lines of `FLOOD_LINE_WIDTH` bytes, then
 /// its summary line; the whole output fits the largest allowed buffer (1,048,576 records).
 const FLOOD_PROFILE: &str = "flood-1m";
@@ -85,6 +87,8 @@ pub struct BenchReport {
     pub environment: Environment,
     pub sizes: Sizes,
     pub benchmarks: Vec<Benchmark>,
+    /// Workloads beside their floors from this run, with their targets.
+    pub comparisons: Vec<suite::Comparison>,
     /// Anything odd seen while shutting the servers down.
     pub notes: Vec<String>,
 }
@@ -292,6 +296,7 @@ pub fn run(server: &Path, workspace: &Path, quick: bool) -> BenchReport {
         environment,
         sizes,
         benchmarks: Vec::new(),
+        comparisons: Vec::new(),
         notes: Vec::new(),
     };
     match tokio::runtime::Builder::new_multi_thread()
@@ -302,6 +307,7 @@ pub fn run(server: &Path, workspace: &Path, quick: bool) -> BenchReport {
         Ok(rt) => rt.block_on(run_all(server, sizes, &mut report)),
         Err(e) => report.notes.push(format!("cannot build a runtime: {e}")),
     }
+    report.comparisons = suite::comparisons(&report.benchmarks);
     report.environment.finished_at = evidence::now_rfc3339();
     report.environment.loadavg_end = loadavg();
     report.passed =
@@ -353,6 +359,61 @@ const DESCRIPTIONS: &[(&str, &str)] = &[
          concurrent `long` sessions, after the latency benchmarks; on the throughput server \
          idle, once `flood-1m` exited (its output retained) and after the read and wait \
          benchmarks (still retained); and the server binary's size",
+    ),
+    (
+        "cold_start",
+        "spawn of the server to `initialize` and `tools/list` answered, beside the same for \
+         the floor server (`harness floor-server`: rmcp on stdio with one no-op tool)",
+    ),
+    (
+        "floor_server",
+        "a no-op tools/call on the floor server: the round-trip floor",
+    ),
+    (
+        "first_output",
+        "`terminal_start` of `/bin/echo hello` to its output returned by `terminal_read`, \
+         beside spawning `/bin/echo hello` in-process and reading its first byte",
+    ),
+    (
+        "pty_echo",
+        "`terminal_write` of a line to `demo-process interactive` on a PTY until \
+         `terminal_wait` matched its echo",
+    ),
+    (
+        "direct_pipe_floor",
+        "`demo-process flood 10000` (1,000,033 bytes) read straight from its pipe in-process: \
+         the floor of reads and capture",
+    ),
+    (
+        "cjk_read",
+        "70,000 lines of 3-byte CJK text (2,590,000 bytes) read from cursor 0 in full pages, \
+         three passes",
+    ),
+    (
+        "storm",
+        "64 `on_full: pause` sessions of `demo-process flood 2000` at once (buffer 32,768 \
+         records each) read to the end by 8 client tasks, while one more task calls \
+         `terminal_status` every 5 ms",
+    ),
+    (
+        "memory_at_rest",
+        "server VmRSS idle, with 64 idle `long` sessions, with 32 buffers full of 4-byte \
+         text (the global caps allow 32 × 32,768 records), and after every session expired \
+         (retention 1 s)",
+    ),
+    (
+        "memory_osc_flood",
+        "server VmRSS after a PTY child wrote an unterminated OSC title of 50,000,000 bytes",
+    ),
+    (
+        "memory_resize",
+        "server VmRSS with 8 `cat` PTY sessions resized to 1000×1000 (or the largest square \
+         the emulator budget grants, in steps of 50), each in the alternate screen",
+    ),
+    (
+        "memory_alternating",
+        "server VmRSS with one session whose child alternated stdout and stderr 4 bytes at a \
+         time for 800,000 bytes, all retained",
     ),
 ];
 
@@ -541,6 +602,15 @@ async fn run_all(server: &Path, sizes: Sizes, report: &mut BenchReport) {
             report.notes.extend(mcp.shutdown().await);
         }
     }
+
+    suite::run_suite(
+        server,
+        &root,
+        config_dir.path(),
+        sizes.read_passes == 1,
+        &mut report.benchmarks,
+    )
+    .await;
 
     report.benchmarks.push(Benchmark {
         name: "memory".into(),
@@ -1182,6 +1252,8 @@ pub fn table(report: &BenchReport) -> String {
             }
         }
     }
+    out.push('\n');
+    out.push_str(&comparison_rows(report, false));
     let env = &report.environment;
     let _ = writeln!(
         out,
@@ -1215,6 +1287,47 @@ fn load(l: Option<[f64; 3]>) -> String {
 }
 
 /// The results as a Markdown document.
+/// The comparisons as a Markdown table, or as plain columns.
+fn comparison_rows(report: &BenchReport, markdown: bool) -> String {
+    let mut out = String::new();
+    if markdown {
+        out.push_str("| workload | unit | value | floor | ratio | target | met |\n");
+        out.push_str("|---|---|--:|--:|--:|---|---|\n");
+    } else {
+        let _ = writeln!(
+            out,
+            "{:<36} {:<6} {:>11} {:>11} {:>8}  target",
+            "workload", "unit", "value", "floor", "ratio"
+        );
+    }
+    for c in &report.comparisons {
+        let floor = c.floor.map(num).unwrap_or_else(|| "–".into());
+        let ratio = c.ratio.map(num).unwrap_or_else(|| "–".into());
+        let met = if c.met { "yes" } else { "**no**" };
+        if markdown {
+            let _ = writeln!(
+                out,
+                "| {} | {} | {} | {floor} | {ratio} | {} | {met} |",
+                c.name,
+                c.unit,
+                num(c.value),
+                c.target
+            );
+        } else {
+            let _ = writeln!(
+                out,
+                "{:<36} {:<6} {:>11} {floor:>11} {ratio:>8}  {} {}",
+                c.name,
+                c.unit,
+                num(c.value),
+                c.target,
+                if c.met { "" } else { "(missed)" }
+            );
+        }
+    }
+    out
+}
+
 pub fn markdown(report: &BenchReport) -> String {
     let env = &report.environment;
     let mut out = String::from("# mcp-terminal benchmarks\n\n");
@@ -1271,6 +1384,14 @@ pub fn markdown(report: &BenchReport) -> String {
     for (k, v) in rows {
         let _ = writeln!(out, "| {k} | {v} |");
     }
+    out.push_str("\n## Against the floors\n\n");
+    out.push_str(
+        "Each workload beside its floor measured in the same run (a minimal rmcp stdio \
+         server with one no-op tool, built in the harness; the OS spawning a program or \
+         reading a pipe in-process), as a ratio, and its target. Absolute numbers on a \
+         shared machine move by tens of percent between runs; the ratios much less.\n\n",
+    );
+    out.push_str(&comparison_rows(report, true));
     out.push_str("\n## Results\n\n");
     for b in &report.benchmarks {
         let _ = writeln!(out, "### `{}`\n\n{}\n", b.name, b.description);

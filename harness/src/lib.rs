@@ -15,6 +15,7 @@ pub mod cast;
 pub mod client;
 pub mod collect;
 pub mod evidence;
+pub mod floor;
 pub mod matcher;
 pub mod procfs;
 pub mod raw;

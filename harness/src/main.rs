@@ -52,6 +52,9 @@ enum Command {
         #[arg(long)]
         server: Option<PathBuf>,
     },
+    /// The benchmarks' floor: a minimal MCP server on stdio with one no-op tool.
+    #[command(hide = true)]
+    FloorServer,
     /// Generate the acceptance report from an evidence file.
     Report {
         #[arg(long)]
@@ -71,6 +74,7 @@ fn main() -> ExitCode {
             jobs,
         } => verify(&output, &scenarios, server, &scenarios_dir, jobs),
         Command::Report { evidence, output } => write_report(&evidence, &output),
+        Command::FloorServer => harness::floor::serve().map(|()| ExitCode::SUCCESS),
         Command::Bench {
             output,
             markdown,

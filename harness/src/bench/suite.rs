@@ -1,0 +1,695 @@
+//! The workloads measured beside a floor from the same run: cold start against a minimal
+//! rmcp server, first output and capture against the OS doing the same in-process, round
+//! trips against a no-op tool call, a storm of paused floods, and memory at rest, full and
+//! after expiry; plus the memory a child or client could make the server hold (an
+//! unterminated OSC on a PTY, emulators resized to their largest, alternating streams).
+
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use super::{
+    Benchmark, Metric, call, echo_samples, end, failed, field_str, field_u64, mb_per_s, measure,
+    ms, start, start_server, write_config,
+};
+use crate::client::McpServer;
+use crate::floor;
+
+/// Sessions of the storm, and the client tasks reading them.
+const STORM_SESSIONS: usize = 64;
+const STORM_READERS: usize = 8;
+/// Lines of `flood` each storm session writes (100 bytes each, plus the summary line).
+const STORM_LINES: u64 = 2_000;
+/// Full buffers of the memory benchmark, and the 4-byte text that fills them.
+const FULL_BUFFERS: usize = 32;
+/// Lines of 3-byte CJK text the CJK read benchmark reads (13 code points, 37 bytes each).
+const CJK_LINES: u64 = 70_000;
+const CJK_LINE: &str = "中文字符测试中文字符测试\n";
+/// Bytes of the unterminated OSC title a PTY child writes.
+const OSC_BYTES: u64 = 50_000_000;
+
+fn sh(script: &str) -> Value {
+    json!(["/bin/sh", "-c", script])
+}
+
+async fn status(mcp: &McpServer, sid: &str) -> Result<Value, String> {
+    call(mcp, "terminal_status", json!({"session_id": sid})).await
+}
+
+async fn poll(
+    mcp: &McpServer,
+    sid: &str,
+    within: Duration,
+    done: impl Fn(&Value) -> bool,
+) -> Result<Value, String> {
+    let began = Instant::now();
+    loop {
+        let s = status(mcp, sid).await?;
+        if done(&s) {
+            return Ok(s);
+        }
+        if began.elapsed() > within {
+            return Err(format!("not done within {} ms: {s}", within.as_millis()));
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+fn complete(s: &Value) -> bool {
+    s.get("output_complete") == Some(&Value::Bool(true))
+}
+
+fn rss_kib(mcp: &McpServer) -> Result<f64, String> {
+    mcp.rss_kib().map(|k| k as f64)
+}
+
+/// Read a session from `from` to its end: (text bytes, code points, pages).
+async fn read_to_end(mcp: &McpServer, sid: &str, from: u64) -> Result<(u64, u64, u64), String> {
+    let (mut bytes, mut pages, mut cursor) = (0u64, 0u64, from);
+    loop {
+        let page = call(
+            mcp,
+            "terminal_read",
+            json!({"session_id": sid, "cursor": cursor, "max_bytes": 65536, "wait_ms": 200}),
+        )
+        .await?;
+        pages += 1;
+        for record in page
+            .get("records")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            let text = field_str(record, "text")?;
+            if field_u64(record, "cursor")? != cursor {
+                return Err(format!("a gap at cursor {cursor}: {record}"));
+            }
+            bytes += text.len() as u64;
+            cursor += text.chars().count() as u64;
+        }
+        if page.get("has_more") != Some(&Value::Bool(true)) && complete(&page) {
+            return Ok((bytes, cursor - from, pages));
+        }
+    }
+}
+
+pub(super) async fn run_suite(
+    server: &Path,
+    root: &Path,
+    config_dir: &Path,
+    quick: bool,
+    benchmarks: &mut Vec<Benchmark>,
+) {
+    let n = if quick { 5 } else { 50 };
+    benchmarks.push(measure("cold_start", cold_start(server, root, config_dir, n)).await);
+    benchmarks.push(measure("floor_server", floor_server(n * 4)).await);
+    let demo = server.with_file_name("demo-process").display().to_string();
+    let profiles = json!({
+        "echo": {"argv": ["/bin/echo", "hello"]},
+        "interactive-pty": {"argv": [demo, "interactive"], "mode": "pty"},
+    });
+    match start_server(server, root, config_dir, "suite", json!({}), profiles).await {
+        Err(e) => {
+            for name in ["first_output", "pty_echo"] {
+                benchmarks.push(failed(name, e.clone(), 0));
+            }
+        }
+        Ok(mut mcp) => {
+            benchmarks.push(measure("first_output", first_output(&mcp, n)).await);
+            benchmarks.push(measure("pty_echo", pty_echo(&mcp, n * 2)).await);
+            mcp.shutdown().await;
+        }
+    }
+    let flood = server.with_file_name("demo-process");
+    benchmarks.push(
+        measure(
+            "direct_pipe_floor",
+            direct_pipe(&flood, if quick { 2 } else { 5 }),
+        )
+        .await,
+    );
+    benchmarks.push(measure("cjk_read", cjk_read(server, root, config_dir)).await);
+    benchmarks.push(measure("storm", storm(server, root, config_dir)).await);
+    benchmarks.push(measure("memory_at_rest", memory_at_rest(server, root, config_dir)).await);
+    benchmarks.push(measure("memory_osc_flood", osc_flood(server, root, config_dir)).await);
+    benchmarks.push(measure("memory_resize", resize(server, root, config_dir)).await);
+    benchmarks.push(measure("memory_alternating", alternating(server, root, config_dir)).await);
+}
+
+/// Spawn to `initialize` and `tools/list` answered, of mcp-terminal and of the floor.
+async fn cold_start(
+    server: &Path,
+    root: &Path,
+    config_dir: &Path,
+    n: usize,
+) -> Result<Vec<Metric>, String> {
+    let config = config_dir.join("cold.json");
+    write_config(server, root, &config, &json!({}), &json!({})).await?;
+    let args = [
+        "stdio".to_string(),
+        "--config".to_string(),
+        config.display().to_string(),
+    ];
+    let harness = std::env::current_exe().map_err(|e| e.to_string())?;
+    let floor_args = ["floor-server".to_string()];
+    let (mut own, mut base) = (Vec::new(), Vec::new());
+    for _ in 0..n {
+        for (program, args, samples) in [
+            (server, &args[..], &mut own),
+            (harness.as_path(), &floor_args[..], &mut base),
+        ] {
+            let began = Instant::now();
+            let mut mcp = McpServer::start(program, args, root).await?;
+            mcp.list_tools().await?;
+            samples.push(ms(began.elapsed()));
+            mcp.shutdown().await;
+        }
+    }
+    Ok(vec![
+        Metric::distribution("server_ms", "ms", &own),
+        Metric::distribution("floor_ms", "ms", &base),
+    ])
+}
+
+/// A no-op tool call on the floor server.
+async fn floor_server(n: usize) -> Result<Vec<Metric>, String> {
+    let harness = std::env::current_exe().map_err(|e| e.to_string())?;
+    let cwd = std::env::temp_dir();
+    let mut mcp = McpServer::start(&harness, &["floor-server".to_string()], &cwd).await?;
+    let mut samples = Vec::with_capacity(n);
+    for _ in 0..n {
+        let began = Instant::now();
+        mcp.call(floor::NOOP_TOOL, &json!({})).await?;
+        samples.push(ms(began.elapsed()));
+    }
+    mcp.shutdown().await;
+    Ok(vec![Metric::distribution("noop_call", "ms", &samples)])
+}
+
+/// `terminal_start` of `/bin/echo hello` to its output read, against spawning it in-process
+/// and reading its first byte.
+async fn first_output(mcp: &McpServer, n: usize) -> Result<Vec<Metric>, String> {
+    let (mut own, mut base) = (Vec::new(), Vec::new());
+    for _ in 0..n {
+        let began = Instant::now();
+        let sid = start(mcp, "echo").await?;
+        loop {
+            let page = call(
+                mcp,
+                "terminal_read",
+                json!({"session_id": sid, "cursor": 0, "wait_ms": 2000}),
+            )
+            .await?;
+            if page
+                .get("records")
+                .and_then(Value::as_array)
+                .is_some_and(|r| !r.is_empty())
+            {
+                break;
+            }
+        }
+        own.push(ms(began.elapsed()));
+        poll(mcp, &sid, Duration::from_secs(10), complete).await?;
+        call(mcp, "terminal_forget", json!({"session_id": sid})).await?;
+        let (first, _) = floor::spawn_to_first_output(Path::new("/bin/echo"), &["hello"])?;
+        base.push(ms(first));
+    }
+    Ok(vec![
+        Metric::distribution("server_ms", "ms", &own),
+        Metric::distribution("floor_ms", "ms", &base),
+    ])
+}
+
+/// `terminal_write` of a line to its echo matched by `terminal_wait`, on a PTY.
+async fn pty_echo(mcp: &McpServer, n: usize) -> Result<Vec<Metric>, String> {
+    let sid = start(mcp, "interactive-pty").await?;
+    let samples = echo_samples(mcp, &sid, n).await;
+    end(mcp, &sid).await?;
+    Ok(vec![Metric::distribution(
+        "write_to_echo",
+        "ms",
+        &samples?.total,
+    )])
+}
+
+/// `demo-process flood 10000` read straight from a pipe, in-process.
+async fn direct_pipe(demo: &Path, passes: usize) -> Result<Vec<Metric>, String> {
+    let mut rates = Vec::new();
+    for _ in 0..passes {
+        let (bytes, took) = floor::direct_pipe_read(demo, &["flood", "10000"])?;
+        rates.push(mb_per_s(bytes, took));
+    }
+    Ok(vec![Metric::distribution("read_rate", "MB/s", &rates)])
+}
+
+/// Full pages of 3-byte text, read through the client.
+async fn cjk_read(server: &Path, root: &Path, config_dir: &Path) -> Result<Vec<Metric>, String> {
+    let limits = json!({"max_sessions": 1, "max_records": 2, "buffer_bytes": 16_777_216,
+                        "buffer_records": 1_048_576});
+    let script = format!("yes {} | head -n {CJK_LINES}", CJK_LINE.trim_end());
+    let profiles = json!({"cjk": {"argv": sh(&script)}});
+    let mut mcp = start_server(server, root, config_dir, "cjk", limits, profiles).await?;
+    let result = async {
+        let sid = start(&mcp, "cjk").await?;
+        poll(&mcp, &sid, Duration::from_secs(60), complete).await?;
+        let mut rates = Vec::new();
+        for _ in 0..3 {
+            let began = Instant::now();
+            let (bytes, chars, _) = read_to_end(&mcp, &sid, 0).await?;
+            if chars != CJK_LINES * 13 || bytes != CJK_LINES * CJK_LINE.len() as u64 {
+                return Err(format!("read {chars} code points in {bytes} bytes"));
+            }
+            rates.push(mb_per_s(bytes, began.elapsed()));
+        }
+        Ok(vec![Metric::distribution("read_rate", "MB/s", &rates)])
+    }
+    .await;
+    mcp.shutdown().await;
+    result
+}
+
+/// 64 sessions flooding at once in pause mode while 8 client tasks read them; one more task
+/// times `terminal_status` meanwhile.
+async fn storm(server: &Path, root: &Path, config_dir: &Path) -> Result<Vec<Metric>, String> {
+    let limits = json!({"max_sessions": STORM_SESSIONS, "max_records": STORM_SESSIONS,
+                        "buffer_bytes": 1_048_576, "buffer_records": 32_768});
+    let demo = server.with_file_name("demo-process").display().to_string();
+    let profiles = json!({"storm": {"argv": [demo, "flood", STORM_LINES.to_string()],
+                                    "on_full": "pause"}});
+    let mut mcp = start_server(server, root, config_dir, "storm", limits, profiles).await?;
+    let result = async {
+        let mut sids = Vec::new();
+        let began = Instant::now();
+        for _ in 0..STORM_SESSIONS {
+            sids.push(start(&mcp, "storm").await?);
+        }
+        let done = AtomicBool::new(false);
+        let reader = |k: usize| {
+            let mine: Vec<&String> = sids.iter().skip(k).step_by(STORM_READERS).collect();
+            let mcp = &mcp;
+            async move {
+                let mut total = 0u64;
+                for sid in mine {
+                    total += read_to_end(mcp, sid, 0).await?.0;
+                }
+                Ok::<u64, String>(total)
+            }
+        };
+        let probe = async {
+            let mut samples = Vec::new();
+            while !done.load(Ordering::Relaxed) {
+                let began = Instant::now();
+                status(&mcp, &sids[0]).await?;
+                samples.push(ms(began.elapsed()));
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            Ok::<Vec<f64>, String>(samples)
+        };
+        let readers = async {
+            let r = tokio::join!(
+                reader(0),
+                reader(1),
+                reader(2),
+                reader(3),
+                reader(4),
+                reader(5),
+                reader(6),
+                reader(7)
+            );
+            done.store(true, Ordering::Relaxed);
+            [r.0, r.1, r.2, r.3, r.4, r.5, r.6, r.7]
+        };
+        let (totals, probe) = tokio::join!(readers, probe);
+        let elapsed = began.elapsed();
+        let mut delivered = 0;
+        for total in totals {
+            delivered += total?;
+        }
+        let written = STORM_SESSIONS as u64
+            * (STORM_LINES * 100
+                + format!("flood total: {} code points\n", STORM_LINES * 100).len() as u64);
+        Ok(vec![
+            Metric::value("delivered_bytes", "bytes", delivered as f64),
+            Metric::value(
+                "lost_bytes",
+                "bytes",
+                written.saturating_sub(delivered) as f64,
+            ),
+            Metric::value("delivered_rate", "MB/s", mb_per_s(delivered, elapsed)),
+            Metric::distribution("status_during_storm", "ms", &probe?),
+        ])
+    }
+    .await;
+    mcp.shutdown().await;
+    result
+}
+
+/// RSS idle, with 64 idle sessions, with 32 full buffers, and after they all expired.
+async fn memory_at_rest(
+    server: &Path,
+    root: &Path,
+    config_dir: &Path,
+) -> Result<Vec<Metric>, String> {
+    let limits = json!({"max_sessions": 64, "max_records": 64, "buffer_bytes": 1_048_576,
+                        "buffer_records": 32_768, "retention_seconds": 1});
+    let profiles = json!({
+        "emoji": {"argv": sh("yes 😀😀😀😀😀😀😀😀 | head -c 400000")},
+    });
+    let mut mcp = start_server(server, root, config_dir, "memory", limits, profiles).await?;
+    let result = async {
+        let idle = rss_kib(&mcp)?;
+        let mut sids = Vec::new();
+        for _ in 0..64 {
+            sids.push(start(&mcp, "long").await?);
+        }
+        let sixty_four = rss_kib(&mcp)?;
+        for sid in &sids {
+            end(&mcp, sid).await?;
+        }
+        let mut sids = Vec::new();
+        for _ in 0..FULL_BUFFERS {
+            sids.push(start(&mcp, "emoji").await?);
+        }
+        let mut retained = 0;
+        for sid in &sids {
+            let s = poll(&mcp, sid, Duration::from_secs(30), complete).await?;
+            retained += read_to_end(&mcp, sid, field_u64(&s, "base_cursor")?)
+                .await?
+                .0;
+        }
+        let full = rss_kib(&mcp)?;
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        let list = call(&mcp, "terminal_list", json!({})).await?;
+        if field_u64(&list, "retained")? != 0 {
+            return Err(format!("sessions outlived their retention: {list}"));
+        }
+        let expired = rss_kib(&mcp)?;
+        let retained_kib = retained as f64 / 1024.0;
+        Ok(vec![
+            Metric::value("idle_rss", "KiB", idle),
+            Metric::value("sixty_four_idle_sessions_rss", "KiB", sixty_four),
+            Metric::value("full_buffers_rss", "KiB", full),
+            Metric::value("full_buffers_retained_text", "KiB", retained_kib),
+            Metric::value("full_buffers_overhead", "KiB", full - retained_kib),
+            Metric::value("after_expiry_rss", "KiB", expired),
+        ])
+    }
+    .await;
+    mcp.shutdown().await;
+    result
+}
+
+/// RSS while a PTY child writes an unterminated OSC title of 50 MB.
+async fn osc_flood(server: &Path, root: &Path, config_dir: &Path) -> Result<Vec<Metric>, String> {
+    let script =
+        format!("printf '\\033]0;'; head -c {OSC_BYTES} /dev/zero | tr '\\0' a; sleep 100");
+    let profiles = json!({"osc": {"argv": sh(&script), "mode": "pty"}});
+    let mut mcp = start_server(server, root, config_dir, "osc", json!({}), profiles).await?;
+    let result = async {
+        let idle = rss_kib(&mcp)?;
+        let sid = start(&mcp, "osc").await?;
+        poll(&mcp, &sid, Duration::from_secs(180), |s| {
+            s.get("next_cursor")
+                .and_then(Value::as_u64)
+                .is_some_and(|c| c >= OSC_BYTES)
+        })
+        .await?;
+        let flooded = rss_kib(&mcp)?;
+        end(&mcp, &sid).await?;
+        Ok(vec![
+            Metric::value("idle_rss", "KiB", idle),
+            Metric::value("after_osc_rss", "KiB", flooded),
+            Metric::value("growth", "KiB", flooded - idle),
+        ])
+    }
+    .await;
+    mcp.shutdown().await;
+    result
+}
+
+/// RSS of 8 `cat` PTY sessions asked for 1000×1000 (the largest the emulator budget
+/// grants when refused), with the alternate screen in use too.
+async fn resize(server: &Path, root: &Path, config_dir: &Path) -> Result<Vec<Metric>, String> {
+    let limits = json!({"max_sessions": 8, "max_records": 8});
+    let profiles = json!({"cat": {"argv": ["/bin/cat"], "mode": "pty"}});
+    let mut mcp = start_server(server, root, config_dir, "resize", limits, profiles).await?;
+    let result = async {
+        let idle = rss_kib(&mcp)?;
+        let mut refused = 0;
+        let mut size = 1000u64;
+        let mut sids = Vec::new();
+        for _ in 0..8 {
+            let sid = start(&mcp, "cat").await?;
+            loop {
+                let raw = mcp
+                    .call(
+                        "terminal_resize",
+                        &json!({"session_id": sid, "rows": size, "cols": size}),
+                    )
+                    .await?;
+                if raw.pointer("/structuredContent/ok") == Some(&Value::Bool(true)) {
+                    break;
+                }
+                refused += 1;
+                size -= 50;
+                if size == 0 {
+                    return Err(format!("every size was refused: {raw}"));
+                }
+            }
+            call(
+                &mcp,
+                "terminal_write",
+                json!({"session_id": sid, "text": "\u{1b}[?1049hx\n"}),
+            )
+            .await?;
+            sids.push(sid);
+        }
+        for sid in &sids {
+            poll(&mcp, sid, Duration::from_secs(10), |s| {
+                s.get("next_cursor")
+                    .and_then(Value::as_u64)
+                    .is_some_and(|c| c > 0)
+            })
+            .await?;
+        }
+        let resized = rss_kib(&mcp)?;
+        for sid in &sids {
+            end(&mcp, sid).await?;
+        }
+        Ok(vec![
+            Metric::value("granted_size", "cells", (size * size) as f64),
+            Metric::value("refused_requests", "calls", refused as f64),
+            Metric::value("idle_rss", "KiB", idle),
+            Metric::value("resized_rss", "KiB", resized),
+            Metric::value("growth", "KiB", resized - idle),
+        ])
+    }
+    .await;
+    mcp.shutdown().await;
+    result
+}
+
+/// RSS of one session whose child alternates stdout and stderr 4 bytes at a time, 800 KB.
+async fn alternating(server: &Path, root: &Path, config_dir: &Path) -> Result<Vec<Metric>, String> {
+    let limits = json!({"max_sessions": 1, "max_records": 1, "buffer_records": 1_048_576});
+    let script =
+        "import os\nfor i in range(100000):\n    os.write(1, b'oooo')\n    os.write(2, b'eeee')\n";
+    let profiles = json!({"alternate": {"argv": ["/usr/bin/python3", "-c", script]}});
+    let mut mcp = start_server(server, root, config_dir, "alternating", limits, profiles).await?;
+    let result = async {
+        let idle = rss_kib(&mcp)?;
+        let sid = start(&mcp, "alternate").await?;
+        let s = poll(&mcp, &sid, Duration::from_secs(60), complete).await?;
+        let full = rss_kib(&mcp)?;
+        let runs = {
+            let mut runs = 0u64;
+            let mut cursor = field_u64(&s, "base_cursor")?;
+            loop {
+                let page = call(
+                    &mcp,
+                    "terminal_read",
+                    json!({"session_id": sid, "cursor": cursor}),
+                )
+                .await?;
+                runs += page
+                    .get("records")
+                    .and_then(Value::as_array)
+                    .map_or(0, |r| r.len() as u64);
+                cursor = field_u64(&page, "next_cursor")?;
+                if page.get("has_more") != Some(&Value::Bool(true)) {
+                    break runs;
+                }
+            }
+        };
+        Ok(vec![
+            Metric::value(
+                "retained_records",
+                "records",
+                (field_u64(&s, "next_cursor")? - field_u64(&s, "base_cursor")?) as f64,
+            ),
+            Metric::value("same_stream_runs", "runs", runs as f64),
+            Metric::value("idle_rss", "KiB", idle),
+            Metric::value("retained_rss", "KiB", full),
+            Metric::value("growth", "KiB", full - idle),
+        ])
+    }
+    .await;
+    mcp.shutdown().await;
+    result
+}
+
+/// A workload beside its floor from the same run, and whether it meets its target.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Comparison {
+    pub name: String,
+    pub unit: String,
+    pub value: f64,
+    pub floor: Option<f64>,
+    /// `value / floor`.
+    pub ratio: Option<f64>,
+    pub target: String,
+    pub met: bool,
+}
+
+/// The median (or the value) of a metric of a benchmark that succeeded.
+fn metric(benchmarks: &[Benchmark], bench: &str, name: &str) -> Option<f64> {
+    let b = benchmarks
+        .iter()
+        .find(|b| b.name == bench && b.status == super::Status::Ok)?;
+    let m = b.metrics.iter().find(|m| m.name == name)?;
+    m.stats.map(|s| s.median).or(m.value)
+}
+
+enum Target {
+    RatioAtMost(f64),
+    RatioAtLeast(f64),
+    OverFloorAtMost(f64),
+    AtMost(f64),
+    AtLeast(f64),
+}
+
+pub(super) fn comparisons(benchmarks: &[Benchmark]) -> Vec<Comparison> {
+    let get = |bench: &str, name: &str| metric(benchmarks, bench, name);
+    let noop = get("floor_server", "noop_call");
+    let pipe = get("direct_pipe_floor", "read_rate");
+    let idle = get("memory_at_rest", "idle_rss");
+    let retained = get("memory_at_rest", "full_buffers_retained_text");
+    let rows: Vec<(&str, &str, Option<f64>, Option<f64>, Target)> = vec![
+        (
+            "cold start to tools/list",
+            "ms",
+            get("cold_start", "server_ms"),
+            get("cold_start", "floor_ms"),
+            Target::RatioAtMost(1.5),
+        ),
+        (
+            "start to first output (/bin/echo)",
+            "ms",
+            get("first_output", "server_ms"),
+            get("first_output", "floor_ms"),
+            Target::OverFloorAtMost(2.0),
+        ),
+        (
+            "write→echo round trip, pipes",
+            "ms",
+            get("write_echo_latency_ms", "write_to_echo"),
+            noop,
+            Target::RatioAtMost(2.0),
+        ),
+        (
+            "write→echo round trip, PTY",
+            "ms",
+            get("pty_echo", "write_to_echo"),
+            noop,
+            Target::RatioAtMost(3.0),
+        ),
+        (
+            "full-page reads, ASCII",
+            "MB/s",
+            get("read_throughput", "read_rate"),
+            pipe,
+            Target::AtLeast(200.0),
+        ),
+        (
+            "full-page reads, 3-byte CJK",
+            "MB/s",
+            get("cjk_read", "read_rate"),
+            pipe,
+            Target::AtLeast(100.0),
+        ),
+        (
+            "capture of a flooding child",
+            "MB/s",
+            get("read_throughput", "flood_ingest_rate"),
+            pipe,
+            Target::RatioAtLeast(0.5),
+        ),
+        (
+            "terminal_wait search",
+            "MB/s",
+            get("wait_search_throughput", "search_rate"),
+            pipe,
+            Target::AtLeast(300.0),
+        ),
+        (
+            "storm: terminal_status p95",
+            "ms",
+            benchmarks
+                .iter()
+                .find(|b| b.name == "storm" && b.status == super::Status::Ok)
+                .and_then(|b| b.metrics.iter().find(|m| m.name == "status_during_storm"))
+                .and_then(|m| m.stats.map(|s| s.p95)),
+            None,
+            Target::AtMost(20.0),
+        ),
+        (
+            "storm: bytes lost",
+            "bytes",
+            get("storm", "lost_bytes"),
+            None,
+            Target::AtMost(0.0),
+        ),
+        ("idle RSS", "KiB", idle, None, Target::AtMost(8192.0)),
+        (
+            "overhead of 32 full buffers",
+            "KiB",
+            get("memory_at_rest", "full_buffers_overhead"),
+            None,
+            Target::AtMost(retained.map_or(8192.0, |r| r * 0.2 + 8192.0)),
+        ),
+        (
+            "RSS after every session expired",
+            "KiB",
+            get("memory_at_rest", "after_expiry_rss"),
+            idle,
+            Target::OverFloorAtMost(2048.0),
+        ),
+    ];
+    rows.into_iter()
+        .filter_map(|(name, unit, value, floor, target)| {
+            let value = value?;
+            let ratio = floor.filter(|f| *f > 0.0).map(|f| super::round3(value / f));
+            let (text, met) = match target {
+                Target::RatioAtMost(r) => (format!("≤ {r}× floor"), ratio.is_some_and(|x| x <= r)),
+                Target::RatioAtLeast(r) => (format!("≥ {r}× floor"), ratio.is_some_and(|x| x >= r)),
+                Target::OverFloorAtMost(d) => (
+                    format!("≤ floor + {d} {unit}"),
+                    floor.is_some_and(|f| (value - f).abs() <= d || value <= f),
+                ),
+                Target::AtMost(x) => (format!("≤ {} {unit}", super::num(x)), value <= x),
+                Target::AtLeast(x) => (format!("≥ {} {unit}", super::num(x)), value >= x),
+            };
+            Some(Comparison {
+                name: name.into(),
+                unit: unit.into(),
+                value,
+                floor,
+                ratio,
+                target: text,
+                met,
+            })
+        })
+        .collect()
+}
