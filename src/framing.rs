@@ -276,9 +276,13 @@ async fn pump_output<W: AsyncWrite + Unpin>(
                     Ok(0) | Err(_) => break,
                     Ok(n) => n,
                 };
+                let had = partial.len();
                 partial.extend_from_slice(&chunk[..n]);
-                if let Some(end) = partial.iter().rposition(|b| *b == b'\n') {
-                    let whole = with_null_ids(partial.drain(..=end).collect());
+                // Only the new bytes can hold a new end of message; the whole messages
+                // before the last newline leave in one piece, without a copy.
+                if let Some(at) = memchr::memrchr(b'\n', &chunk[..n]) {
+                    let rest = partial.split_off(had + at + 1);
+                    let whole = with_null_ids(std::mem::replace(&mut partial, rest));
                     if stdout.write_all(&whole).await.is_err() {
                         return;
                     }

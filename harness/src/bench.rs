@@ -1303,7 +1303,10 @@ fn comparison_rows(report: &BenchReport, markdown: bool) -> String {
     for c in &report.comparisons {
         let floor = c.floor.map(num).unwrap_or_else(|| "–".into());
         let ratio = c.ratio.map(num).unwrap_or_else(|| "–".into());
-        let met = if c.met { "yes" } else { "**no**" };
+        let met = match &c.missed_by {
+            None => "yes".to_owned(),
+            Some(by) => format!("**no**: {by}"),
+        };
         if markdown {
             let _ = writeln!(
                 out,

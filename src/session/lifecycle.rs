@@ -12,7 +12,7 @@ use tokio::time::Instant;
 use super::input::Input;
 use super::recording::{Header, Recording};
 use super::state::{Reason, State, Status};
-use super::{Session, Snapshot};
+use super::{Session, Snapshot, return_memory};
 use crate::config::Mode;
 use crate::limits::{DRAIN_DEADLINE, KILL_CONFIRM, READ_CHUNK_BYTES, REDACT_HOLD_MAX};
 use crate::output::{OutputBuffer, Redactor, Screen, Stream, Utf8Decoder};
@@ -309,6 +309,8 @@ async fn supervise(
     if let Some(recording) = &session.recording {
         recording.close(&closing);
     }
+    // The readers and their read buffers are gone.
+    return_memory();
 }
 
 /// Completes when the session has run for `timeout`, or (with `idle_timeout`) when no

@@ -54,6 +54,27 @@ pub struct Session {
     named_at: Mutex<Instant>,
     /// The asciicast recording, when the owner records this profile.
     recording: Option<Arc<recording::Recording>>,
+    /// Declared last, so dropped after everything above.
+    _returns_memory: ReturnMemory,
+}
+
+/// Dropped after the rest of a session (its output buffer, screen): returns the freed heap.
+struct ReturnMemory;
+
+impl Drop for ReturnMemory {
+    fn drop(&mut self) {
+        return_memory();
+    }
+}
+
+/// Hand the allocator's free memory back to the OS. glibc keeps what its per-thread arenas
+/// freed, so without this the server would stay at its peak long after sessions are gone.
+fn return_memory() {
+    #[cfg(target_env = "gnu")]
+    // SAFETY: malloc_trim only releases free memory of the allocator's own arenas.
+    unsafe {
+        libc::malloc_trim(0);
+    }
 }
 
 impl Session {
@@ -80,6 +101,7 @@ impl Session {
             shell: tokio::sync::Mutex::default(),
             named_at: Mutex::new(Instant::now()),
             recording,
+            _returns_memory: ReturnMemory,
         }
     }
 

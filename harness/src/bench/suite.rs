@@ -551,6 +551,8 @@ pub struct Comparison {
     pub ratio: Option<f64>,
     pub target: String,
     pub met: bool,
+    /// How far from its target a missed workload is.
+    pub missed_by: Option<String>,
 }
 
 /// The median (or the value) of a metric of a benchmark that succeeded.
@@ -561,6 +563,9 @@ fn metric(benchmarks: &[Benchmark], bench: &str, name: &str) -> Option<f64> {
     let m = b.metrics.iter().find(|m| m.name == name)?;
     m.stats.map(|s| s.median).or(m.value)
 }
+
+/// A workload's name, unit, value, floor and target.
+type Row<'a> = (&'a str, &'a str, Option<f64>, Option<f64>, Target);
 
 enum Target {
     RatioAtMost(f64),
@@ -576,7 +581,7 @@ pub(super) fn comparisons(benchmarks: &[Benchmark]) -> Vec<Comparison> {
     let pipe = get("direct_pipe_floor", "read_rate");
     let idle = get("memory_at_rest", "idle_rss");
     let retained = get("memory_at_rest", "full_buffers_retained_text");
-    let rows: Vec<(&str, &str, Option<f64>, Option<f64>, Target)> = vec![
+    let rows: Vec<Row> = vec![
         (
             "cold start to tools/list",
             "ms",
@@ -671,15 +676,41 @@ pub(super) fn comparisons(benchmarks: &[Benchmark]) -> Vec<Comparison> {
         .filter_map(|(name, unit, value, floor, target)| {
             let value = value?;
             let ratio = floor.filter(|f| *f > 0.0).map(|f| super::round3(value / f));
-            let (text, met) = match target {
-                Target::RatioAtMost(r) => (format!("≤ {r}× floor"), ratio.is_some_and(|x| x <= r)),
-                Target::RatioAtLeast(r) => (format!("≥ {r}× floor"), ratio.is_some_and(|x| x >= r)),
+            let pct = |over: f64| format!("{:.0}%", over * 100.0);
+            let (text, met, by) = match target {
+                Target::RatioAtMost(r) => (
+                    format!("≤ {r}× floor"),
+                    ratio.is_some_and(|x| x <= r),
+                    ratio.map(|x| format!("{} over the ratio", pct(x / r - 1.0))),
+                ),
+                Target::RatioAtLeast(r) => (
+                    format!("≥ {r}× floor"),
+                    ratio.is_some_and(|x| x >= r),
+                    ratio.map(|x| format!("{} under the ratio", pct(1.0 - x / r))),
+                ),
                 Target::OverFloorAtMost(d) => (
                     format!("≤ floor + {d} {unit}"),
                     floor.is_some_and(|f| (value - f).abs() <= d || value <= f),
+                    floor.map(|f| format!("{} {unit} over", super::num((value - f).abs() - d))),
                 ),
-                Target::AtMost(x) => (format!("≤ {} {unit}", super::num(x)), value <= x),
-                Target::AtLeast(x) => (format!("≥ {} {unit}", super::num(x)), value >= x),
+                Target::AtMost(x) => (
+                    format!("≤ {} {unit}", super::num(x)),
+                    value <= x,
+                    Some(format!(
+                        "{} {unit} ({}) over",
+                        super::num(value - x),
+                        pct(value / x.max(1e-9) - 1.0)
+                    )),
+                ),
+                Target::AtLeast(x) => (
+                    format!("≥ {} {unit}", super::num(x)),
+                    value >= x,
+                    Some(format!(
+                        "{} {unit} ({}) short",
+                        super::num(x - value),
+                        pct(1.0 - value / x)
+                    )),
+                ),
             };
             Some(Comparison {
                 name: name.into(),
@@ -689,6 +720,7 @@ pub(super) fn comparisons(benchmarks: &[Benchmark]) -> Vec<Comparison> {
                 ratio,
                 target: text,
                 met,
+                missed_by: if met { None } else { by },
             })
         })
         .collect()
