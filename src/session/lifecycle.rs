@@ -347,21 +347,24 @@ impl Session {
     /// its `write`. False when the record was discarded first (the rest is dropped).
     async fn hold(&self, stream: Stream, mut rest: &str) -> bool {
         while !rest.is_empty() {
-            let acknowledged = self.inspect(|s| s.acknowledged);
-            self.wait_for(|s| s.acknowledged != acknowledged || s.discarded)
-                .await;
-            let (taken, discarded) = self.update(|s| {
+            // Stored and acknowledged read under one lock: an acknowledgement that comes
+            // after this store changes `acknowledged` from `seen`, so none is missed.
+            let (taken, seen, discarded) = self.update(|s| {
                 if s.discarded {
                     s.holding[stream as usize] = false;
-                    (0, true)
+                    (0, s.acknowledged, true)
                 } else {
-                    (s.store(stream, rest), false)
+                    (s.store(stream, rest), s.acknowledged, false)
                 }
             });
             if discarded {
                 return false;
             }
             rest = &rest[taken..];
+            if !rest.is_empty() {
+                self.wait_for(|s| s.acknowledged != seen || s.discarded)
+                    .await;
+            }
         }
         true
     }
