@@ -8,7 +8,8 @@
 //! - `client`, `raw`, `procfs`: the server under test and the processes it starts;
 //! - `runner`, `steps`: one scenario from fresh root to verdict;
 //! - `evidence`, `report`: the JSON record of a run and the Markdown acceptance report;
-//! - `bench`: speed and memory of the server through the same client.
+//! - `bench`: speed and memory of the server through the same client;
+//! - `soak`: a bounded mixed workload for minutes, with its drift figures.
 
 pub mod bench;
 pub mod cast;
@@ -22,6 +23,7 @@ pub mod raw;
 pub mod report;
 pub mod runner;
 pub mod scenario;
+pub mod soak;
 mod steps;
 pub mod vars;
 

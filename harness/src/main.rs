@@ -1,6 +1,7 @@
 //! `harness verify` runs scenarios against the server and writes evidence;
 //! `harness report` turns evidence into the acceptance report;
-//! `harness bench` measures the server's speed and memory.
+//! `harness bench` measures the server's speed and memory;
+//! `harness soak` runs a mixed workload for minutes and reports its figures.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -55,6 +56,20 @@ enum Command {
     /// The benchmarks' floor: a minimal MCP server on stdio with one no-op tool.
     #[command(hide = true)]
     FloorServer,
+    /// Run a bounded mixed workload for some minutes; write its figures as JSON. Fails if
+    /// any error no step expected occurred, or the server did not shut down cleanly.
+    Soak {
+        #[arg(long)]
+        minutes: f64,
+        #[arg(long, default_value = "evidence/soak.json")]
+        output: PathBuf,
+        /// Seed of the action sequence.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// The mcp-terminal binary; default: beside this harness, built if absent.
+        #[arg(long)]
+        server: Option<PathBuf>,
+    },
     /// Generate the acceptance report from an evidence file.
     Report {
         #[arg(long)]
@@ -75,6 +90,12 @@ fn main() -> ExitCode {
         } => verify(&output, &scenarios, server, &scenarios_dir, jobs),
         Command::Report { evidence, output } => write_report(&evidence, &output),
         Command::FloorServer => harness::floor::serve().map(|()| ExitCode::SUCCESS),
+        Command::Soak {
+            minutes,
+            output,
+            seed,
+            server,
+        } => soak(minutes, &output, seed, server),
         Command::Bench {
             output,
             markdown,
@@ -89,6 +110,56 @@ fn main() -> ExitCode {
             ExitCode::from(2)
         }
     }
+}
+
+fn soak(
+    minutes: f64,
+    output: &Path,
+    seed: u64,
+    server: Option<PathBuf>,
+) -> Result<ExitCode, String> {
+    if !(minutes > 0.0 && minutes <= 24.0 * 60.0) {
+        return Err("--minutes must be more than 0 and at most a day".into());
+    }
+    let server = resolve_server(server)?;
+    let (root, config) = harness::runner::root_and_config_dirs("mcp-terminal-soak")
+        .ok_or("cannot create temporary directories")?;
+    let root_path = root.path().canonicalize().map_err(|e| e.to_string())?;
+    let config_path = config.path().join("config.json");
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot build a runtime: {e}"))?;
+    let report = runtime.block_on(harness::soak::run(
+        &server,
+        &root_path,
+        &config_path,
+        minutes,
+        seed,
+    ))?;
+    let text = serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?;
+    if let Some(parent) = output.parent().filter(|p| !p.as_os_str().is_empty()) {
+        std::fs::create_dir_all(parent).map_err(|e| format!("{}: {e}", parent.display()))?;
+    }
+    std::fs::write(output, text + "\n").map_err(|e| format!("{}: {e}", output.display()))?;
+    eprintln!(
+        "soak: {} calls, {} sessions, {} unexpected errors, drift rss {} KiB fds {} threads {}; {}",
+        report.calls,
+        report.sessions,
+        report.unexpected_errors,
+        report.drift.rss_kib,
+        report.drift.fds,
+        report.drift.threads,
+        output.display()
+    );
+    let ok = report.unexpected_errors == 0
+        && report.clean_shutdown
+        && report.leftover_processes.is_empty();
+    Ok(if ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
 }
 
 /// The server to run: the given path, or the one built beside this harness; canonical.
