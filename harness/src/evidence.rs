@@ -8,6 +8,9 @@ use serde_json::Value;
 
 /// Strings longer than this are shortened in recorded exchanges (a flood page is 64 KiB).
 const MAX_RECORDED_STRING: usize = 4096;
+/// Exchanges kept per step: the first and the latest half of these. A step that pages
+/// through a 20 MiB flood makes hundreds; the evidence keeps its start and its end.
+const MAX_RECORDED_EXCHANGES: usize = 8;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -129,7 +132,40 @@ pub struct StepEvidence {
     pub duration_ms: u64,
     pub error: Option<String>,
     pub exchanges: Vec<Exchange>,
+    /// Exchanges made but not kept (between the first and the latest ones kept).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub exchanges_not_recorded: u64,
     pub assertions: Vec<Assertion>,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+impl StepEvidence {
+    pub fn new(index: usize, label: String, kind: String, note: Option<String>) -> Self {
+        StepEvidence {
+            index,
+            label,
+            kind,
+            note,
+            verdict: Verdict::Fail,
+            duration_ms: 0,
+            error: None,
+            exchanges: Vec::new(),
+            exchanges_not_recorded: 0,
+            assertions: Vec::new(),
+        }
+    }
+
+    /// Keep `exchange`: every one up to the limit, then the first half and the latest.
+    pub fn record(&mut self, exchange: Exchange) {
+        if self.exchanges.len() == MAX_RECORDED_EXCHANGES {
+            self.exchanges.remove(MAX_RECORDED_EXCHANGES / 2);
+            self.exchanges_not_recorded += 1;
+        }
+        self.exchanges.push(exchange);
+    }
 }
 
 /// One request and what came back, with times relative to the scenario start.
@@ -146,6 +182,28 @@ pub struct Assertion {
     pub what: String,
     pub ok: bool,
     pub detail: Option<String>,
+}
+
+/// A tool result's text content that only repeats its structured content (as every result
+/// of this server does) is recorded as a note, not a second copy.
+pub fn without_repeated_text(response: &Value) -> Value {
+    let mut response = response.clone();
+    let Some(structured) = response.get("structuredContent").cloned() else {
+        return response;
+    };
+    if let Some(items) = response.get_mut("content").and_then(Value::as_array_mut) {
+        for item in items {
+            let repeats = item
+                .get("text")
+                .and_then(Value::as_str)
+                .and_then(|t| serde_json::from_str::<Value>(t).ok())
+                .is_some_and(|v| v == structured);
+            if repeats {
+                item["text"] = Value::String("(same as structuredContent)".into());
+            }
+        }
+    }
+    response
 }
 
 /// Shorten long strings so the evidence stays readable; the length is kept.
@@ -250,5 +308,34 @@ mod tests {
         let s = v["a"][0].as_str().unwrap();
         assert!(s.contains("more bytes not recorded"));
         assert_eq!(v["b"], "short");
+    }
+
+    #[test]
+    fn a_step_keeps_its_first_and_latest_exchanges() {
+        let mut step = StepEvidence::new(0, "#0".into(), "call".into(), None);
+        for at_ms in 0..20 {
+            step.record(Exchange {
+                at_ms,
+                duration_ms: 0,
+                request: Value::Null,
+                response: Value::Null,
+            });
+        }
+        let kept: Vec<u64> = step.exchanges.iter().map(|e| e.at_ms).collect();
+        assert_eq!(kept, [0, 1, 2, 3, 16, 17, 18, 19]);
+        assert_eq!(step.exchanges_not_recorded, 12);
+    }
+
+    #[test]
+    fn text_that_repeats_the_structured_content_is_not_kept_twice() {
+        let structured = serde_json::json!({"ok": true, "n": 1});
+        let response = serde_json::json!({
+            "content": [{"type": "text", "text": structured.to_string()}, {"type": "text", "text": "other"}],
+            "structuredContent": structured,
+        });
+        let kept = without_repeated_text(&response);
+        assert_eq!(kept["content"][0]["text"], "(same as structuredContent)");
+        assert_eq!(kept["content"][1]["text"], "other");
+        assert_eq!(kept["structuredContent"], response["structuredContent"]);
     }
 }

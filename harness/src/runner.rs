@@ -13,7 +13,9 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use crate::client::McpServer;
-use crate::evidence::{Assertion, Exchange, ScenarioEvidence, StepEvidence, Verdict, abbreviate};
+use crate::evidence::{
+    Assertion, Exchange, ScenarioEvidence, StepEvidence, Verdict, abbreviate, without_repeated_text,
+};
 use crate::procfs;
 use crate::scenario::{Scenario, ServerSetup};
 use crate::vars::Vars;
@@ -296,17 +298,12 @@ impl Run<'_> {
         self.server = Some(server);
         let steps = &self.scenario.steps;
         for (index, step) in steps.iter().enumerate() {
-            self.ev.steps.push(StepEvidence {
+            self.ev.steps.push(StepEvidence::new(
                 index,
-                label: step.label(index),
-                kind: step.action.kind(),
-                note: step.note.clone(),
-                verdict: Verdict::Fail,
-                duration_ms: 0,
-                error: None,
-                exchanges: Vec::new(),
-                assertions: Vec::new(),
-            });
+                step.label(index),
+                step.action.kind(),
+                step.note.clone(),
+            ));
             let began = Instant::now();
             let result = self.step(step).await;
             let evidence = self.ev.steps.last_mut().expect("pushed above");
@@ -316,17 +313,14 @@ impl Run<'_> {
                 Err(e) => {
                     evidence.error = Some(e.clone());
                     for (later, rest) in steps.iter().enumerate().skip(index + 1) {
-                        self.ev.steps.push(StepEvidence {
-                            index: later,
-                            label: rest.label(later),
-                            kind: rest.action.kind(),
-                            note: rest.note.clone(),
-                            verdict: Verdict::Skipped,
-                            duration_ms: 0,
-                            error: None,
-                            exchanges: Vec::new(),
-                            assertions: Vec::new(),
-                        });
+                        let mut skipped = StepEvidence::new(
+                            later,
+                            rest.label(later),
+                            rest.action.kind(),
+                            rest.note.clone(),
+                        );
+                        skipped.verdict = Verdict::Skipped;
+                        self.ev.steps.push(skipped);
                     }
                     return Err(e);
                 }
@@ -462,9 +456,9 @@ impl Run<'_> {
             at_ms,
             duration_ms: began.elapsed().as_millis() as u64,
             request: abbreviate(&request),
-            response: abbreviate(response),
+            response: abbreviate(&without_repeated_text(response)),
         };
-        self.step_evidence().exchanges.push(exchange);
+        self.step_evidence().record(exchange);
     }
 
     /// Record an assertion on the running step and pass its result through.
