@@ -448,3 +448,76 @@ mod tests {
         assert_eq!(s["properties"]["cursor"]["maximum"], 100);
     }
 }
+
+/// Arbitrary JSON thrown at every tool's argument decoder: never a panic, and either an
+/// `INVALID_ARGUMENT` naming what to fix or arguments whose every accessor answers.
+#[cfg(test)]
+mod fuzz {
+    use proptest::prelude::*;
+    use serde_json::{Map, Value};
+
+    use super::{Args, Kind};
+    use crate::errors::ErrorCode;
+
+    fn json() -> impl Strategy<Value = Value> {
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::Bool),
+            any::<i64>().prop_map(Value::from),
+            any::<u64>().prop_map(Value::from),
+            any::<f64>()
+                .prop_map(|f| serde_json::Number::from_f64(f).map_or(Value::Null, Value::Number)),
+            ".{0,40}".prop_map(Value::String),
+            "[0-9a-f]{32}".prop_map(Value::String),
+        ];
+        leaf.prop_recursive(4, 32, 6, |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..6).prop_map(Value::Array),
+                prop::collection::btree_map(".{0,8}", inner, 0..6)
+                    .prop_map(|m| Value::Object(m.into_iter().collect())),
+            ]
+        })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(2000))]
+        #[test]
+        fn every_tool_decodes_any_json_without_panicking(
+            tool in any::<prop::sample::Index>(),
+            picks in prop::collection::vec((any::<prop::sample::Index>(), json()), 0..6),
+            stray in prop::option::of((".{1,8}", json())),
+        ) {
+            let root = std::env::temp_dir();
+            let mut config = crate::config::default_config(&root);
+            config.commands.extend(crate::config::shell_profiles());
+            let specs = crate::tools::catalog::catalog(&config);
+            let spec = tool.get(&specs);
+            let mut arguments = Map::new();
+            for (param, value) in &picks {
+                if !spec.params.is_empty() {
+                    arguments.insert(param.get(&spec.params).name.to_owned(), value.clone());
+                }
+            }
+            if let Some((key, value)) = stray {
+                arguments.insert(key, value);
+            }
+            match Args::decode(&spec.params, Some(arguments)) {
+                Err(e) => prop_assert_eq!(e.code, ErrorCode::InvalidArgument),
+                Ok(args) => {
+                    for param in &spec.params {
+                        let name = param.name;
+                        match &param.kind {
+                            Kind::Str { .. } | Kind::Text | Kind::SessionId => drop(args.str(name)),
+                            Kind::Int { .. } => drop(args.int(name)),
+                            Kind::OptInt { .. } => drop(args.opt_int(name)),
+                            Kind::Bool => drop(args.bool(name)),
+                            Kind::OneOf(_) => drop(args.choice(name)),
+                            Kind::StrList { .. } => drop(args.str_list(name)),
+                            _ => drop(args.has(name)),
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
