@@ -119,3 +119,13 @@ pub const EXEC_INTERRUPT_SETTLE: Duration = Duration::from_secs(5);
 pub const RUN_MIN_BYTES: u64 = 4;
 pub const RUN_MAX_BYTES: u64 = 1_048_576;
 pub const RUN_DEFAULT_BYTES: u64 = 65_536;
+
+/// HTTP transport: the default listen address, the largest request body, the most MCP
+/// sessions kept at once and how long an idle one lives.
+pub const HTTP_DEFAULT_LISTEN: &str = "127.0.0.1:8765";
+pub const HTTP_MAX_BODY_BYTES: usize = 1024 * 1024;
+pub const MAX_MCP_SESSIONS: usize = 64;
+pub const MCP_SESSION_IDLE: Duration = Duration::from_secs(30 * 60);
+/// Bearer token: the fewest characters accepted, and the largest token file read.
+pub const TOKEN_MIN_CHARS: usize = 32;
+pub const TOKEN_MAX_BYTES: usize = 4096;

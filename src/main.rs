@@ -7,6 +7,7 @@ mod config;
 mod errors;
 mod framing;
 mod hangup;
+mod http;
 mod limits;
 mod output;
 mod policy;
@@ -46,6 +47,28 @@ enum Command {
         /// Owner config (JSON); see `make-config`.
         #[arg(long)]
         config: Option<PathBuf>,
+    },
+    /// Serve MCP over Streamable HTTP at /mcp, for clients that send the bearer token.
+    Http {
+        /// Owner config (JSON); see `make-config`.
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// Address to listen on (port 0 picks a free port).
+        #[arg(long, default_value = limits::HTTP_DEFAULT_LISTEN)]
+        listen: String,
+        /// The bearer token file (default: $XDG_CONFIG_HOME/mcp-terminal/token, else
+        /// ~/.config/mcp-terminal/token); created with a random token when absent.
+        #[arg(long)]
+        token_file: Option<PathBuf>,
+        /// Accept a non-loopback listen address and any Host header.
+        #[arg(long)]
+        allow_remote: bool,
+        /// A browser origin (besides loopback ones) allowed to send requests.
+        #[arg(long = "allow-origin", value_name = "ORIGIN")]
+        allow_origins: Vec<String>,
+        /// Milliseconds an MCP session may go without a request before it is closed.
+        #[arg(long, hide = true, default_value_t = limits::MCP_SESSION_IDLE.as_millis() as u64)]
+        mcp_session_idle_ms: u64,
     },
     /// Write an owner config with every field at its default, all paths absolute.
     MakeConfig {
@@ -131,7 +154,28 @@ fn main() -> ExitCode {
     process::cloexec_inherited_fds();
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Stdio { config } => load_config(config.as_deref()).and_then(serve_stdio),
+        Command::Stdio { config } => {
+            load_config(config.as_deref()).and_then(|c| serve(c, Serve::Stdio))
+        }
+        Command::Http {
+            config,
+            listen,
+            token_file,
+            allow_remote,
+            allow_origins,
+            mcp_session_idle_ms,
+        } => {
+            let options = http::Options {
+                listen,
+                token_file,
+                allow_remote,
+                allow_origins,
+                mcp_idle: std::time::Duration::from_millis(mcp_session_idle_ms),
+            };
+            load_config(config.as_deref())
+                .and_then(|config| Ok((config, http::prepare(options)?)))
+                .and_then(|(config, prepared)| serve(config, Serve::Http(prepared)))
+        }
         Command::MakeConfig {
             output,
             root,
@@ -293,7 +337,13 @@ fn make_config(output: Option<&Path>, root: Option<&Path>, shells: bool) -> Resu
     Ok(())
 }
 
-fn serve_stdio(config: Config) -> Result<(), String> {
+/// Which transport MCP is served on.
+enum Serve {
+    Stdio,
+    Http(http::Prepared),
+}
+
+fn serve(config: Config, transport: Serve) -> Result<(), String> {
     init_logging();
     // A log that cannot be opened is a config error, reported before anything starts.
     let audit = open_audit(&config)?;
@@ -313,13 +363,22 @@ fn serve_stdio(config: Config) -> Result<(), String> {
         .enable_all()
         .build()
         .map_err(|e| format!("cannot start the runtime: {e}"))?;
-    runtime.block_on(run(config, audit, instance.clone()))?;
+    runtime.block_on(async {
+        let reaper = Reaper::start().map_err(|e| format!("cannot watch child processes: {e}"))?;
+        // The one set of terminal sessions every MCP session of this server shares.
+        let sessions = Arc::new(Sessions::new(Arc::new(config), reaper, instance.clone()));
+        match transport {
+            Serve::Stdio => run(sessions, audit).await,
+            Serve::Http(prepared) => http::serve(sessions, audit, prepared).await,
+        }
+    })?;
     // Descendants that left their session's group (escaped daemons) end here too.
     match guardian {
         Some(guardian) => guardian.finish(&instance),
         None => drop(process::sweep(&instance)),
     }
-    // Pending blocking reads of stdin must not hold the process open.
+    // Pending blocking reads of stdin, or HTTP connections that outlived the shutdown
+    // flush, must not hold the process open.
     std::process::exit(0);
 }
 
@@ -330,15 +389,9 @@ fn open_audit(config: &Config) -> Result<Option<Arc<audit::AuditLog>>, String> {
     }
 }
 
-async fn run(
-    config: Config,
-    audit: Option<Arc<audit::AuditLog>>,
-    instance: String,
-) -> Result<(), String> {
+async fn run(sessions: Arc<Sessions>, audit: Option<Arc<audit::AuditLog>>) -> Result<(), String> {
     let mut sigterm = signal(SignalKind::terminate()).map_err(|e| e.to_string())?;
     let mut sigint = signal(SignalKind::interrupt()).map_err(|e| e.to_string())?;
-    let reaper = Reaper::start().map_err(|e| format!("cannot watch child processes: {e}"))?;
-    let sessions = Arc::new(Sessions::new(Arc::new(config), reaper, instance));
     let (stdin, stdout) = rmcp::transport::io::stdio_pipes();
     let (service_in, service_out, stdin_closed) = framing::guard(stdin, stdout);
     let server = TerminalServer::new(sessions.clone()).with_audit(audit);

@@ -1,12 +1,27 @@
 //! The official Python MCP SDK (`mcp==2.3.0`) connects to the real binary through both of
 //! its paths: `ClientSession.initialize()` and the high-level `mcp.Client`, which probes
-//! `server/discover` first. Skipped, with the reason printed, when python3 or the SDK is
+//! `server/discover` first; over stdio and over Streamable HTTP (`streamable_http_client`
+//! with the bearer token). Skipped, with the reason printed, when python3 or the SDK is
 //! missing, unless `MCP_TERMINAL_REQUIRE_PYTHON_SDK=1` (as in CI, which installs it).
 
 use std::process::Command;
 
 #[test]
 fn python_sdk_connects_by_initialize_and_by_discover() {
+    run_sdk_client("stdio");
+}
+
+#[test]
+fn python_sdk_connects_over_http_by_initialize_and_by_discover() {
+    let stdout = run_sdk_client("http");
+    assert!(
+        stdout.contains("ok: the token is on no stderr line"),
+        "{stdout}"
+    );
+}
+
+/// Run the SDK client over `transport`, check both handshakes, and return its output.
+fn run_sdk_client(transport: &str) -> String {
     let required = std::env::var("MCP_TERMINAL_REQUIRE_PYTHON_SDK").is_ok_and(|v| v == "1");
     let probe = Command::new("python3")
         .args(["-c", "import mcp, mcp.client; from mcp import Client"])
@@ -19,13 +34,13 @@ fn python_sdk_connects_by_initialize_and_by_discover() {
         eprintln!(
             "skipped: python3 with the `mcp` package (pip install mcp==2.3.0) is not installed"
         );
-        return;
+        return String::new();
     }
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/python/sdk_client.py");
     // The server must not find the owner's default config: HOME is a fresh directory.
     let home = tempfile::tempdir().expect("a temporary directory");
     let output = Command::new("python3")
-        .args([script, env!("CARGO_BIN_EXE_mcp-terminal")])
+        .args([script, env!("CARGO_BIN_EXE_mcp-terminal"), transport])
         .env("MCP_TERMINAL_LOG", "warn")
         .env("HOME", home.path())
         .env_remove("XDG_CONFIG_HOME")
@@ -49,4 +64,5 @@ fn python_sdk_connects_by_initialize_and_by_discover() {
         stdout.contains("info: negotiated protocol 2025-11-25"),
         "{stdout}"
     );
+    stdout.into_owned()
 }

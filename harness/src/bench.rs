@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 use serde_json::{Value, json};
 
-use crate::client::McpServer;
+use crate::client::{McpServer, Transport};
 use crate::evidence;
 
 mod suite;
@@ -650,12 +650,8 @@ async fn start_server(
 ) -> Result<McpServer, String> {
     let path = config_dir.join(format!("{name}.json"));
     write_config(server, root, &path, &limits, &profiles).await?;
-    let args = [
-        "stdio".to_string(),
-        "--config".to_string(),
-        path.display().to_string(),
-    ];
-    McpServer::start(server, &args, root).await
+    let args = ["--config".to_string(), path.display().to_string()];
+    McpServer::start(Transport::Stdio, server, &args, root).await
 }
 
 async fn write_config(

@@ -1,8 +1,10 @@
-//! The server under test behind a real MCP client (rmcp over the child's stdio).
+//! The server under test behind a real MCP client: rmcp over the child's stdio, or over
+//! Streamable HTTP to `mcp-terminal http` with its bearer token.
 //!
-//! The child is spawned through rmcp's `TokioChildProcess`, wrapped so the harness can see its
-//! exit status and whether the transport had to signal it: rmcp reaps the child itself when
-//! the connection ends, so the status would otherwise be lost.
+//! On stdio the child is spawned through rmcp's `TokioChildProcess`, wrapped so the harness
+//! can see its exit status and whether the transport had to signal it: rmcp reaps the child
+//! itself when the connection ends, so the status would otherwise be lost. Over HTTP the
+//! harness owns the child, learns the URL from its stderr line, and ends it with SIGTERM.
 
 use std::future::Future;
 use std::io;
@@ -19,7 +21,8 @@ use rmcp::model::{
     ProgressToken, ServerResult,
 };
 use rmcp::service::{NotificationContext, PeerRequestOptions, RequestHandle, RunningService};
-use rmcp::transport::TokioChildProcess;
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
 use rmcp::{RoleClient, ServiceExt};
 use serde_json::{Value, json};
 use tokio::io::AsyncReadExt;
@@ -30,6 +33,35 @@ use crate::scenario::Launch;
 
 /// How long the final cleanup waits for the server to exit after stdin closes before killing.
 const EXIT_GRACE: Duration = Duration::from_secs(5);
+/// How long `mcp-terminal http` may take to print the URL it listens on.
+const LISTEN_TIMEOUT: Duration = Duration::from_secs(30);
+/// The stderr line `mcp-terminal http` names its URL with.
+const LISTENING: &str = "mcp-terminal: listening on ";
+
+/// The transport the client speaks to the server over.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Transport {
+    #[default]
+    Stdio,
+    Http,
+}
+
+impl Transport {
+    pub fn name(self) -> &'static str {
+        match self {
+            Transport::Stdio => "stdio",
+            Transport::Http => "http",
+        }
+    }
+
+    pub fn parse(name: &str) -> Result<Self, String> {
+        match name {
+            "stdio" => Ok(Transport::Stdio),
+            "http" => Ok(Transport::Http),
+            other => Err(format!("unknown transport `{other}`; use stdio or http")),
+        }
+    }
+}
 
 /// How the server process ended, from the reaped status or its zombie's /proc entry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -252,10 +284,13 @@ pub struct McpServer {
     client: Option<RunningService<RoleClient, Recorder>>,
     recorder: Recorder,
     pub pid: u32,
+    pub transport: Transport,
     log: SharedLog,
     stderr: Arc<Mutex<Vec<u8>>>,
     stderr_task: Option<JoinHandle<()>>,
     received: Received,
+    /// HTTP: the directory of the token file, removed with the server.
+    _token_dir: Option<tempfile::TempDir>,
 }
 
 /// Arrange what the server inherits: open descriptors, ignored signals, no capabilities.
@@ -319,20 +354,41 @@ fn inherit(
 pub type ToolResult = Value;
 
 impl McpServer {
-    /// Spawn the server and complete the MCP handshake.
-    pub async fn start(program: &Path, args: &[String], cwd: &Path) -> Result<Self, String> {
-        Self::start_with(program, args, cwd, &Launch::default()).await
+    /// Spawn the server (`stdio` or `http` followed by `args`) and complete the MCP handshake.
+    pub async fn start(
+        transport: Transport,
+        program: &Path,
+        args: &[String],
+        cwd: &Path,
+    ) -> Result<Self, String> {
+        Self::start_with(transport, program, args, cwd, &Launch::default()).await
     }
 
     /// Spawn the server with what `launch` says it inherits, and complete the handshake.
     pub async fn start_with(
+        transport: Transport,
+        program: &Path,
+        args: &[String],
+        cwd: &Path,
+        launch: &Launch,
+    ) -> Result<Self, String> {
+        match transport {
+            Transport::Stdio => Self::start_stdio(program, args, cwd, launch).await,
+            Transport::Http => Self::start_http(program, args, cwd, launch).await,
+        }
+    }
+
+    async fn start_stdio(
         program: &Path,
         args: &[String],
         cwd: &Path,
         launch: &Launch,
     ) -> Result<Self, String> {
         let mut cmd = tokio::process::Command::new(program);
-        cmd.args(args).current_dir(cwd).envs(&launch.env);
+        cmd.arg("stdio")
+            .args(args)
+            .current_dir(cwd)
+            .envs(&launch.env);
         // Held open until the server is spawned.
         let _inherited = inherit(&mut cmd, launch)?;
         let log = SharedLog::default();
@@ -345,30 +401,18 @@ impl McpServer {
             .map_err(|e| format!("cannot spawn {}: {e}", program.display()))?;
         let pid = transport.id().ok_or("spawned server has no pid")?;
         let buffer = Arc::new(Mutex::new(Vec::new()));
-        let stderr_task = stderr.map(|mut pipe| {
-            let buffer = buffer.clone();
-            tokio::spawn(async move {
-                let mut chunk = [0u8; 8192];
-                while let Ok(n) = pipe.read(&mut chunk).await {
-                    if n == 0 {
-                        break;
-                    }
-                    buffer
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .extend_from_slice(&chunk[..n]);
-                }
-            })
-        });
+        let stderr_task = stderr.map(|pipe| collect_stderr(pipe, buffer.clone()));
         let recorder = Recorder::default();
         let mut server = McpServer {
             client: None,
             recorder: recorder.clone(),
             pid,
+            transport: Transport::Stdio,
             log,
             stderr: buffer,
             stderr_task,
             received,
+            _token_dir: None,
         };
         match recorder.serve(transport).await {
             Ok(client) => {
@@ -379,6 +423,104 @@ impl McpServer {
                 server.kill();
                 Err(format!("MCP handshake failed: {e}"))
             }
+        }
+    }
+
+    async fn start_http(
+        program: &Path,
+        args: &[String],
+        cwd: &Path,
+        launch: &Launch,
+    ) -> Result<Self, String> {
+        let token_dir = tempfile::Builder::new()
+            .prefix("mcp-terminal-token-")
+            .tempdir()
+            .map_err(|e| format!("cannot create a token directory: {e}"))?;
+        let token_file = token_dir.path().join("token");
+        let mut cmd = tokio::process::Command::new(program);
+        cmd.arg("http")
+            .args(args)
+            .args(["--listen", "127.0.0.1:0", "--token-file"])
+            .arg(&token_file)
+            .current_dir(cwd)
+            .envs(&launch.env)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        let inherited = inherit(&mut cmd, launch)?;
+        let mut child = cmd
+            .spawn()
+            .map_err(|e| format!("cannot spawn {}: {e}", program.display()))?;
+        drop(inherited);
+        let pid = child.id().ok_or("spawned server has no pid")?;
+        let buffer = Arc::new(Mutex::new(Vec::new()));
+        let stderr_task = child
+            .stderr
+            .take()
+            .map(|pipe| collect_stderr(pipe, buffer.clone()));
+        let log = SharedLog::default();
+        let exit_log = log.clone();
+        tokio::spawn(async move {
+            let status = child.wait().await;
+            Observed::record(&exit_log, &status);
+        });
+        let recorder = Recorder::default();
+        let mut server = McpServer {
+            client: None,
+            recorder: recorder.clone(),
+            pid,
+            transport: Transport::Http,
+            log,
+            stderr: buffer,
+            stderr_task,
+            received: Received::default(),
+            _token_dir: Some(token_dir),
+        };
+        let connected = async {
+            let url = server.listening_url().await?;
+            let token = std::fs::read_to_string(&token_file)
+                .map_err(|e| format!("the server wrote no readable token file: {e}"))?;
+            let config = StreamableHttpClientTransportConfig::with_uri(url.as_str())
+                .auth_header(token.trim());
+            let transport = StreamableHttpClientTransport::from_config(config);
+            recorder
+                .clone()
+                .serve(transport)
+                .await
+                .map_err(|e| format!("MCP handshake over HTTP with {url} failed: {e}"))
+        };
+        match connected.await {
+            Ok(client) => {
+                server.client = Some(client);
+                Ok(server)
+            }
+            Err(e) => {
+                server.kill();
+                Err(format!("{e}; server stderr:\n{}", server.stderr()))
+            }
+        }
+    }
+
+    /// The URL from the server's `listening on` line, once it is printed.
+    async fn listening_url(&self) -> Result<String, String> {
+        let deadline = Instant::now() + LISTEN_TIMEOUT;
+        loop {
+            let stderr = self.stderr();
+            if let Some(line) = stderr.lines().find(|l| l.starts_with(LISTENING))
+                && stderr.contains(&format!("{line}\n"))
+            {
+                return Ok(line[LISTENING.len()..].trim().to_string());
+            }
+            if let Some(exit) = self.exit() {
+                return Err(format!(
+                    "the server exited ({}) before listening",
+                    exit.describe()
+                ));
+            }
+            if Instant::now() >= deadline {
+                return Err("the server printed no `listening on` line".into());
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
         }
     }
 
@@ -398,7 +540,19 @@ impl McpServer {
             .call_tool(params(tool, args))
             .await
             .map_err(|e| format!("tools/call {tool} failed at the protocol level: {e}"))?;
-        serde_json::to_value(result).map_err(|e| e.to_string())
+        let value = serde_json::to_value(result).map_err(|e| e.to_string())?;
+        self.saw(&value);
+        Ok(value)
+    }
+
+    /// Over HTTP the client's bytes are not teed: keep every result as JSON instead, so a
+    /// `never_prints` check still covers all that tools returned.
+    fn saw(&self, value: &Value) {
+        if self.transport == Transport::Http {
+            let mut received = self.received.lock().unwrap_or_else(|e| e.into_inner());
+            received.extend(value.to_string().into_bytes());
+            received.push(b'\n');
+        }
     }
 
     /// Send a call without waiting for its answer; the task yields it.
@@ -445,6 +599,7 @@ impl McpServer {
             .await
             .map_err(|e| format!("tools/call {tool} failed at the protocol level: {e}"))?;
         let result = tool_result(response)?;
+        self.saw(&result);
         tokio::time::sleep(NOTIFICATION_SETTLE).await;
         let progress = self.progress_for(&token);
         Ok((result, progress.into_iter().map(|p| p.value).collect()))
@@ -470,7 +625,9 @@ impl McpServer {
                 let result = response
                     .map_err(|_| "connection closed".to_string())?
                     .map_err(|e| format!("tools/call {tool} failed: {e}"))?;
-                Ok(Cancelled { result: Some(tool_result(result)?), token, cancelled_at: None })
+                let result = tool_result(result)?;
+                self.saw(&result);
+                Ok(Cancelled { result: Some(result), token, cancelled_at: None })
             }
             () = tokio::time::sleep(after) => {
                 handle
@@ -582,9 +739,12 @@ impl McpServer {
         }
     }
 
-    /// End of scenario: close stdin, wait for exit, kill if it does not come. Returns notes
-    /// about anything other than a clean exit.
+    /// End of scenario: close stdin (HTTP: close the MCP session and send SIGTERM), wait for
+    /// exit, kill if it does not come. Returns notes about anything other than a clean exit.
     pub async fn shutdown(&mut self) -> Vec<String> {
+        if self.transport == Transport::Http {
+            return self.shutdown_http().await;
+        }
         let mut notes = Vec::new();
         let close = self.close();
         if tokio::time::timeout(EXIT_GRACE * 3, close).await.is_err() {
@@ -605,6 +765,34 @@ impl McpServer {
         notes
     }
 
+    async fn shutdown_http(&mut self) -> Vec<String> {
+        let mut notes = Vec::new();
+        if tokio::time::timeout(EXIT_GRACE * 3, self.close())
+            .await
+            .is_err()
+        {
+            notes.push("closing the MCP client timed out".to_string());
+        }
+        if self.exit().is_none()
+            && let Err(e) = self.signal(nix::sys::signal::Signal::SIGTERM)
+        {
+            notes.push(e);
+        }
+        match self.wait_exit(EXIT_GRACE).await {
+            Some(exit) if exit.code == Some(0) => {}
+            Some(exit) => notes.push(format!("server ended with {} on SIGTERM", exit.describe())),
+            None => {
+                notes.push(format!(
+                    "server pid {} did not exit on SIGTERM; killed",
+                    self.pid
+                ));
+                self.kill();
+            }
+        }
+        self.finish_stderr(Duration::from_secs(2)).await;
+        notes
+    }
+
     fn kill(&self) {
         if lock(&self.log).exit.is_none() {
             let _ = nix::sys::signal::kill(
@@ -613,6 +801,25 @@ impl McpServer {
             );
         }
     }
+}
+
+/// Append everything the server writes on stderr to `buffer`, until EOF.
+fn collect_stderr(
+    mut pipe: impl tokio::io::AsyncRead + Unpin + Send + 'static,
+    buffer: Arc<Mutex<Vec<u8>>>,
+) -> JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut chunk = [0u8; 8192];
+        while let Ok(n) = pipe.read(&mut chunk).await {
+            if n == 0 {
+                break;
+            }
+            buffer
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .extend_from_slice(&chunk[..n]);
+        }
+    })
 }
 
 fn tool_result(result: ServerResult) -> Result<ToolResult, String> {

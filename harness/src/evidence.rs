@@ -27,10 +27,17 @@ pub struct RunEvidence {
     pub server_version: String,
     pub git_commit: Option<String>,
     pub os: String,
+    /// The transport the scenarios ran over (`stdio` or `http`).
+    #[serde(default = "default_transport")]
+    pub transport: String,
     pub started_at: String,
     pub finished_at: String,
     pub counts: Counts,
     pub scenarios: Vec<ScenarioEvidence>,
+}
+
+fn default_transport() -> String {
+    "stdio".into()
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]

@@ -37,7 +37,7 @@ pub use runner::{ServerSpec, run_scenario};
 pub use scenario::Scenario;
 
 /// One scenario file: its stem, and the scenario or why it did not load.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Loaded {
     pub name: String,
     pub path: PathBuf,

@@ -9,6 +9,7 @@ use std::sync::Mutex;
 
 use clap::{Parser, Subcommand};
 use harness::bench;
+use harness::client::Transport;
 use harness::evidence::{self, ScenarioEvidence};
 use harness::{RunEvidence, ServerSpec, load_scenarios, report, run_scenario};
 
@@ -39,6 +40,10 @@ enum Command {
         /// Scenarios run at once (serial ones run alone); default: the number of CPUs.
         #[arg(long)]
         jobs: Option<usize>,
+        /// `stdio`, or `http` (`mcp-terminal http` with a bearer token; scenarios tagged
+        /// `stdio-only` are skipped).
+        #[arg(long, default_value = "stdio")]
+        transport: String,
     },
     /// Measure the server's speed and memory; write JSON (and optionally Markdown).
     Bench {
@@ -87,7 +92,9 @@ fn main() -> ExitCode {
             server,
             scenarios_dir,
             jobs,
-        } => verify(&output, &scenarios, server, &scenarios_dir, jobs),
+            transport,
+        } => Transport::parse(&transport)
+            .and_then(|t| verify(&output, &scenarios, server, &scenarios_dir, jobs, t)),
         Command::Report { evidence, output } => write_report(&evidence, &output),
         Command::FloorServer => harness::floor::serve().map(|()| ExitCode::SUCCESS),
         Command::Soak {
@@ -179,9 +186,10 @@ fn verify(
     server: Option<PathBuf>,
     dir: &Path,
     jobs: Option<usize>,
+    transport: Transport,
 ) -> Result<ExitCode, String> {
     let server = resolve_server(server)?;
-    let spec = ServerSpec::beside(server.clone());
+    let spec = ServerSpec::beside(server.clone()).over(transport);
     let mut loaded = load_scenarios(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     if !only.is_empty() {
         if let Some(missing) = only.iter().find(|n| !loaded.iter().any(|l| &l.name == *n)) {
@@ -190,6 +198,7 @@ fn verify(
         loaded.retain(|l| only.contains(&l.name));
     }
     let mut run = evidence::environment(&server, Path::new(WORKSPACE));
+    run.transport = transport.name().to_string();
     let jobs = jobs
         .or_else(|| std::thread::available_parallelism().ok().map(usize::from))
         .unwrap_or(1)

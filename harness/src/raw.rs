@@ -32,6 +32,7 @@ pub struct RawServer {
 impl RawServer {
     pub fn spawn(program: &Path, args: &[String], cwd: &Path) -> Result<Self, String> {
         let mut child = tokio::process::Command::new(program)
+            .arg("stdio")
             .args(args)
             .current_dir(cwd)
             .env("HOME", cwd)

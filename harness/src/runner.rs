@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::client::McpServer;
+use crate::client::{McpServer, Transport};
 use crate::evidence::{
     Assertion, Exchange, ScenarioEvidence, StepEvidence, Verdict, abbreviate, without_repeated_text,
 };
@@ -28,17 +28,27 @@ const LEFTOVER_GRACE: Duration = Duration::from_secs(5);
 /// Bound on `make-config`.
 const MAKE_CONFIG_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// Which server binary to test; `demo-process` is its sibling.
+/// Which server binary to test, and over which transport; `demo-process` is its sibling.
 #[derive(Debug, Clone)]
 pub struct ServerSpec {
     pub server: PathBuf,
     pub demo: PathBuf,
+    pub transport: Transport,
 }
 
 impl ServerSpec {
     pub fn beside(server: PathBuf) -> Self {
         let demo = server.with_file_name("demo-process");
-        ServerSpec { server, demo }
+        ServerSpec {
+            server,
+            demo,
+            transport: Transport::Stdio,
+        }
+    }
+
+    pub fn over(mut self, transport: Transport) -> Self {
+        self.transport = transport;
+        self
     }
 }
 
@@ -52,6 +62,14 @@ pub fn run_scenario(scenario: &Scenario, spec: &ServerSpec) -> ScenarioEvidence 
     if let Some(why) = scenario.missing_requirement() {
         ev.verdict = Verdict::Skipped;
         ev.failure = Some(why);
+        return ev;
+    }
+    if spec.transport != Transport::Stdio && scenario.is_stdio_only() {
+        ev.verdict = Verdict::Skipped;
+        ev.failure = Some(format!(
+            "tagged stdio-only: not run over {}",
+            spec.transport.name()
+        ));
         return ev;
     }
     match tokio::runtime::Builder::new_multi_thread()
@@ -170,7 +188,7 @@ async fn prepare_config(
     config_dir: &Path,
     vars: &Vars,
 ) -> Result<(Vec<String>, Value), String> {
-    let mut args = vec!["stdio".to_string()];
+    let mut args = Vec::new();
     if setup.no_config {
         args.extend(setup.args.iter().cloned());
         return Ok((args, Value::Null));
@@ -288,6 +306,7 @@ pub(crate) struct Run<'a> {
 impl Run<'_> {
     async fn start_and_run_steps(&mut self) -> Result<(), String> {
         let server = McpServer::start_with(
+            self.spec.transport,
             &self.spec.server,
             &self.server_args,
             &self.root,
@@ -334,7 +353,7 @@ impl Run<'_> {
         if let Some(server) = self.server.as_mut() {
             for note in server.shutdown().await {
                 self.ev.final_checks.push(Assertion {
-                    what: "server exits on stdin EOF".into(),
+                    what: "server shuts down cleanly".into(),
                     ok: false,
                     detail: Some(note),
                 });

@@ -70,6 +70,12 @@ impl Scenario {
         self.tags.iter().any(|t| t == "serial")
     }
 
+    /// Tagged `stdio-only`: it checks stdio itself (framing, stdin EOF), so other transports
+    /// skip it.
+    pub fn is_stdio_only(&self) -> bool {
+        self.tags.iter().any(|t| t == "stdio-only")
+    }
+
     /// Why the scenario cannot run here: the first required path that does not exist.
     pub fn missing_requirement(&self) -> Option<String> {
         self.requires

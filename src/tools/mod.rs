@@ -37,6 +37,8 @@ pub struct TerminalServer {
     sessions: Arc<Sessions>,
     catalog: Arc<Vec<ToolSpec>>,
     audit: Option<Arc<AuditLog>>,
+    /// What the transport adds to each audit line (HTTP: MCP session id, client address).
+    audit_fields: fn(&RequestContext<RoleServer>) -> Map<String, Value>,
 }
 
 impl TerminalServer {
@@ -46,12 +48,22 @@ impl TerminalServer {
             sessions,
             catalog,
             audit: None,
+            audit_fields: |_| Map::new(),
         }
     }
 
     /// Record every call in `audit`.
     pub fn with_audit(mut self, audit: Option<Arc<AuditLog>>) -> Self {
         self.audit = audit;
+        self
+    }
+
+    /// Add `fields` of each request to its audit line.
+    pub fn with_audit_fields(
+        mut self,
+        fields: fn(&RequestContext<RoleServer>) -> Map<String, Value>,
+    ) -> Self {
+        self.audit_fields = fields;
         self
     }
 
@@ -63,6 +75,7 @@ impl TerminalServer {
         arguments: &Map<String, Value>,
         outcome: &Result<Value, ToolError>,
         duration: Duration,
+        context: &RequestContext<RoleServer>,
     ) {
         let Some(audit) = &self.audit else {
             return;
@@ -123,7 +136,7 @@ impl TerminalServer {
             },
             duration,
             details,
-            extra: Map::new(),
+            extra: (self.audit_fields)(context),
         });
     }
 
@@ -466,7 +479,7 @@ impl ServerHandler for TerminalServer {
             Ok(args) => self.dispatch(spec.name, &args, &context).await,
             Err(error) => Err(error),
         };
-        self.audit(spec.name, &arguments, &outcome, began.elapsed());
+        self.audit(spec.name, &arguments, &outcome, began.elapsed(), &context);
         let result = match outcome {
             Ok(value) => CallToolResult::structured(value),
             Err(error) => {

@@ -1,6 +1,7 @@
-"""Drive mcp-terminal with the official Python MCP SDK, through both of its connection paths.
+"""Drive mcp-terminal with the official Python MCP SDK, through both of its connection paths,
+over stdio and over Streamable HTTP (`mcp-terminal http` with its bearer token).
 
-Usage: python3 sdk_client.py PATH_TO_MCP_TERMINAL
+Usage: python3 sdk_client.py PATH_TO_MCP_TERMINAL [stdio|http]
 
 1. `ClientSession.initialize()`: the classic `initialize` handshake.
 2. `mcp.Client` (mode "auto"): probes `server/discover` first (protocol 2026-07-28), falling
@@ -12,10 +13,16 @@ waits on it, lists sessions, renders the `pty-tui` screen, and checks the struct
 
 import asyncio
 import json
+import os
+import signal
+import subprocess
 import sys
 import tempfile
+import threading
 
+import httpx2
 from mcp import Client, ClientSession, StdioServerParameters, stdio_client
+from mcp.client.streamable_http import streamable_http_client
 
 REFERENCE_TOOLS = {
     "terminal_start",
@@ -81,8 +88,8 @@ async def exercise(call_tool, list_tools, label):
     check(structured(bad)["error"]["code"] == "INVALID_ARGUMENT", f"{label}: ... with code INVALID_ARGUMENT")
 
 
-async def with_client_session(params):
-    async with stdio_client(params) as (read, write):
+async def with_client_session(transport):
+    async with transport as (read, write):
         async with ClientSession(read, write) as session:
             init = await session.initialize()
             check(init.server_info.name == "mcp-terminal", "ClientSession.initialize(): server is mcp-terminal")
@@ -90,19 +97,72 @@ async def with_client_session(params):
             await exercise(session.call_tool, session.list_tools, "ClientSession")
 
 
-async def with_high_level_client(params):
-    async with Client(params) as client:
+async def with_high_level_client(transport):
+    async with Client(transport) as client:
         check(client.server_info.name == "mcp-terminal", "mcp.Client: server is mcp-terminal")
         print(f"info: negotiated protocol {client.protocol_version}")
         await exercise(client.call_tool, client.list_tools, "mcp.Client")
 
 
-async def main(binary):
+class HttpServer:
+    """`mcp-terminal http` on a free loopback port, with its token file in `root`."""
+
+    LISTENING = "mcp-terminal: listening on "
+
+    def __init__(self, binary, root):
+        self.token_file = os.path.join(root, "token")
+        self.process = subprocess.Popen(
+            [binary, "http", "--listen", "127.0.0.1:0", "--token-file", self.token_file],
+            cwd=root,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        self.stderr = []
+        listening = threading.Event()
+
+        def pump():
+            for line in self.process.stderr:
+                self.stderr.append(line)
+                if line.startswith(self.LISTENING):
+                    self.url = line[len(self.LISTENING):].strip()
+                    listening.set()
+            listening.set()
+
+        threading.Thread(target=pump, daemon=True).start()
+        listening.wait(60)
+        if getattr(self, "url", None) is None:
+            raise AssertionError(f"mcp-terminal http printed no URL: {''.join(self.stderr)}")
+        print(f"ok: mcp-terminal http listens on {self.url}")
+        with open(self.token_file) as f:
+            self.token = f.read().strip()
+
+    def transport(self):
+        client = httpx2.AsyncClient(headers={"Authorization": f"Bearer {self.token}"}, timeout=60)
+        return streamable_http_client(self.url, http_client=client)
+
+    def stop(self):
+        self.process.send_signal(signal.SIGTERM)
+        code = self.process.wait(30)
+        check(code == 0, "mcp-terminal http exits 0 on SIGTERM")
+        check(all(self.token not in line for line in self.stderr), "the token is on no stderr line")
+
+
+async def main(binary, transport):
     with tempfile.TemporaryDirectory() as root:
-        params = StdioServerParameters(command=binary, args=["stdio"], cwd=root)
-        await with_client_session(params)
-        await with_high_level_client(params)
+        if transport == "stdio":
+            params = StdioServerParameters(command=binary, args=["stdio"], cwd=root)
+            await with_client_session(stdio_client(params))
+            await with_high_level_client(params)
+            return
+        server = HttpServer(binary, root)
+        try:
+            await with_client_session(server.transport())
+            await with_high_level_client(server.transport())
+        finally:
+            server.stop()
 
 
 if __name__ == "__main__":
-    asyncio.run(main(sys.argv[1]))
+    asyncio.run(main(sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else "stdio"))

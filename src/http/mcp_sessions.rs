@@ -1,0 +1,122 @@
+//! MCP sessions of the HTTP transport (the `Mcp-Session-Id` of protocol revisions before
+//! 2026-07-28): rmcp's in-memory session manager, with at most `MAX_MCP_SESSIONS` open
+//! and each closed after `idle` without a request. Terminal sessions are not tied to MCP
+//! sessions: every MCP session sees the one shared set.
+
+use std::time::Duration;
+
+use futures::Stream;
+use rmcp::model::{ClientJsonRpcMessage, ServerJsonRpcMessage};
+use rmcp::transport::WorkerTransport;
+use rmcp::transport::streamable_http_server::SessionManager;
+use rmcp::transport::streamable_http_server::session::local::{
+    LocalSessionManager, LocalSessionManagerError, LocalSessionWorker,
+};
+use rmcp::transport::streamable_http_server::session::{ServerSseMessage, SessionId};
+
+use crate::limits::MAX_MCP_SESSIONS;
+
+pub struct CappedSessions {
+    inner: LocalSessionManager,
+    /// Held from counting to inserting, so two handshakes cannot both take the last place.
+    creating: tokio::sync::Mutex<()>,
+}
+
+#[derive(Debug)]
+pub enum McpSessionError {
+    Full,
+    Inner(LocalSessionManagerError),
+}
+
+impl std::fmt::Display for McpSessionError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            McpSessionError::Full => write!(
+                f,
+                "{MAX_MCP_SESSIONS} MCP sessions are open, the most this server keeps: close \
+                 one (DELETE /mcp with its Mcp-Session-Id) or wait until an idle one expires"
+            ),
+            McpSessionError::Inner(e) => e.fmt(f),
+        }
+    }
+}
+
+impl std::error::Error for McpSessionError {}
+
+impl From<LocalSessionManagerError> for McpSessionError {
+    fn from(e: LocalSessionManagerError) -> Self {
+        McpSessionError::Inner(e)
+    }
+}
+
+impl CappedSessions {
+    pub fn new(idle: Duration) -> Self {
+        let mut inner = LocalSessionManager::default();
+        inner.session_config.keep_alive = Some(idle);
+        CappedSessions {
+            inner,
+            creating: tokio::sync::Mutex::new(()),
+        }
+    }
+}
+
+impl SessionManager for CappedSessions {
+    type Error = McpSessionError;
+    type Transport = WorkerTransport<LocalSessionWorker>;
+
+    async fn create_session(&self) -> Result<(SessionId, Self::Transport), Self::Error> {
+        let _creating = self.creating.lock().await;
+        if self.inner.sessions.read().await.len() >= MAX_MCP_SESSIONS {
+            tracing::warn!("refused a new MCP session: {MAX_MCP_SESSIONS} are open");
+            return Err(McpSessionError::Full);
+        }
+        Ok(self.inner.create_session().await?)
+    }
+
+    async fn initialize_session(
+        &self,
+        id: &SessionId,
+        message: ClientJsonRpcMessage,
+    ) -> Result<ServerJsonRpcMessage, Self::Error> {
+        Ok(self.inner.initialize_session(id, message).await?)
+    }
+
+    async fn has_session(&self, id: &SessionId) -> Result<bool, Self::Error> {
+        Ok(self.inner.has_session(id).await?)
+    }
+
+    async fn close_session(&self, id: &SessionId) -> Result<(), Self::Error> {
+        Ok(self.inner.close_session(id).await?)
+    }
+
+    async fn create_stream(
+        &self,
+        id: &SessionId,
+        message: ClientJsonRpcMessage,
+    ) -> Result<impl Stream<Item = ServerSseMessage> + Send + Sync + 'static, Self::Error> {
+        Ok(self.inner.create_stream(id, message).await?)
+    }
+
+    async fn accept_message(
+        &self,
+        id: &SessionId,
+        message: ClientJsonRpcMessage,
+    ) -> Result<(), Self::Error> {
+        Ok(self.inner.accept_message(id, message).await?)
+    }
+
+    async fn create_standalone_stream(
+        &self,
+        id: &SessionId,
+    ) -> Result<impl Stream<Item = ServerSseMessage> + Send + Sync + 'static, Self::Error> {
+        Ok(self.inner.create_standalone_stream(id).await?)
+    }
+
+    async fn resume(
+        &self,
+        id: &SessionId,
+        last_event_id: String,
+    ) -> Result<impl Stream<Item = ServerSseMessage> + Send + Sync + 'static, Self::Error> {
+        Ok(self.inner.resume(id, last_event_id).await?)
+    }
+}

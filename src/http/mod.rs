@@ -1,0 +1,184 @@
+//! `mcp-terminal http`: MCP over Streamable HTTP at `/mcp` (rmcp's server, mounted in an
+//! axum router), behind the browser rules and the bearer token of `guard`.
+//!
+//! Flow at a glance: `prepare` checks the listen address and loads the token file before
+//! anything is served (a refusal exits 2); `serve` binds, prints the real URL, serves every
+//! MCP session from one shared `Sessions`, and on SIGTERM/SIGINT ends every terminal
+//! session (reason `shutdown`), then every MCP session, and returns.
+
+mod guard;
+mod mcp_sessions;
+mod token;
+
+use std::net::{SocketAddr, TcpListener, ToSocketAddrs};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::ConnectInfo;
+use axum::middleware::from_fn_with_state;
+use rmcp::RoleServer;
+use rmcp::service::RequestContext;
+use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
+use serde_json::{Map, Value};
+use tokio::signal::unix::{SignalKind, signal};
+use tokio_util::sync::CancellationToken;
+
+use crate::audit::AuditLog;
+use crate::limits::{HTTP_MAX_BODY_BYTES, SHUTDOWN_FLUSH, SHUTDOWN_GRACE};
+use crate::session::Sessions;
+use crate::tools::TerminalServer;
+use guard::Access;
+use mcp_sessions::CappedSessions;
+use token::{Loaded, Token};
+
+/// The command line of `mcp-terminal http`.
+pub struct Options {
+    pub listen: String,
+    pub token_file: Option<PathBuf>,
+    pub allow_remote: bool,
+    pub allow_origins: Vec<String>,
+    /// How long an MCP session may go without a request before it is closed.
+    pub mcp_idle: Duration,
+}
+
+/// Everything checked before serving: the address to bind and who may connect.
+pub struct Prepared {
+    address: SocketAddr,
+    access: Arc<Access>,
+    mcp_idle: Duration,
+}
+
+/// Check the address and load (or create) the token; errors are usage errors (exit 2).
+pub fn prepare(options: Options) -> Result<Prepared, String> {
+    let address = listen_address(&options.listen, options.allow_remote)?;
+    let path = match options.token_file {
+        Some(path) => path,
+        None => token::default_path()?,
+    };
+    let (token, loaded) = Token::load_or_create(&path)?;
+    if let Loaded::Created = loaded {
+        eprintln!(
+            "mcp-terminal: created a new token in {} (mode 0600); clients send it as \
+             `Authorization: Bearer <token>`",
+            path.display()
+        );
+    }
+    let access = Access::new(token, options.allow_remote, &options.allow_origins);
+    Ok(Prepared {
+        address,
+        access: Arc::new(access),
+        mcp_idle: options.mcp_idle,
+    })
+}
+
+fn listen_address(listen: &str, allow_remote: bool) -> Result<SocketAddr, String> {
+    let addresses: Vec<SocketAddr> = listen
+        .to_socket_addrs()
+        .map_err(|_| format!("--listen `{listen}` is not an address of the form IP:PORT"))?
+        .collect();
+    let address = *addresses
+        .first()
+        .ok_or_else(|| format!("--listen `{listen}` resolves to no address"))?;
+    if addresses.iter().all(|a| a.ip().is_loopback()) {
+        return Ok(address);
+    }
+    if !allow_remote {
+        return Err(format!(
+            "--listen `{listen}` is not a loopback address; pass --allow-remote to accept \
+             connections from other machines"
+        ));
+    }
+    eprintln!(
+        "mcp-terminal: warning: --allow-remote: listening on {address}, reachable from other \
+         machines; anyone who can reach it and holds the token can run every approved command, \
+         and the traffic (token included) is not encrypted"
+    );
+    Ok(address)
+}
+
+/// Serve until SIGTERM or SIGINT, then shut down every session.
+pub async fn serve(
+    sessions: Arc<Sessions>,
+    audit: Option<Arc<AuditLog>>,
+    prepared: Prepared,
+) -> Result<(), String> {
+    let mut sigterm = signal(SignalKind::terminate()).map_err(|e| e.to_string())?;
+    let mut sigint = signal(SignalKind::interrupt()).map_err(|e| e.to_string())?;
+    let listener = TcpListener::bind(prepared.address)
+        .and_then(|l| l.set_nonblocking(true).map(|()| l))
+        .and_then(tokio::net::TcpListener::from_std)
+        .map_err(|e| format!("cannot listen on {}: {e}", prepared.address))?;
+    let bound = listener
+        .local_addr()
+        .map_err(|e| format!("cannot read the bound address: {e}"))?;
+
+    let stop_mcp = CancellationToken::new();
+    let server = TerminalServer::new(sessions.clone())
+        .with_audit(audit)
+        .with_audit_fields(audit_fields);
+    let router = router(server, &prepared, stop_mcp.clone());
+    let stopped = stop_mcp.clone();
+    let server = axum::serve(
+        listener,
+        router.into_make_service_with_connect_info::<SocketAddr>(),
+    )
+    .with_graceful_shutdown(async move { stopped.cancelled().await });
+    let serving = tokio::spawn(server.into_future());
+    eprintln!("mcp-terminal: listening on http://{bound}/mcp");
+    tracing::info!(version = env!("CARGO_PKG_VERSION"), "serving MCP over HTTP");
+
+    let why = tokio::select! {
+        _ = sigterm.recv() => "SIGTERM",
+        _ = sigint.recv() => "SIGINT",
+    };
+    tracing::info!("shutting down ({why})");
+    sessions.shutdown(SHUTDOWN_GRACE.as_millis() as u64).await;
+    stop_mcp.cancel();
+    // Answers still in flight (a wait on a session that just ended) get a moment.
+    let _ = tokio::time::timeout(SHUTDOWN_FLUSH, serving).await;
+    tracing::info!("shutdown complete");
+    Ok(())
+}
+
+/// The audit fields of a request over HTTP: its MCP session (absent for the stateless
+/// revision 2026-07-28) and the client's address.
+fn audit_fields(context: &RequestContext<RoleServer>) -> Map<String, Value> {
+    let mut fields = Map::new();
+    let Some(parts) = context.extensions.get::<axum::http::request::Parts>() else {
+        return fields;
+    };
+    if let Some(id) = parts
+        .headers
+        .get("mcp-session-id")
+        .and_then(|v| v.to_str().ok())
+    {
+        fields.insert("mcp_session_id".into(), id.into());
+    }
+    if let Some(ConnectInfo(address)) = parts.extensions.get::<ConnectInfo<SocketAddr>>() {
+        fields.insert("client".into(), address.to_string().into());
+    }
+    fields
+}
+
+fn router(server: TerminalServer, prepared: &Prepared, stop_mcp: CancellationToken) -> Router {
+    let config = StreamableHttpServerConfig::default()
+        // `guard::browser_rules` checks Host (honouring --allow-remote) and Origin for
+        // every route, the live view's too.
+        .disable_allowed_hosts()
+        .with_cancellation_token(stop_mcp)
+        // Counted as the body streams in, with or without a Content-Length: 413 past it.
+        .with_max_request_body_bytes(HTTP_MAX_BODY_BYTES);
+    let mcp = StreamableHttpService::new(
+        move || Ok(server.clone()),
+        Arc::new(CappedSessions::new(prepared.mcp_idle)),
+        config,
+    );
+    let access = prepared.access.clone();
+    Router::new()
+        .route_service("/mcp", mcp)
+        // Outside the body limit: an unauthenticated client learns nothing, not even a 413.
+        .route_layer(from_fn_with_state(access.clone(), guard::require_bearer))
+        .layer(from_fn_with_state(access, guard::browser_rules))
+}

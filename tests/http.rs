@@ -1,0 +1,517 @@
+//! `mcp-terminal http` at the HTTP level (SPEC §11): the token file rules, bearer auth,
+//! Host and Origin checks, the body limit, the MCP session cap and expiry, and shutdown,
+//! through a real HTTP client against the real binary. The token never appears on stderr.
+
+use std::io::Read;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+
+const BIN: &str = env!("CARGO_BIN_EXE_mcp-terminal");
+/// Generous: six builds may share two cores.
+const PATIENCE: Duration = Duration::from_secs(30);
+
+/// A running `mcp-terminal http` and everything it wrote on stderr so far.
+struct Server {
+    child: Child,
+    stderr: Arc<Mutex<String>>,
+    base: String,
+    token: String,
+    _dir: tempfile::TempDir,
+}
+
+impl Server {
+    fn start(extra: &[&str]) -> Server {
+        let dir = tempfile::tempdir().unwrap();
+        Server::start_in(dir, extra)
+    }
+
+    fn start_in(dir: tempfile::TempDir, extra: &[&str]) -> Server {
+        let token_file = dir.path().join("token");
+        let (child, stderr) = spawn(dir.path(), &token_file, extra);
+        let line = wait_for(&stderr, "mcp-terminal: listening on http://");
+        let base = line
+            .trim_start_matches("mcp-terminal: listening on ")
+            .trim_end_matches("/mcp")
+            .to_string();
+        let token = std::fs::read_to_string(&token_file)
+            .unwrap()
+            .trim()
+            .to_string();
+        Server {
+            child,
+            stderr,
+            base,
+            token,
+            _dir: dir,
+        }
+    }
+
+    fn url(&self) -> String {
+        format!("{}/mcp", self.base)
+    }
+
+    fn stderr(&self) -> String {
+        self.stderr.lock().unwrap().clone()
+    }
+
+    fn post(&self, body: &Value) -> reqwest::RequestBuilder {
+        reqwest::Client::new()
+            .post(self.url())
+            .header("Content-Type", "application/json")
+            .header("Accept", "application/json, text/event-stream")
+            .body(body.to_string())
+    }
+
+    fn authed(&self, body: &Value) -> reqwest::RequestBuilder {
+        self.post(body).bearer_auth(&self.token)
+    }
+
+    /// Open an MCP session (legacy revision) and return its id.
+    async fn open_session(&self) -> Result<String, (StatusCode, String)> {
+        let response = self.authed(&initialize(1)).send().await.unwrap();
+        let status = response.status();
+        let id = response
+            .headers()
+            .get("mcp-session-id")
+            .map(|v| v.to_str().unwrap().to_string());
+        let body = response.text().await.unwrap();
+        match id {
+            Some(id) if status == StatusCode::OK => {
+                let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+                let sent = self
+                    .authed(&initialized)
+                    .header("Mcp-Session-Id", &id)
+                    .send()
+                    .await
+                    .unwrap();
+                assert_eq!(sent.status(), StatusCode::ACCEPTED);
+                Ok(id)
+            }
+            _ => Err((status, body)),
+        }
+    }
+
+    /// A tools/call in session `id`; the JSON-RPC result from the SSE answer.
+    async fn call(&self, id: &str, tool: &str, arguments: Value) -> Value {
+        let request = json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call",
+            "params": {"name": tool, "arguments": arguments}});
+        let response = self
+            .authed(&request)
+            .header("Mcp-Session-Id", id)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::OK);
+        let text = response.text().await.unwrap();
+        text.lines()
+            .filter_map(|l| l.strip_prefix("data: "))
+            .filter_map(|d| serde_json::from_str::<Value>(d).ok())
+            .find(|m| m.get("id") == Some(&json!(7)))
+            .unwrap_or_else(|| panic!("no answer in {text}"))["result"]
+            .clone()
+    }
+
+    fn signal(&self, signal: nix::sys::signal::Signal) {
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.child.id() as i32), signal).unwrap();
+    }
+
+    fn wait_exit(&mut self) -> std::process::ExitStatus {
+        let deadline = Instant::now() + PATIENCE;
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status;
+            }
+            assert!(Instant::now() < deadline, "the server did not exit");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn spawn(cwd: &Path, token_file: &Path, extra: &[&str]) -> (Child, Arc<Mutex<String>>) {
+    let mut child = Command::new(BIN)
+        .args(["http", "--token-file"])
+        .arg(token_file)
+        .args(extra)
+        .current_dir(cwd)
+        .env("MCP_TERMINAL_LOG", "trace")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = Arc::new(Mutex::new(String::new()));
+    let mut pipe = child.stderr.take().unwrap();
+    let sink = stderr.clone();
+    std::thread::spawn(move || {
+        let mut chunk = [0u8; 4096];
+        while let Ok(n) = pipe.read(&mut chunk) {
+            if n == 0 {
+                break;
+            }
+            sink.lock()
+                .unwrap()
+                .push_str(&String::from_utf8_lossy(&chunk[..n]));
+        }
+    });
+    (child, stderr)
+}
+
+/// The first complete stderr line starting with `prefix`.
+fn wait_for(stderr: &Mutex<String>, prefix: &str) -> String {
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        let text = stderr.lock().unwrap().clone();
+        if let Some(line) = text
+            .split_inclusive('\n')
+            .find(|l| l.starts_with(prefix) && l.ends_with('\n'))
+        {
+            return line.trim_end().to_string();
+        }
+        assert!(Instant::now() < deadline, "no `{prefix}` line in:\n{text}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+fn initialize(id: u64) -> Value {
+    json!({"jsonrpc": "2.0", "id": id, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {},
+        "clientInfo": {"name": "http-test", "version": "1"}}})
+}
+
+/// Run `http` to its exit and return (exit code, stderr).
+fn run_to_exit(token_file: &Path, extra: &[&str]) -> (Option<i32>, String) {
+    let out = Command::new(BIN)
+        .args(["http", "--token-file"])
+        .arg(token_file)
+        .args(extra)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(out.stdout.is_empty(), "nothing on stdout");
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn write_token(path: &PathBuf, text: &str, mode: u32) {
+    std::fs::write(path, text).unwrap();
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+}
+
+#[test]
+fn an_absent_token_file_is_created_private_and_only_its_path_is_printed() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut server = Server::start_in(dir, &["--listen", "127.0.0.1:0"]);
+    let token_file = server._dir.path().join("token");
+    let mode = std::fs::metadata(&token_file).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600);
+    assert_eq!(server.token.len(), 64);
+    assert!(server.token.bytes().all(|b| b.is_ascii_hexdigit()));
+    let created = wait_for(&server.stderr, "mcp-terminal: created a new token in ");
+    assert!(
+        created.contains(&token_file.display().to_string()),
+        "{created}"
+    );
+    server.signal(nix::sys::signal::Signal::SIGTERM);
+    assert_eq!(server.wait_exit().code(), Some(0));
+    assert!(
+        !server.stderr().contains(&server.token),
+        "{}",
+        server.stderr()
+    );
+}
+
+#[test]
+fn token_files_others_can_read_or_too_short_are_refused_with_exit_2() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("token");
+    let secret = "s3cr3t-".repeat(6);
+    for mode in [0o644, 0o640, 0o604] {
+        write_token(&path, &secret, mode);
+        let (code, stderr) = run_to_exit(&path, &["--listen", "127.0.0.1:0"]);
+        assert_eq!(code, Some(2), "mode {mode:o}: {stderr}");
+        assert!(stderr.contains("chmod 600"), "{stderr}");
+        assert!(!stderr.contains(&secret), "{stderr}");
+    }
+    write_token(&path, "\n  short-token  \n", 0o600);
+    let (code, stderr) = run_to_exit(&path, &["--listen", "127.0.0.1:0"]);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("at least 32"), "{stderr}");
+    assert!(!stderr.contains("short-token"), "{stderr}");
+}
+
+#[tokio::test]
+async fn a_token_file_with_surrounding_whitespace_is_accepted() {
+    let dir = tempfile::tempdir().unwrap();
+    let secret = "0123456789abcdef0123456789abcdef";
+    write_token(
+        &dir.path().join("token"),
+        &format!("\n\t {secret} \n"),
+        0o600,
+    );
+    let server = Server::start_in(dir, &["--listen", "127.0.0.1:0"]);
+    assert_eq!(server.token, secret);
+    assert!(server.open_session().await.is_ok());
+    assert!(!server.stderr().contains("created a new token"));
+}
+
+#[test]
+fn a_non_loopback_address_needs_allow_remote_which_warns() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("token");
+    let (code, stderr) = run_to_exit(&path, &["--listen", "0.0.0.0:0"]);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("--allow-remote"), "{stderr}");
+    let (code, stderr) = run_to_exit(&path, &["--listen", "not an address"]);
+    assert_eq!(code, Some(2), "{stderr}");
+    let server = Server::start(&["--listen", "0.0.0.0:0", "--allow-remote"]);
+    let warning = wait_for(&server.stderr, "mcp-terminal: warning: --allow-remote");
+    assert!(warning.contains("other machines"), "{warning}");
+}
+
+#[tokio::test]
+async fn mcp_needs_the_bearer_token_and_the_refusal_does_not_echo_it() {
+    let server = Server::start(&["--listen", "127.0.0.1:0"]);
+    let wrong = format!("{}x", server.token);
+    for request in [
+        server.post(&initialize(1)),
+        server.post(&initialize(1)).bearer_auth(&wrong),
+        server.post(&initialize(1)).bearer_auth(&server.token[1..]),
+        server
+            .post(&initialize(1))
+            .header("Authorization", format!("Basic {}", server.token)),
+        reqwest::Client::new().get(server.url()),
+        reqwest::Client::new().delete(server.url()),
+    ] {
+        let response = request.send().await.unwrap();
+        assert_eq!(response.status(), StatusCode::UNAUTHORIZED);
+        assert_eq!(response.headers()["www-authenticate"], "Bearer");
+        let body = response.text().await.unwrap();
+        assert!(body.contains("Authorization: Bearer"), "{body}");
+        assert!(!body.contains(&server.token[..16]), "{body}");
+    }
+    let id = server
+        .open_session()
+        .await
+        .expect("the right token opens a session");
+    let listed = server.call(&id, "terminal_list", json!({})).await;
+    assert_eq!(listed["structuredContent"]["ok"], json!(true));
+    assert!(
+        !server.stderr().contains(&server.token[..16]),
+        "{}",
+        server.stderr()
+    );
+}
+
+#[tokio::test]
+async fn foreign_origins_and_hosts_are_refused_with_403() {
+    let server = Server::start(&[
+        "--listen",
+        "127.0.0.1:0",
+        "--allow-origin",
+        "https://app.example",
+    ]);
+    for origin in [
+        "http://evil.example",
+        "null",
+        "http://127.0.0.1.evil.example:80",
+    ] {
+        let response = server
+            .authed(&initialize(1))
+            .header("Origin", origin)
+            .send()
+            .await;
+        assert_eq!(
+            response.unwrap().status(),
+            StatusCode::FORBIDDEN,
+            "{origin}"
+        );
+    }
+    // Refused before the token is looked at: an attacker's page learns nothing else.
+    let response = server
+        .post(&initialize(1))
+        .header("Origin", "http://evil.example");
+    assert_eq!(
+        response.send().await.unwrap().status(),
+        StatusCode::FORBIDDEN
+    );
+    for origin in [&server.base, "http://localhost:1234", "https://app.example"] {
+        let response = server
+            .authed(&initialize(1))
+            .header("Origin", origin)
+            .send()
+            .await;
+        assert_eq!(response.unwrap().status(), StatusCode::OK, "{origin}");
+    }
+    for host in ["evil.example", "evil.example:8765", "192.168.1.1"] {
+        let response = server
+            .authed(&initialize(1))
+            .header("Host", host)
+            .send()
+            .await;
+        assert_eq!(response.unwrap().status(), StatusCode::FORBIDDEN, "{host}");
+    }
+    let remote = Server::start(&["--listen", "127.0.0.1:0", "--allow-remote"]);
+    let response = remote
+        .authed(&initialize(1))
+        .header("Host", "evil.example")
+        .send()
+        .await;
+    assert_eq!(response.unwrap().status(), StatusCode::OK);
+}
+
+#[tokio::test]
+async fn request_bodies_over_1_mib_get_413() {
+    let server = Server::start(&["--listen", "127.0.0.1:0"]);
+    let padding = "x".repeat(1024 * 1024);
+    let big =
+        json!({"jsonrpc": "2.0", "id": 1, "method": "ping", "params": {"_meta": {"pad": padding}}});
+    let response = server.authed(&big).send().await.unwrap();
+    assert_eq!(response.status(), StatusCode::PAYLOAD_TOO_LARGE);
+    // Streamed without a Content-Length, it is cut off as it arrives.
+    let chunks: Vec<Result<String, std::io::Error>> =
+        (0..40).map(|_| Ok("y".repeat(64 * 1024))).collect();
+    let streamed = server
+        .post(&json!({}))
+        .bearer_auth(&server.token)
+        .body(reqwest::Body::wrap_stream(futures::stream::iter(chunks)))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(streamed.status(), StatusCode::PAYLOAD_TOO_LARGE);
+    // Without the token the size is no one's business.
+    let response = server.post(&big).send().await.unwrap();
+    assert_eq!(response.status(), StatusCode::UNAUTHORIZED);
+    assert!(
+        server.open_session().await.is_ok(),
+        "the server keeps serving"
+    );
+}
+
+#[tokio::test]
+async fn at_most_64_mcp_sessions_are_open_and_closing_one_frees_a_place() {
+    let server = Server::start(&["--listen", "127.0.0.1:0"]);
+    let mut ids = Vec::new();
+    for _ in 0..64 {
+        ids.push(server.open_session().await.expect("under the cap"));
+    }
+    let (status, body) = server
+        .open_session()
+        .await
+        .expect_err("the 65th is refused");
+    assert!(status.is_server_error(), "{status}");
+    assert!(body.contains("64 MCP sessions are open"), "{body}");
+    let closed = reqwest::Client::new()
+        .delete(server.url())
+        .bearer_auth(&server.token)
+        .header("Mcp-Session-Id", &ids[0])
+        .send()
+        .await
+        .unwrap();
+    assert!(closed.status().is_success(), "{}", closed.status());
+    assert!(server.open_session().await.is_ok(), "a place was freed");
+}
+
+#[tokio::test]
+async fn an_idle_mcp_session_expires() {
+    let server = Server::start(&["--listen", "127.0.0.1:0", "--mcp-session-idle-ms", "200"]);
+    let id = server.open_session().await.unwrap();
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        // Each probe is a request that keeps the session alive, so probes are spaced wider
+        // than the idle time: the timer is what is waited for.
+        tokio::time::sleep(Duration::from_millis(1000)).await;
+        let ping = json!({"jsonrpc": "2.0", "id": 2, "method": "ping"});
+        let response = server
+            .authed(&ping)
+            .header("Mcp-Session-Id", &id)
+            .send()
+            .await;
+        if response.unwrap().status() == StatusCode::NOT_FOUND {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the idle session never expired");
+    }
+    // The default, 30 minutes, is the same code path with a longer timer: a session in use
+    // is kept.
+    let kept = Server::start(&["--listen", "127.0.0.1:0"]);
+    let id = kept.open_session().await.unwrap();
+    let listed = kept.call(&id, "terminal_list", json!({})).await;
+    assert_eq!(listed["structuredContent"]["ok"], json!(true));
+}
+
+#[tokio::test]
+async fn sigterm_ends_every_terminal_session_and_exits_0() {
+    let mut server = Server::start(&["--listen", "127.0.0.1:0"]);
+    let first = server.open_session().await.unwrap();
+    let second = server.open_session().await.unwrap();
+    let started = server
+        .call(&first, "terminal_start", json!({"command_id": "long"}))
+        .await;
+    let session = started["structuredContent"]["session_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let pid = started["structuredContent"]["process_id"].as_i64().unwrap() as i32;
+    // All MCP sessions share one set of terminal sessions.
+    let seen = server
+        .call(&second, "terminal_status", json!({"session_id": session}))
+        .await;
+    assert_eq!(seen["structuredContent"]["status"], json!("RUNNING"));
+    server.signal(nix::sys::signal::Signal::SIGTERM);
+    assert_eq!(server.wait_exit().code(), Some(0));
+    let gone = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None).is_err();
+    assert!(gone, "the session's process {pid} outlived the server");
+    let stderr = server.stderr();
+    assert!(
+        stderr.contains("session ended by server shutdown"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains(&server.token[..16]), "{stderr}");
+}
+
+#[tokio::test]
+async fn audit_lines_over_http_carry_the_mcp_session_and_the_client_address() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().canonicalize().unwrap();
+    let config = root.join("config.json");
+    let made = Command::new(BIN)
+        .args(["make-config", "--output"])
+        .arg(&config)
+        .arg("--root")
+        .arg(&root)
+        .output()
+        .unwrap();
+    assert!(made.status.success());
+    let mut value: Value =
+        serde_json::from_str(&std::fs::read_to_string(&config).unwrap()).unwrap();
+    let log = root.join("audit.jsonl");
+    value["audit_log"] = json!(log);
+    std::fs::write(&config, value.to_string()).unwrap();
+    let config = config.display().to_string();
+    let server = Server::start_in(dir, &["--listen", "127.0.0.1:0", "--config", &config]);
+    let id = server.open_session().await.unwrap();
+    let listed = server.call(&id, "terminal_list", json!({})).await;
+    assert_eq!(listed["structuredContent"]["ok"], json!(true));
+    let text = std::fs::read_to_string(&log).unwrap();
+    let line: Value = serde_json::from_str(text.lines().last().unwrap()).unwrap();
+    assert_eq!(line["tool"], json!("terminal_list"), "{line}");
+    assert_eq!(line["mcp_session_id"], json!(id), "{line}");
+    let client = line["client"].as_str().unwrap_or_default();
+    assert!(client.starts_with("127.0.0.1:"), "{line}");
+    assert!(!text.contains(&server.token[..16]), "{text}");
+}
