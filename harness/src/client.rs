@@ -693,14 +693,17 @@ impl McpServer {
 
     /// The exit, if the server has exited (reaped by the transport, or a zombie not yet reaped).
     pub fn exit(&self) -> Option<Exit> {
-        if let Some(exit) = lock(&self.log).exit {
-            return Some(exit);
+        let mut log = lock(&self.log);
+        if log.exit.is_none() {
+            // Remembered once seen: the zombie may be reaped, and its /proc entry gone,
+            // before whoever reaps it records the status.
+            log.exit = procfs::zombie_status(self.pid).map(|(code, signal)| Exit {
+                code,
+                signal,
+                at: Instant::now(),
+            });
         }
-        procfs::zombie_status(self.pid).map(|(code, signal)| Exit {
-            code,
-            signal,
-            at: Instant::now(),
-        })
+        log.exit
     }
 
     /// Signals the transport sent on its own because the server outlived stdin EOF.
@@ -773,9 +776,12 @@ impl McpServer {
         {
             notes.push("closing the MCP client timed out".to_string());
         }
-        if self.exit().is_none()
-            && let Err(e) = self.signal(nix::sys::signal::Signal::SIGTERM)
-        {
+        if self.exit().is_some() {
+            // A step already ended it, and checked how.
+            self.finish_stderr(Duration::from_secs(2)).await;
+            return notes;
+        }
+        if let Err(e) = self.signal(nix::sys::signal::Signal::SIGTERM) {
             notes.push(e);
         }
         match self.wait_exit(EXIT_GRACE).await {

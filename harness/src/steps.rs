@@ -9,6 +9,7 @@ use regex::Regex;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
+use crate::client::Transport;
 use crate::collect::Collector;
 use crate::matcher;
 use crate::procfs;
@@ -769,6 +770,13 @@ impl Run<'_> {
         let began = Instant::now();
         if let Some(name) = s.signal {
             server.signal(signal_of(name))?;
+        }
+        if s.close_stdin && server.transport != Transport::Stdio {
+            return Err(format!(
+                "close_stdin: the server runs over {}, which has no stdin; tag the scenario \
+                 stdio-only",
+                server.transport.name()
+            ));
         }
         if s.close_stdin {
             // The transport closes stdin, waits, and only then escalates; give it room.
