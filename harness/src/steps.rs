@@ -772,13 +772,9 @@ impl Run<'_> {
             server.signal(signal_of(name))?;
         }
         if s.close_stdin && server.transport != Transport::Stdio {
-            return Err(format!(
-                "close_stdin: the server runs over {}, which has no stdin; tag the scenario \
-                 stdio-only",
-                server.transport.name()
-            ));
-        }
-        if s.close_stdin {
+            // HTTP has no stdin: its clean end is SIGTERM.
+            server.signal(Signal::SIGTERM)?;
+        } else if s.close_stdin {
             // The transport closes stdin, waits, and only then escalates; give it room.
             let _ = tokio::time::timeout(within + Duration::from_secs(10), server.close()).await;
         }
