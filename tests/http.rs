@@ -515,3 +515,42 @@ async fn audit_lines_over_http_carry_the_mcp_session_and_the_client_address() {
     assert!(client.starts_with("127.0.0.1:"), "{line}");
     assert!(!text.contains(&server.token[..16]), "{text}");
 }
+
+#[test]
+fn without_token_file_the_token_lives_beside_the_default_config() {
+    let home = tempfile::tempdir().unwrap();
+    let mut child = Command::new(BIN)
+        .args(["http", "--listen", "127.0.0.1:0"])
+        .current_dir(home.path())
+        .env("XDG_CONFIG_HOME", home.path())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = Arc::new(Mutex::new(String::new()));
+    let mut pipe = child.stderr.take().unwrap();
+    let sink = stderr.clone();
+    std::thread::spawn(move || {
+        let mut text = String::new();
+        let mut chunk = [0u8; 4096];
+        while let Ok(n) = pipe.read(&mut chunk) {
+            if n == 0 {
+                break;
+            }
+            text.push_str(&String::from_utf8_lossy(&chunk[..n]));
+            *sink.lock().unwrap() = text.clone();
+        }
+    });
+    wait_for(&stderr, "mcp-terminal: listening on http://127.0.0.1:");
+    let path = home.path().join("mcp-terminal/token");
+    let created = wait_for(&stderr, "mcp-terminal: created a new token in ");
+    assert!(created.contains(&path.display().to_string()), "{created}");
+    assert_eq!(std::fs::read_to_string(&path).unwrap().trim().len(), 64);
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    assert_eq!(child.wait().unwrap().code(), Some(0));
+}

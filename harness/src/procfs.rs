@@ -168,6 +168,20 @@ pub fn open_fds(pid: u32) -> Result<u64, String> {
     Ok(entries.filter(|e| e.is_ok()).count() as u64)
 }
 
+/// Like `open_fds`, without sockets: over HTTP the client's connections come and go with
+/// its requests, and are not what a leak check is about.
+pub fn open_fds_but_sockets(pid: u32) -> Result<u64, String> {
+    let entries = fs::read_dir(format!("/proc/{pid}/fd"))
+        .map_err(|e| format!("cannot list /proc/{pid}/fd: {e}"))?;
+    Ok(entries
+        .filter_map(Result::ok)
+        .filter(|e| {
+            fs::read_link(e.path())
+                .is_ok_and(|target| !target.to_string_lossy().starts_with("socket:"))
+        })
+        .count() as u64)
+}
+
 /// The resident set size of `pid` in KiB (`VmRSS` of /proc/<pid>/status).
 pub fn rss_kib(pid: u32) -> Result<u64, String> {
     status_kib(pid, "VmRSS")

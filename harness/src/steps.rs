@@ -371,8 +371,12 @@ impl Run<'_> {
         };
         let mut reads = Vec::new();
         loop {
-            let pid = self.connected()?.pid;
+            let server = self.connected()?;
+            let pid = server.pid;
             let count = match what {
+                Count::Fds if server.transport == Transport::Http => {
+                    procfs::open_fds_but_sockets(pid)?
+                }
                 Count::Fds => procfs::open_fds(pid)?,
                 Count::Threads => procfs::threads(pid)?,
                 Count::Zombies => procfs::zombie_children(pid),

@@ -127,18 +127,12 @@ pub fn random_hex(bytes: usize) -> String {
         .collect()
 }
 
-/// `$XDG_CONFIG_HOME/mcp-terminal/token`, else `~/.config/mcp-terminal/token`.
+/// `token` beside the default config file: `$XDG_CONFIG_HOME/mcp-terminal/token`, else
+/// `~/.config/mcp-terminal/token`.
 pub fn default_path() -> Result<PathBuf, String> {
-    let absolute = |v: std::ffi::OsString| Some(PathBuf::from(v)).filter(|p| p.is_absolute());
-    let base = std::env::var_os("XDG_CONFIG_HOME")
-        .and_then(absolute)
-        .or_else(|| {
-            std::env::var_os("HOME")
-                .and_then(absolute)
-                .map(|h| h.join(".config"))
-        })
-        .ok_or("neither XDG_CONFIG_HOME nor HOME is set: pass --token-file PATH")?;
-    Ok(base.join("mcp-terminal").join("token"))
+    crate::config::default_config_path()
+        .map(|config| config.with_file_name("token"))
+        .ok_or_else(|| "neither XDG_CONFIG_HOME nor HOME is set: pass --token-file PATH".into())
 }
 
 #[cfg(test)]
