@@ -50,17 +50,20 @@ impl Session {
             )
             .with("max_cells", most));
         }
-        terminal
-            .resize(rows, cols)
-            .map_err(|_| ToolError::internal("the terminal refused the new size"))?;
+        // The emulator takes the new size under the state lock, before the program can learn
+        // it (SIGWINCH): the redraw it answers with is fed to an emulator of the new size.
         self.update(|s| {
+            terminal
+                .resize(rows, cols)
+                .map_err(|_| ToolError::internal("the terminal refused the new size"))?;
             if let Some(screen) = s.screen.as_mut() {
                 screen.resize(rows, cols);
             }
             if let Some(recording) = &self.recording {
                 recording.resize(rows, cols);
             }
-        });
+            Ok::<(), ToolError>(())
+        })?;
         Ok(())
     }
 
