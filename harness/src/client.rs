@@ -384,11 +384,20 @@ impl McpServer {
         cwd: &Path,
         launch: &Launch,
     ) -> Result<Self, String> {
+        let mut full = vec!["stdio".to_string()];
+        full.extend_from_slice(args);
+        Self::start_exact(program, &full, cwd, launch).await
+    }
+
+    /// Spawn `program` with exactly `args` (no subcommand added) and speak MCP on its stdio.
+    pub async fn start_exact(
+        program: &Path,
+        args: &[String],
+        cwd: &Path,
+        launch: &Launch,
+    ) -> Result<Self, String> {
         let mut cmd = tokio::process::Command::new(program);
-        cmd.arg("stdio")
-            .args(args)
-            .current_dir(cwd)
-            .envs(&launch.env);
+        cmd.args(args).current_dir(cwd).envs(&launch.env);
         // Held open until the server is spawned.
         let _inherited = inherit(&mut cmd, launch)?;
         let log = SharedLog::default();

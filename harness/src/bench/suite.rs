@@ -16,6 +16,7 @@ use super::{
 };
 use crate::client::McpServer;
 use crate::floor;
+use crate::scenario::Launch;
 
 /// Sessions of the storm, and the client tasks reading them.
 const STORM_SESSIONS: usize = 64;
@@ -161,7 +162,7 @@ async fn cold_start(
             (harness.as_path(), &floor_args[..], &mut base),
         ] {
             let began = Instant::now();
-            let mut mcp = McpServer::start(program, args, root).await?;
+            let mut mcp = McpServer::start_exact(program, args, root, &Launch::default()).await?;
             mcp.list_tools().await?;
             samples.push(ms(began.elapsed()));
             mcp.shutdown().await;
@@ -177,7 +178,13 @@ async fn cold_start(
 async fn floor_server(n: usize) -> Result<Vec<Metric>, String> {
     let harness = std::env::current_exe().map_err(|e| e.to_string())?;
     let cwd = std::env::temp_dir();
-    let mut mcp = McpServer::start(&harness, &["floor-server".to_string()], &cwd).await?;
+    let mut mcp = McpServer::start_exact(
+        &harness,
+        &["floor-server".to_string()],
+        &cwd,
+        &Launch::default(),
+    )
+    .await?;
     let mut samples = Vec::with_capacity(n);
     for _ in 0..n {
         let began = Instant::now();
