@@ -18,6 +18,7 @@ use serde_json::{Value, json};
 
 use crate::client::McpServer;
 use crate::procfs;
+use crate::scenario::Launch;
 
 /// Actions between two samples of the server's memory, fds and threads.
 const SAMPLE_EVERY: Duration = Duration::from_secs(10);
@@ -116,7 +117,7 @@ pub async fn run(
         "--config".to_string(),
         config.display().to_string(),
     ];
-    let mut mcp = McpServer::start(server, &args, root).await?;
+    let mut mcp = McpServer::start_exact(server, &args, root, &Launch::default()).await?;
     let began = Instant::now();
     let zero = Sample {
         at_s: 0.0,
