@@ -7,10 +7,15 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 /// Strings longer than this are shortened in recorded exchanges (a flood page is 64 KiB).
-const MAX_RECORDED_STRING: usize = 4096;
+const MAX_RECORDED_STRING: usize = 1024;
 /// Exchanges kept per step: the first and the latest half of these. A step that pages
 /// through a 20 MiB flood makes hundreds; the evidence keeps its start and its end.
 const MAX_RECORDED_EXCHANGES: usize = 8;
+/// Passed assertions kept per step (a failed one is always kept): a loop of 1,000
+/// sessions makes thousands.
+const MAX_RECORDED_PASSES: usize = 8;
+/// Lines of the server's stderr kept: the latest.
+const MAX_RECORDED_STDERR_LINES: usize = 40;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -143,6 +148,9 @@ pub struct StepEvidence {
     #[serde(default, skip_serializing_if = "is_zero")]
     pub exchanges_not_recorded: u64,
     pub assertions: Vec<Assertion>,
+    /// Passed assertions made but not kept.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub passes_not_recorded: u64,
 }
 
 fn is_zero(n: &u64) -> bool {
@@ -162,6 +170,17 @@ impl StepEvidence {
             exchanges: Vec::new(),
             exchanges_not_recorded: 0,
             assertions: Vec::new(),
+            passes_not_recorded: 0,
+        }
+    }
+
+    /// Keep `assertion`: every failure, and passes up to the limit.
+    pub fn assert(&mut self, assertion: Assertion) {
+        let passes = self.assertions.iter().filter(|a| a.ok).count();
+        if assertion.ok && passes >= MAX_RECORDED_PASSES {
+            self.passes_not_recorded += 1;
+        } else {
+            self.assertions.push(assertion);
         }
     }
 
@@ -189,6 +208,82 @@ pub struct Assertion {
     pub what: String,
     pub ok: bool,
     pub detail: Option<String>,
+}
+
+/// JSON bytes of one recorded request or response of a passed step in a run's summary.
+const SUMMARY_EXCHANGE_BYTES: usize = 512;
+
+impl RunEvidence {
+    /// The run as committed evidence: every verdict, step, assertion kept and failure in
+    /// full, but of a passed step only its first and last exchange, each cut to 512 bytes of
+    /// JSON, and each profile of the config as one line.
+    pub fn summarised(&self) -> RunEvidence {
+        let mut run = self.clone();
+        for scenario in &mut run.scenarios {
+            summarise_config(&mut scenario.config);
+            for step in scenario
+                .steps
+                .iter_mut()
+                .filter(|s| s.verdict == Verdict::Pass)
+            {
+                if step.exchanges.len() > 2 {
+                    let dropped = step.exchanges.len() as u64 - 2;
+                    step.exchanges.drain(1..step.exchanges.len() - 1);
+                    step.exchanges_not_recorded += dropped;
+                }
+                for exchange in &mut step.exchanges {
+                    exchange.request = cut_json(&exchange.request);
+                    exchange.response = cut_json(&exchange.response);
+                }
+            }
+        }
+        run
+    }
+}
+
+/// `commands` as `id: "argv… (mode)"`, the rest of the config as it was.
+fn summarise_config(config: &mut Value) {
+    let Some(commands) = config.get_mut("commands").and_then(Value::as_object_mut) else {
+        return;
+    };
+    for profile in commands.values_mut() {
+        let argv: Vec<&str> = profile
+            .get("argv")
+            .and_then(Value::as_array)
+            .map(|a| a.iter().filter_map(Value::as_str).collect())
+            .unwrap_or_default();
+        let mode = profile
+            .get("mode")
+            .and_then(Value::as_str)
+            .unwrap_or("pipe");
+        *profile = Value::String(format!("{} ({mode})", argv.join(" ")));
+    }
+}
+
+/// A value whose JSON is over the summary's size, as its size and its JSON's start.
+fn cut_json(value: &Value) -> Value {
+    let text = value.to_string();
+    if text.len() <= SUMMARY_EXCHANGE_BYTES {
+        return value.clone();
+    }
+    let mut end = SUMMARY_EXCHANGE_BYTES;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    serde_json::json!({"json_bytes": text.len(), "json_start": &text[..end]})
+}
+
+/// The latest lines of the server's stderr, with a count of the earlier ones left out.
+pub fn stderr_tail(stderr: &str) -> String {
+    let lines: Vec<&str> = stderr.lines().collect();
+    let skip = lines.len().saturating_sub(MAX_RECORDED_STDERR_LINES);
+    if skip == 0 {
+        return stderr.to_string();
+    }
+    format!(
+        "[{skip} earlier lines not recorded]\n{}\n",
+        lines[skip..].join("\n")
+    )
 }
 
 /// A tool result's text content that only repeats its structured content (as every result
@@ -344,5 +439,29 @@ mod tests {
         assert_eq!(kept["content"][0]["text"], "(same as structuredContent)");
         assert_eq!(kept["content"][1]["text"], "other");
         assert_eq!(kept["structuredContent"], response["structuredContent"]);
+    }
+
+    #[test]
+    fn failures_are_always_kept_and_passes_up_to_a_limit() {
+        let mut step = StepEvidence::new(0, "#0".into(), "call".into(), None);
+        for i in 0..40 {
+            step.assert(Assertion {
+                what: format!("{i}"),
+                ok: i != 30,
+                detail: None,
+            });
+        }
+        assert_eq!(step.assertions.len(), MAX_RECORDED_PASSES + 1);
+        assert!(step.assertions.iter().any(|a| !a.ok && a.what == "30"));
+        assert_eq!(step.passes_not_recorded, 39 - MAX_RECORDED_PASSES as u64);
+    }
+
+    #[test]
+    fn stderr_keeps_its_latest_lines() {
+        let stderr: String = (0..150).map(|i| format!("line {i}\n")).collect();
+        let tail = stderr_tail(&stderr);
+        assert!(tail.starts_with("[110 earlier lines not recorded]\nline 110\n"));
+        assert!(tail.ends_with("line 149\n"));
+        assert_eq!(stderr_tail("a\nb\n"), "a\nb\n");
     }
 }

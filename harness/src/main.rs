@@ -295,7 +295,7 @@ fn write_file(path: &Path, text: &str) -> Result<(), String> {
 fn write_evidence(output: &Path, run: &RunEvidence) -> Result<(), String> {
     write_file(
         output,
-        &serde_json::to_string_pretty(run).map_err(|e| e.to_string())?,
+        &serde_json::to_string_pretty(&run.summarised()).map_err(|e| e.to_string())?,
     )
 }
 

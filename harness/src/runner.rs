@@ -14,7 +14,8 @@ use serde_json::{Value, json};
 
 use crate::client::{McpServer, Transport};
 use crate::evidence::{
-    Assertion, Exchange, ScenarioEvidence, StepEvidence, Verdict, abbreviate, without_repeated_text,
+    Assertion, Exchange, ScenarioEvidence, StepEvidence, Verdict, abbreviate, stderr_tail,
+    without_repeated_text,
 };
 use crate::procfs;
 use crate::scenario::{Scenario, ServerSetup};
@@ -358,7 +359,7 @@ impl Run<'_> {
                     detail: Some(note),
                 });
             }
-            self.ev.server_stderr = server.stderr();
+            self.ev.server_stderr = stderr_tail(&server.stderr());
         }
         self.check_never_printed();
         let pids: Vec<u32> = self.seen_pids.iter().copied().collect();
@@ -492,7 +493,7 @@ impl Run<'_> {
             ok: result.is_ok(),
             detail: result.as_ref().err().cloned(),
         };
-        self.step_evidence().assertions.push(assertion);
+        self.step_evidence().assert(assertion);
         result.map_err(|e| format!("{what}: {e}"))
     }
 
