@@ -210,31 +210,29 @@ pub struct Assertion {
     pub detail: Option<String>,
 }
 
-/// JSON bytes of one recorded request or response of a passed step in a run's summary.
-const SUMMARY_EXCHANGE_BYTES: usize = 512;
+/// Lines of the server's stderr a passed scenario keeps in a run's summary.
+const SUMMARY_PASSED_STDERR_LINES: usize = 5;
 
 impl RunEvidence {
-    /// The run as committed evidence: every verdict, step, assertion kept and failure in
-    /// full, but of a passed step only its first and last exchange, each cut to 512 bytes of
-    /// JSON, and each profile of the config as one line.
+    /// The run as committed evidence: every verdict, step, assertion and failure in full;
+    /// a passed step keeps its assertions but not its exchanges (their count is kept), a
+    /// passed scenario the last lines of the server's stderr, and each profile of the config
+    /// is one line. A failed step keeps every recorded exchange: that is what explains it.
     pub fn summarised(&self) -> RunEvidence {
         let mut run = self.clone();
         for scenario in &mut run.scenarios {
             summarise_config(&mut scenario.config);
+            if scenario.verdict == Verdict::Pass {
+                scenario.server_stderr =
+                    last_lines(&scenario.server_stderr, SUMMARY_PASSED_STDERR_LINES);
+            }
             for step in scenario
                 .steps
                 .iter_mut()
                 .filter(|s| s.verdict == Verdict::Pass)
             {
-                if step.exchanges.len() > 2 {
-                    let dropped = step.exchanges.len() as u64 - 2;
-                    step.exchanges.drain(1..step.exchanges.len() - 1);
-                    step.exchanges_not_recorded += dropped;
-                }
-                for exchange in &mut step.exchanges {
-                    exchange.request = cut_json(&exchange.request);
-                    exchange.response = cut_json(&exchange.response);
-                }
+                step.exchanges_not_recorded += step.exchanges.len() as u64;
+                step.exchanges.clear();
             }
         }
         run
@@ -260,25 +258,16 @@ fn summarise_config(config: &mut Value) {
     }
 }
 
-/// A value whose JSON is over the summary's size, as its size and its JSON's start.
-fn cut_json(value: &Value) -> Value {
-    let text = value.to_string();
-    if text.len() <= SUMMARY_EXCHANGE_BYTES {
-        return value.clone();
-    }
-    let mut end = SUMMARY_EXCHANGE_BYTES;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    serde_json::json!({"json_bytes": text.len(), "json_start": &text[..end]})
-}
-
 /// The latest lines of the server's stderr, with a count of the earlier ones left out.
 pub fn stderr_tail(stderr: &str) -> String {
-    let lines: Vec<&str> = stderr.lines().collect();
-    let skip = lines.len().saturating_sub(MAX_RECORDED_STDERR_LINES);
+    last_lines(stderr, MAX_RECORDED_STDERR_LINES)
+}
+
+fn last_lines(text: &str, keep: usize) -> String {
+    let lines: Vec<&str> = text.lines().collect();
+    let skip = lines.len().saturating_sub(keep);
     if skip == 0 {
-        return stderr.to_string();
+        return text.to_string();
     }
     format!(
         "[{skip} earlier lines not recorded]\n{}\n",
@@ -463,5 +452,46 @@ mod tests {
         assert!(tail.starts_with("[110 earlier lines not recorded]\nline 110\n"));
         assert!(tail.ends_with("line 149\n"));
         assert_eq!(stderr_tail("a\nb\n"), "a\nb\n");
+    }
+
+    #[test]
+    fn a_summary_keeps_what_explains_a_failure_and_only_verdicts_of_passes() {
+        let exchange = Exchange {
+            at_ms: 0,
+            duration_ms: 0,
+            request: json!({"method": "tools/call"}),
+            response: json!({"result": {}}),
+        };
+        let mut passed = StepEvidence::new(0, "#0".into(), "call".into(), None);
+        passed.verdict = Verdict::Pass;
+        passed.record(exchange.clone());
+        passed.record(exchange.clone());
+        let mut failed = StepEvidence::new(1, "#1".into(), "call".into(), None);
+        failed.record(exchange.clone());
+        failed.verdict = Verdict::Fail;
+        let stderr: String = (0..50).map(|i| format!("line {i}\n")).collect();
+        let mut ok = ScenarioEvidence::new("ok", "", &[]);
+        ok.verdict = Verdict::Pass;
+        ok.steps.push(passed.clone());
+        ok.server_stderr = stderr.clone();
+        let mut bad = ScenarioEvidence::new("bad", "", &[]);
+        bad.verdict = Verdict::Fail;
+        bad.steps = vec![passed, failed];
+        bad.server_stderr = stderr.clone();
+        let run = RunEvidence {
+            scenarios: vec![ok, bad],
+            ..RunEvidence::default()
+        }
+        .summarised();
+        let (ok, bad) = (&run.scenarios[0], &run.scenarios[1]);
+        assert!(ok.steps[0].exchanges.is_empty());
+        assert_eq!(ok.steps[0].exchanges_not_recorded, 2);
+        assert!(
+            ok.server_stderr
+                .starts_with("[45 earlier lines not recorded]\nline 45\n")
+        );
+        assert!(bad.steps[0].exchanges.is_empty());
+        assert_eq!(bad.steps[1].exchanges.len(), 1);
+        assert_eq!(bad.server_stderr, stderr);
     }
 }

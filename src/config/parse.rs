@@ -161,20 +161,33 @@ fn check_limits(l: &Limits) -> Result<(), String> {
             l.max_timeout_ms, l.default_timeout_ms
         ));
     }
-    let records = (l.max_records * l.buffer_records) as u64;
-    if records > CAP_TOTAL_RECORDS {
+    within_total(
+        "buffer_records",
+        l.max_records,
+        l.buffer_records,
+        CAP_TOTAL_RECORDS,
+    )?;
+    within_total(
+        "buffer_bytes",
+        l.max_records,
+        l.buffer_bytes,
+        CAP_TOTAL_BYTES,
+    )?;
+    Ok(())
+}
+
+/// A per-session `field` times `max_records` must stay within the server-wide `cap`.
+fn within_total(
+    field: &str,
+    max_records: usize,
+    per_session: usize,
+    cap: u64,
+) -> Result<(), String> {
+    let total = (max_records * per_session) as u64;
+    if total > cap {
         return Err(format!(
-            "`buffer_records`: max_records × buffer_records must be at most {CAP_TOTAL_RECORDS}, \
-             got {} × {} = {records}",
-            l.max_records, l.buffer_records
-        ));
-    }
-    let bytes = (l.max_records * l.buffer_bytes) as u64;
-    if bytes > CAP_TOTAL_BYTES {
-        return Err(format!(
-            "`buffer_bytes`: max_records × buffer_bytes must be at most {CAP_TOTAL_BYTES}, \
-             got {} × {} = {bytes}",
-            l.max_records, l.buffer_bytes
+            "`{field}`: max_records × {field} must be at most {cap}, \
+             got {max_records} × {per_session} = {total}"
         ));
     }
     Ok(())
