@@ -26,11 +26,14 @@ const CHILDREN: usize = 2;
 /// Lines the `escape` daemon writes, one a second, before it exits by itself: bounded so a
 /// daemon nobody can reach still goes away.
 const DAEMON_TICKS: u64 = 30;
+/// How often `ticker` prints: far below the idle periods waited for, so a loaded machine
+/// would have to stall a process for ten periods to make it look idle.
+const TICK: Duration = Duration::from_millis(50);
 /// The bottom line of the `pty-tui` frame; it sits on the last row, so a resize moves it.
 const TUI_FOOTER: &str = "q: quit  +/-/Up/Down: counter";
 
 const MODES: &str = "stream interactive long unicode flood flood-checksum exit7 empty children closed-stdin \
-                     split-utf8 invalid-utf8 eof ignore-term pty-tui escape";
+                     split-utf8 invalid-utf8 eof ignore-term pty-tui escape ticker";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -53,6 +56,7 @@ fn main() -> ExitCode {
         "ignore-term" => ignore_term(),
         "pty-tui" => pty_tui(),
         "escape" => escape(),
+        "ticker" => ticker(count(arg, 20)),
         // Internal: the daemon `escape` leaves behind.
         "escaped-daemon" => escaped_daemon(),
         // Internal: a descendant started by `children`; `nest` starts one more level.
@@ -101,6 +105,20 @@ fn interactive() -> io::Result<ExitCode> {
     }
     writeln!(out, "bye")?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// `tick 0` … `tick N-1`, one every 50 ms, then `stopped`, then silence until ended: output
+/// that goes quiet at a known point, without a process started per line.
+fn ticker(ticks: u64) -> io::Result<ExitCode> {
+    let mut out = io::stdout().lock();
+    for i in 0..ticks {
+        writeln!(out, "tick {i}")?;
+        out.flush()?;
+        sleep(TICK);
+    }
+    writeln!(out, "stopped")?;
+    out.flush()?;
+    sleep_forever()
 }
 
 fn long() -> io::Result<ExitCode> {
