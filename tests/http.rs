@@ -416,7 +416,7 @@ async fn at_most_64_mcp_sessions_are_open_and_closing_one_frees_a_place() {
         .open_session()
         .await
         .expect_err("the 65th is refused");
-    assert!(status.is_server_error(), "{status}");
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
     assert!(body.contains("64 MCP sessions are open"), "{body}");
     let closed = reqwest::Client::new()
         .delete(server.url())

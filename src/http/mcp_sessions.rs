@@ -2,9 +2,17 @@
 //! 2026-07-28): rmcp's in-memory session manager, with at most `MAX_MCP_SESSIONS` open
 //! and each closed after `idle` without a request. Terminal sessions are not tied to MCP
 //! sessions: every MCP session sees the one shared set.
+//!
+//! rmcp answers every session-manager error with 500; a refusal for the cap is not a fault
+//! of the server but a full house, so `full_is_503` turns exactly that refusal into 503.
 
+use std::cell::Cell;
 use std::time::Duration;
 
+use axum::extract::Request;
+use axum::http::StatusCode;
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
 use futures::Stream;
 use rmcp::model::{ClientJsonRpcMessage, ServerJsonRpcMessage};
 use rmcp::transport::WorkerTransport;
@@ -15,6 +23,33 @@ use rmcp::transport::streamable_http_server::session::local::{
 use rmcp::transport::streamable_http_server::session::{ServerSseMessage, SessionId};
 
 use crate::limits::MAX_MCP_SESSIONS;
+
+tokio::task_local! {
+    /// Whether `create_session` refused a session for the cap while serving this request.
+    /// rmcp awaits `create_session` inside the request's own future, so the flag set there
+    /// is the one `full_is_503` reads: no other request's refusal can be mistaken for it.
+    static REFUSED_FULL: Cell<bool>;
+}
+
+/// `/mcp`: the request whose new MCP session was refused for the cap gets 503 Service
+/// Unavailable (the client may retry once a session closes or expires), not rmcp's 500.
+pub async fn full_is_503(request: Request, next: Next) -> Response {
+    let (response, refused) = REFUSED_FULL
+        .scope(Cell::new(false), async {
+            let response = next.run(request).await;
+            (response, REFUSED_FULL.with(Cell::get))
+        })
+        .await;
+    if !refused {
+        return response;
+    }
+    let why = McpSessionError::Full;
+    (
+        StatusCode::SERVICE_UNAVAILABLE,
+        format!("Service Unavailable: {why}.\n"),
+    )
+        .into_response()
+}
 
 pub struct CappedSessions {
     inner: LocalSessionManager,
@@ -68,6 +103,8 @@ impl SessionManager for CappedSessions {
         let _creating = self.creating.lock().await;
         if self.inner.sessions.read().await.len() >= MAX_MCP_SESSIONS {
             tracing::warn!("refused a new MCP session: {MAX_MCP_SESSIONS} are open");
+            // Outside a request (never in the server) there is no answer to correct.
+            let _ = REFUSED_FULL.try_with(|refused| refused.set(true));
             return Err(McpSessionError::Full);
         }
         Ok(self.inner.create_session().await?)

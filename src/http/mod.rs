@@ -178,6 +178,7 @@ fn router(server: TerminalServer, prepared: &Prepared, stop_mcp: CancellationTok
     let access = prepared.access.clone();
     Router::new()
         .route_service("/mcp", mcp)
+        .route_layer(axum::middleware::from_fn(mcp_sessions::full_is_503))
         // Outside the body limit: an unauthenticated client learns nothing, not even a 413.
         .route_layer(from_fn_with_state(access.clone(), guard::require_bearer))
         .layer(from_fn_with_state(access, guard::browser_rules))
