@@ -60,53 +60,96 @@ pub fn signal_process(pid: i32, signal: Signal) {
     let _ = nix::sys::signal::kill(Pid::from_raw(pid), signal);
 }
 
-/// Signal every process group of the session led by `sid`: the leader's group, and the
-/// groups a job-control shell made for its jobs inside that session.
-/// The groups are read from /proc once for all of `signals`, sent in order to each group.
-pub fn signal_session(sid: i32, signals: &[Signal]) {
-    let groups = session_groups(sid);
-    for signal in signals {
-        signal_group(sid, *signal);
-        for group in &groups {
-            signal_group(*group, *signal);
+/// Full scans of /proc made so far, for the test that a termination makes one.
+#[cfg(test)]
+static SCANS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+#[cfg(test)]
+pub fn scans() -> usize {
+    SCANS.load(std::sync::atomic::Ordering::SeqCst)
+}
+
+/// The process groups of the POSIX session led by `sid`: the leader's, and the groups a
+/// job-control shell made for its jobs inside that session. Found by one scan of /proc, so a
+/// termination that signals several times (SIGTERM, SIGKILL, the kill after the leader's
+/// exit) reads every process's stat once, not once per signal.
+///
+/// What the scan cannot see later is covered where it can be: a process forked into a known
+/// group afterwards is reached by that group's signal; the leader's group keeps its ID while
+/// the leader is held unreaped. A group made after the scan is not signalled by this
+/// session's termination; its processes still carry the session's tag, so they do not
+/// outlive the server.
+#[derive(Debug)]
+pub struct SessionGroups {
+    sid: i32,
+    /// Groups other than the leader's with a member in the session when it was scanned.
+    others: Vec<i32>,
+}
+
+impl SessionGroups {
+    /// Scan /proc for the session's groups. Reads a file per process: call it off the
+    /// async workers.
+    pub fn scan(sid: i32) -> SessionGroups {
+        #[cfg(test)]
+        SCANS.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let Ok(entries) = std::fs::read_dir("/proc") else {
+            return SessionGroups::leader_only(sid);
+        };
+        let mut others = Vec::new();
+        for pid in entries
+            .flatten()
+            .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        {
+            if let Some((group, session)) = group_and_session(pid)
+                && session == sid
+                && group != sid
+                && !others.contains(&group)
+            {
+                others.push(group);
+            }
+        }
+        SessionGroups { sid, others }
+    }
+
+    /// Only the leader's group, when /proc cannot be read.
+    pub fn leader_only(sid: i32) -> SessionGroups {
+        SessionGroups {
+            sid,
+            others: Vec::new(),
+        }
+    }
+
+    /// Send each of `signals`, in order, to every group. A found group is signalled only
+    /// while its ID is still this session's: a group ID stays reserved while any member
+    /// lives, and a group never spans POSIX sessions, so a process of that PID in another
+    /// session means the group is gone and its ID reused; it is skipped. One stat read per
+    /// group, not a scan.
+    pub fn signal(&self, signals: &[Signal]) {
+        let ours: Vec<i32> = self
+            .others
+            .iter()
+            .copied()
+            .filter(|group| group_and_session(*group).is_none_or(|(_, s)| s == self.sid))
+            .collect();
+        for signal in signals {
+            signal_group(self.sid, *signal);
+            for group in &ours {
+                signal_group(*group, *signal);
+            }
         }
     }
 }
 
-/// Process groups other than `sid` with a member in the session `sid`, from /proc.
-fn session_groups(sid: i32) -> Vec<i32> {
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    let mut groups = Vec::new();
-    for entry in entries.flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|n| n.parse::<i32>().ok())
-        else {
-            continue;
-        };
-        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-            continue;
-        };
-        // After the parenthesised command name: state ppid pgrp session ...
-        let Some((_, fields)) = stat.rsplit_once(')') else {
-            continue;
-        };
-        let mut fields = fields
-            .split_whitespace()
-            .skip(2)
-            .map(|f| f.parse::<i32>().ok());
-        if let (Some(Some(group)), Some(Some(session))) = (fields.next(), fields.next())
-            && session == sid
-            && group != sid
-            && !groups.contains(&group)
-        {
-            groups.push(group);
-        }
-    }
-    groups
+/// The process group and POSIX session of `pid`, from /proc; None if it does not exist.
+fn group_and_session(pid: i32) -> Option<(i32, i32)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // After the parenthesised command name: state ppid pgrp session ...
+    let (_, fields) = stat.rsplit_once(')')?;
+    let mut fields = fields
+        .split_whitespace()
+        .skip(2)
+        .map(|f| f.parse::<i32>().ok());
+    Some((fields.next()??, fields.next()??))
 }
 
 /// Signal the whole process group led by `pgid`. A group that no longer exists is fine.

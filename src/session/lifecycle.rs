@@ -17,7 +17,7 @@ use crate::config::Mode;
 use crate::limits::{DRAIN_DEADLINE, KILL_CONFIRM, READ_CHUNK_BYTES, REDACT_HOLD_MAX};
 use crate::output::{OutputBuffer, Redactor, Screen, Stream, Utf8Decoder};
 use crate::process::{
-    Exit, ExitReceiver, PipeChild, PtyChild, PtyMaster, has_exited, signal_session,
+    Exit, ExitReceiver, PipeChild, PtyChild, PtyMaster, SessionGroups, has_exited,
 };
 
 pub struct NewSession {
@@ -285,7 +285,7 @@ async fn supervise(
         }),
     };
     // Descendants left in the session must not linger or hold the pipes open.
-    signal_session(session.pid, &[Signal::SIGKILL]);
+    session.groups().await.signal(&[Signal::SIGKILL]);
     drop(leader);
     session.update(|s| s.input.close());
     tracing::info!(session = %session.id, pid = session.pid, status = status.as_str(), "process ended");
@@ -427,15 +427,31 @@ impl Session {
         }
         tracing::info!(session = %self.id, pid = self.pid, ?reason, "terminating");
         // A stopped group (SIGSTOP, SIGTSTP) only acts on SIGTERM once it runs again.
-        signal_session(self.pid, &[Signal::SIGTERM, Signal::SIGCONT]);
+        self.groups()
+            .await
+            .signal(&[Signal::SIGTERM, Signal::SIGCONT]);
         if !self.wait_final(grace).await {
-            signal_session(self.pid, &[Signal::SIGKILL]);
+            self.groups().await.signal(&[Signal::SIGKILL]);
             if !self.wait_final(KILL_CONFIRM).await {
                 tracing::error!(session = %self.id, pid = self.pid, "process survived SIGKILL");
                 self.update(|s| s.finish(Status::Failed));
             }
         }
         self.settled_snapshot().await
+    }
+
+    /// The session's process groups, scanned for the first signal of its termination and
+    /// reused by every later one (see `SessionGroups`): one /proc scan per termination.
+    /// The scan reads a file per process on the system, so it runs off the async workers.
+    async fn groups(&self) -> &SessionGroups {
+        let sid = self.pid;
+        self.groups
+            .get_or_init(|| async move {
+                tokio::task::spawn_blocking(move || SessionGroups::scan(sid))
+                    .await
+                    .unwrap_or_else(|_| SessionGroups::leader_only(sid))
+            })
+            .await
     }
 
     /// The snapshot once the output is settled too (complete, declared incomplete after
@@ -448,5 +464,142 @@ impl Session {
         })
         .await;
         self.snapshot()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::AtomicU64;
+
+    use tokio_util::sync::CancellationToken;
+
+    use super::*;
+    use crate::output::Search;
+    use crate::process::{Reaper, SpawnSpec, scans, spawn_pipes};
+    use crate::session::{Streams, WaitRequest};
+
+    /// The reaper takes every child of its process, so this runs alone in a process of its
+    /// own: the test binary again, running only the test below.
+    #[test]
+    fn a_termination_scans_proc_once() {
+        let run = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "session::lifecycle::tests::one_scan",
+                "--ignored",
+            ])
+            .args(["--test-threads", "1"])
+            .output()
+            .unwrap();
+        assert!(
+            run.status.success(),
+            "{}{}",
+            String::from_utf8_lossy(&run.stdout),
+            String::from_utf8_lossy(&run.stderr)
+        );
+    }
+
+    /// A session whose leader runs `script` in bash with job control, so its background
+    /// job gets a process group of its own inside the session.
+    async fn start(reaper: &Reaper, script: &str) -> Arc<Session> {
+        let spec = SpawnSpec {
+            argv: ["/bin/bash", "-c", &format!("set -m; {script}")]
+                .map(str::to_owned)
+                .to_vec(),
+            env: vec![("PATH".into(), "/usr/bin:/bin".into())],
+            cwd: nix::fcntl::open(
+                "/",
+                nix::fcntl::OFlag::O_PATH | nix::fcntl::OFlag::O_CLOEXEC,
+                nix::sys::stat::Mode::empty(),
+            )
+            .unwrap(),
+        };
+        let child = spawn_pipes(&spec, reaper).await.unwrap();
+        let new = NewSession {
+            id: "s".into(),
+            command_id: "c".into(),
+            buffer: OutputBuffer::new(1 << 16, 1024),
+            pause: false,
+            timeout: Duration::from_secs(600),
+            idle_timeout: None,
+            redact: Vec::new(),
+            record: None,
+        };
+        launch(new, Spawned::Pipes(child))
+    }
+
+    /// The PID the script printed as `job PID`.
+    async fn job_pid(session: &Session) -> i32 {
+        let request = WaitRequest {
+            cursor: 0,
+            search: Some(Search::new("job (\\d+)\\n").unwrap()),
+            streams: Streams::Any,
+            timeout: Duration::from_secs(60),
+            strip_ansi: false,
+            idle: None,
+        };
+        let (searched, cancel) = (AtomicU64::new(0), CancellationToken::new());
+        let waited = session.wait(request, &searched, &cancel).await;
+        let found = waited.unwrap().found.expect("the job reported");
+        found.groups[0].as_deref().unwrap().parse().unwrap()
+    }
+
+    /// Wait until `pid` has ended: it holds the session's pipes, so this follows soon
+    /// after the output is complete.
+    async fn ended(pid: i32) {
+        let dead = || {
+            std::fs::read_to_string(format!("/proc/{pid}/stat")).map_or(true, |stat| {
+                stat.rsplit_once(')')
+                    .is_some_and(|(_, s)| s.starts_with(" Z"))
+            })
+        };
+        let waited = tokio::time::timeout(Duration::from_secs(60), async {
+            while !dead() {
+                tokio::task::yield_now().await;
+            }
+        });
+        waited.await.expect("the job was killed");
+    }
+
+    #[test]
+    #[ignore = "run alone by a_termination_scans_proc_once"]
+    fn one_scan() {
+        let runtime = tokio::runtime::Runtime::new().unwrap();
+        runtime.block_on(async {
+            let reaper = Reaper::start().unwrap();
+
+            // Terminate with escalation: SIGTERM is ignored by the leader and by the job
+            // in its own group, so SIGKILL follows, then the kill after the leader's exit.
+            let session = start(
+                &reaper,
+                "(trap '' TERM; exec sleep 1000) & trap '' TERM; echo \"job $!\"; exec sleep 1000",
+            )
+            .await;
+            let job = job_pid(&session).await;
+            let before = scans();
+            let snapshot = session.terminate(Reason::User, 200).await;
+            assert_eq!(snapshot.status, Status::Terminated);
+            assert_eq!(snapshot.exit_signal, Some("SIGKILL"));
+            assert!(snapshot.output_complete, "{snapshot:?}");
+            assert_eq!(
+                scans() - before,
+                1,
+                "one /proc scan for the whole termination"
+            );
+            ended(job).await;
+
+            // A natural exit: the job is killed after the leader ends, with one scan.
+            let session = start(&reaper, "sleep 1000 & echo \"job $!\"; read line").await;
+            let job = job_pid(&session).await;
+            let before = scans();
+            session.update(|s| s.input.close());
+            let complete = session.wait_until(Instant::now() + Duration::from_secs(60), |s| {
+                s.output_complete
+            });
+            assert!(complete.await, "the leader ended on EOF");
+            assert_eq!(session.snapshot().status, Status::Exited);
+            assert_eq!(scans() - before, 1);
+            ended(job).await;
+        });
     }
 }

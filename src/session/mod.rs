@@ -32,7 +32,7 @@ pub use terminal::Target;
 pub use wait::{Streams, WaitRequest};
 
 use crate::config::Mode;
-use crate::process::PtyMaster;
+use crate::process::{PtyMaster, SessionGroups};
 use state::{Identity, State};
 
 pub struct Session {
@@ -54,6 +54,8 @@ pub struct Session {
     named_at: Mutex<Instant>,
     /// The asciicast recording, when the owner records this profile.
     recording: Option<Arc<recording::Recording>>,
+    /// The process groups to signal, found once when termination first needs them.
+    groups: tokio::sync::OnceCell<SessionGroups>,
     /// Declared last, so dropped after everything above.
     _returns_memory: ReturnMemory,
 }
@@ -101,6 +103,7 @@ impl Session {
             shell: tokio::sync::Mutex::default(),
             named_at: Mutex::new(Instant::now()),
             recording,
+            groups: tokio::sync::OnceCell::new(),
             _returns_memory: ReturnMemory,
         }
     }
