@@ -129,3 +129,14 @@ pub const MCP_SESSION_IDLE: Duration = Duration::from_secs(30 * 60);
 /// Bearer token: the fewest characters accepted, and the largest token file read.
 pub const TOKEN_MIN_CHARS: usize = 32;
 pub const TOKEN_MAX_BYTES: usize = 4096;
+
+/// Live view (`--web`): the fewest milliseconds between two updates one page receives (a
+/// flooding session is rendered at most this often per watcher, and new output shows within
+/// it), how often the session list is looked at, and how much of a pipe session's output
+/// its page shows (the newest characters, then the newest lines of those).
+pub const WEB_UPDATE_EVERY: Duration = Duration::from_millis(100);
+pub const WEB_LIST_EVERY: Duration = Duration::from_millis(200);
+pub const WEB_TAIL_CHARS: u64 = 16_384;
+pub const WEB_TAIL_LINES: usize = 200;
+/// Live-update streams open at once; past it a page gets 503 and retries.
+pub const WEB_MAX_WATCHERS: usize = 64;

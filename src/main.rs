@@ -15,6 +15,7 @@ mod process;
 mod session;
 mod strict;
 mod tools;
+mod web;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -47,6 +48,13 @@ enum Command {
         /// Owner config (JSON); see `make-config`.
         #[arg(long)]
         config: Option<PathBuf>,
+        /// Also serve the read-only live view of the sessions on this loopback address
+        /// (default 127.0.0.1:0, a free port); the sign-in URL is printed on stderr.
+        #[arg(long, value_name = "ADDR", num_args = 0..=1, default_missing_value = "127.0.0.1:0")]
+        web: Option<String>,
+        /// The token file of the live view (default as for `http`).
+        #[arg(long, requires = "web")]
+        token_file: Option<PathBuf>,
     },
     /// Serve MCP over Streamable HTTP at /mcp, for clients that send the bearer token.
     Http {
@@ -66,6 +74,10 @@ enum Command {
         /// A browser origin (besides loopback ones) allowed to send requests.
         #[arg(long = "allow-origin", value_name = "ORIGIN")]
         allow_origins: Vec<String>,
+        /// Also serve the read-only live view of the sessions under /ui/; the sign-in URL
+        /// is printed on stderr.
+        #[arg(long)]
+        web: bool,
         /// Milliseconds an MCP session may go without a request before it is closed.
         #[arg(long, hide = true, default_value_t = limits::MCP_SESSION_IDLE.as_millis() as u64)]
         mcp_session_idle_ms: u64,
@@ -154,15 +166,26 @@ fn main() -> ExitCode {
     process::cloexec_inherited_fds();
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Stdio { config } => {
-            load_config(config.as_deref()).and_then(|c| serve(c, Serve::Stdio))
-        }
+        Command::Stdio {
+            config,
+            web,
+            token_file,
+        } => load_config(config.as_deref())
+            .and_then(|config| {
+                let beside = match web {
+                    Some(listen) => Some(web::prepare_beside(&listen, token_file)?),
+                    None => None,
+                };
+                Ok((config, beside))
+            })
+            .and_then(|(config, beside)| serve(config, Serve::Stdio(beside))),
         Command::Http {
             config,
             listen,
             token_file,
             allow_remote,
             allow_origins,
+            web,
             mcp_session_idle_ms,
         } => {
             let options = http::Options {
@@ -171,6 +194,7 @@ fn main() -> ExitCode {
                 allow_remote,
                 allow_origins,
                 mcp_idle: std::time::Duration::from_millis(mcp_session_idle_ms),
+                web,
             };
             load_config(config.as_deref())
                 .and_then(|config| Ok((config, http::prepare(options)?)))
@@ -339,7 +363,8 @@ fn make_config(output: Option<&Path>, root: Option<&Path>, shells: bool) -> Resu
 
 /// Which transport MCP is served on.
 enum Serve {
-    Stdio,
+    /// With the live view beside it, when asked for.
+    Stdio(Option<web::Beside>),
     Http(http::Prepared),
 }
 
@@ -368,7 +393,12 @@ fn serve(config: Config, transport: Serve) -> Result<(), String> {
         // The one set of terminal sessions every MCP session of this server shares.
         let sessions = Arc::new(Sessions::new(Arc::new(config), reaper, instance.clone()));
         match transport {
-            Serve::Stdio => run(sessions, audit).await,
+            Serve::Stdio(beside) => {
+                if let Some(beside) = beside {
+                    web::serve_beside(sessions.clone(), beside)?;
+                }
+                run(sessions, audit).await
+            }
             Serve::Http(prepared) => http::serve(sessions, audit, prepared).await,
         }
     })?;

@@ -152,6 +152,12 @@ fn spawn(cwd: &Path, token_file: &Path, extra: &[&str]) -> (Child, Arc<Mutex<Str
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
+    let stderr = collect_stderr(&mut child);
+    (child, stderr)
+}
+
+/// Everything `child` writes on stderr, as it comes.
+fn collect_stderr(child: &mut Child) -> Arc<Mutex<String>> {
     let stderr = Arc::new(Mutex::new(String::new()));
     let mut pipe = child.stderr.take().unwrap();
     let sink = stderr.clone();
@@ -166,7 +172,7 @@ fn spawn(cwd: &Path, token_file: &Path, extra: &[&str]) -> (Child, Arc<Mutex<Str
                 .push_str(&String::from_utf8_lossy(&chunk[..n]));
         }
     });
-    (child, stderr)
+    stderr
 }
 
 /// The first complete stderr line starting with `prefix`.
@@ -531,20 +537,7 @@ fn without_token_file_the_token_lives_beside_the_default_config() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let stderr = Arc::new(Mutex::new(String::new()));
-    let mut pipe = child.stderr.take().unwrap();
-    let sink = stderr.clone();
-    std::thread::spawn(move || {
-        let mut text = String::new();
-        let mut chunk = [0u8; 4096];
-        while let Ok(n) = pipe.read(&mut chunk) {
-            if n == 0 {
-                break;
-            }
-            text.push_str(&String::from_utf8_lossy(&chunk[..n]));
-            *sink.lock().unwrap() = text.clone();
-        }
-    });
+    let stderr = collect_stderr(&mut child);
     wait_for(&stderr, "mcp-terminal: listening on http://127.0.0.1:");
     let path = home.path().join("mcp-terminal/token");
     let created = wait_for(&stderr, "mcp-terminal: created a new token in ");
@@ -556,4 +549,372 @@ fn without_token_file_the_token_lives_beside_the_default_config() {
     )
     .unwrap();
     assert_eq!(child.wait().unwrap().code(), Some(0));
+}
+
+// The live view (`--web`, SPEC §11).
+
+const SIGN_IN: &str = "mcp-terminal: live view: ";
+
+/// A client like a browser that has not signed in: it follows no redirect and keeps no
+/// cookie, so each step shows what the server answered.
+fn browser() -> reqwest::Client {
+    reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap()
+}
+
+/// The sign-in URL a server printed, and where its live view lives.
+fn sign_in_url(stderr: &Mutex<String>) -> (String, String) {
+    let url = wait_for(stderr, SIGN_IN)
+        .trim_start_matches(SIGN_IN)
+        .to_string();
+    let base = url.split("/ui/").next().unwrap().to_string();
+    (url, base)
+}
+
+/// Visit the sign-in URL; the `name=value` of the cookie it sets.
+async fn sign_in(url: &str) -> String {
+    let response = browser().get(url).send().await.unwrap();
+    assert_eq!(response.status(), StatusCode::SEE_OTHER);
+    let cookie = response.headers()["set-cookie"].to_str().unwrap();
+    cookie.split(';').next().unwrap().to_string()
+}
+
+/// GET `path` of the view with `cookie`: status, headers and body.
+async fn view(
+    base: &str,
+    path: &str,
+    cookie: &str,
+) -> (StatusCode, reqwest::header::HeaderMap, String) {
+    let response = browser()
+        .get(format!("{base}{path}"))
+        .header("Cookie", cookie)
+        .send()
+        .await
+        .unwrap();
+    let status = response.status();
+    let headers = response.headers().clone();
+    (status, headers, response.text().await.unwrap())
+}
+
+/// A config with the shells approved and recordings on, in `dir`.
+fn recording_config(dir: &Path) -> String {
+    let root = dir.canonicalize().unwrap();
+    let config = root.join("config.json");
+    let made = Command::new(BIN)
+        .args(["make-config", "--shells", "--output"])
+        .arg(&config)
+        .arg("--root")
+        .arg(&root)
+        .output()
+        .unwrap();
+    assert!(made.status.success());
+    let mut value: Value =
+        serde_json::from_str(&std::fs::read_to_string(&config).unwrap()).unwrap();
+    let recordings = root.join("casts");
+    std::fs::create_dir(&recordings).unwrap();
+    value["recordings_dir"] = json!(recordings);
+    std::fs::write(&config, value.to_string()).unwrap();
+    config.display().to_string()
+}
+
+#[tokio::test]
+async fn live_view_sign_in_sets_a_strict_cookie_that_is_not_the_token() {
+    let server = Server::start(&["--listen", "127.0.0.1:0", "--web"]);
+    let (url, base) = sign_in_url(&server.stderr);
+    assert_eq!(url, format!("{}/ui/?token={}", server.base, server.token));
+
+    let response = browser().get(&url).send().await.unwrap();
+    assert_eq!(response.status(), StatusCode::SEE_OTHER);
+    assert_eq!(response.headers()["location"], "/ui/");
+    let set_cookie = response.headers()["set-cookie"]
+        .to_str()
+        .unwrap()
+        .to_string();
+    let attributes: Vec<&str> = set_cookie.split(';').map(str::trim).collect();
+    for attribute in ["HttpOnly", "SameSite=Strict", "Path=/ui"] {
+        assert!(attributes.contains(&attribute), "{set_cookie}");
+    }
+    assert!(!set_cookie.contains(&server.token[..16]), "{set_cookie}");
+    let cookie = attributes[0].to_string();
+
+    let (status, headers, body) = view(&base, "/ui/", &cookie).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert!(body.contains("<h1>Sessions</h1>"), "{body}");
+    let policy = headers["content-security-policy"].to_str().unwrap();
+    assert!(policy.starts_with("default-src 'self'"), "{policy}");
+    assert_eq!(headers["x-content-type-options"], "nosniff");
+
+    // Without a valid cookie or bearer token: 401 and a page that says how to sign in.
+    for cookie in [
+        "",
+        "mcp_terminal_view=forged",
+        &format!("mcp_terminal_view={}", server.token),
+    ] {
+        let (status, headers, body) = view(&base, "/ui/", cookie).await;
+        assert_eq!(status, StatusCode::UNAUTHORIZED, "{cookie}");
+        assert_eq!(headers["www-authenticate"], "Bearer");
+        assert!(body.contains("Sign in to the live view"), "{body}");
+        assert!(body.contains("/ui/?token="), "{body}");
+    }
+    let wrong = format!("{base}/ui/?token={}", "0".repeat(64));
+    let response = browser().get(&wrong).send().await.unwrap();
+    assert_eq!(response.status(), StatusCode::UNAUTHORIZED);
+    assert!(response.headers().get("set-cookie").is_none());
+    let bearer = browser()
+        .get(format!("{base}/ui/"))
+        .bearer_auth(&server.token)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(bearer.status(), StatusCode::OK);
+    // The cookie opens the view, not the MCP endpoint.
+    let mcp = server
+        .post(&initialize(1))
+        .header("Cookie", &cookie)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(mcp.status(), StatusCode::UNAUTHORIZED);
+
+    let stderr = server.stderr();
+    assert_eq!(stderr.matches(&server.token).count(), 1, "{stderr}");
+    assert!(stderr.lines().any(|l| l.starts_with(SIGN_IN)), "{stderr}");
+}
+
+#[tokio::test]
+async fn live_view_is_read_only_and_answers_unknown_pages_with_404() {
+    let server = Server::start(&["--listen", "127.0.0.1:0", "--web"]);
+    let (url, base) = sign_in_url(&server.stderr);
+    let cookie = sign_in(&url).await;
+    for method in ["POST", "PUT", "DELETE", "PATCH"] {
+        for path in [
+            "/ui/",
+            "/ui/events",
+            "/ui/sessions/x",
+            "/ui/sessions/x/events",
+            "/ui/other",
+        ] {
+            let response = browser()
+                .request(method.parse().unwrap(), format!("{base}{path}"))
+                .header("Cookie", &cookie)
+                .body("{}")
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(
+                response.status(),
+                StatusCode::METHOD_NOT_ALLOWED,
+                "{method} {path}"
+            );
+            assert_eq!(response.headers()["allow"], "GET, HEAD");
+        }
+    }
+    let head = browser()
+        .head(format!("{base}/ui/"))
+        .header("Cookie", &cookie)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(head.status(), StatusCode::OK);
+
+    let (status, _, body) = view(
+        &base,
+        "/ui/sessions/%3Cscript%3Ealert(1)%3C%2Fscript%3E",
+        &cookie,
+    )
+    .await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    assert!(
+        body.contains("No session &lt;script&gt;alert(1)&lt;/script&gt;"),
+        "{body}"
+    );
+    assert!(!body.contains("<script>alert"), "{body}");
+    let (status, _, body) = view(&base, "/ui/nothing/here", &cookie).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    assert!(body.contains("Not found"), "{body}");
+    let (status, _, _) = view(&base, "/ui/recordings/..%2F..%2Fetc%2Fpasswd", &cookie).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+
+    // Without --web there is no view at all.
+    let plain = Server::start(&["--listen", "127.0.0.1:0"]);
+    let (status, _, _) = view(&plain.base, "/ui/", "").await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    assert!(!plain.stderr().contains(SIGN_IN));
+}
+
+#[tokio::test]
+async fn live_view_shows_hostile_output_as_text_with_stderr_apart_and_the_recording() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = recording_config(dir.path());
+    let server = Server::start_in(
+        dir,
+        &["--listen", "127.0.0.1:0", "--web", "--config", &config],
+    );
+    let (url, base) = sign_in_url(&server.stderr);
+    let cookie = sign_in(&url).await;
+    let id = server.open_session().await.unwrap();
+    let started = server
+        .call(&id, "terminal_start", json!({"command_id": "sh"}))
+        .await;
+    let sid = started["structuredContent"]["session_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let script = "printf '<script>alert(1)</script>\\n'; printf 'warn<b>\\n' >&2\n";
+    let written = server
+        .call(
+            &id,
+            "terminal_write",
+            json!({"session_id": sid, "text": script}),
+        )
+        .await;
+    assert_eq!(written["structuredContent"]["ok"], json!(true), "{written}");
+    let waited = server
+        .call(
+            &id,
+            "terminal_wait",
+            json!({"session_id": sid, "pattern": "warn<b>"}),
+        )
+        .await;
+    assert_eq!(
+        waited["structuredContent"]["outcome"],
+        json!("matched"),
+        "{waited}"
+    );
+
+    let (status, headers, page) = view(&base, &format!("/ui/sessions/{sid}"), &cookie).await;
+    assert_eq!(status, StatusCode::OK, "{page}");
+    assert!(
+        headers["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("text/html")
+    );
+    assert!(
+        page.contains("<span class=\"stdout\">&lt;script&gt;alert(1)&lt;/script&gt;\n"),
+        "{page}"
+    );
+    assert!(
+        page.contains("<span class=\"stderr\">warn&lt;b&gt;\n"),
+        "{page}"
+    );
+    assert!(!page.contains("<script>alert"), "{page}");
+    assert!(!page.contains("warn<b>"), "{page}");
+
+    let (_, _, list) = view(&base, "/ui/", &cookie).await;
+    assert!(
+        list.contains(&format!("href=\"/ui/sessions/{sid}\"")),
+        "{list}"
+    );
+    assert!(list.contains("RUNNING"), "{list}");
+
+    let name = started["structuredContent"]["recording"].as_str().unwrap();
+    assert!(
+        page.contains(&format!("href=\"/ui/recordings/{name}\"")),
+        "{page}"
+    );
+    let (status, headers, cast) = view(&base, &format!("/ui/recordings/{name}"), &cookie).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(headers["content-type"], "application/x-asciicast");
+    let header: Value = serde_json::from_str(cast.lines().next().unwrap()).unwrap();
+    assert_eq!(header["version"], json!(2), "{cast}");
+    let (status, _, _) = view(&base, &format!("/ui/recordings/{name}"), "").await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+}
+
+#[tokio::test]
+async fn live_view_streams_new_output_to_an_open_page() {
+    let server = Server::start(&["--listen", "127.0.0.1:0", "--web"]);
+    let (url, base) = sign_in_url(&server.stderr);
+    let cookie = sign_in(&url).await;
+    let id = server.open_session().await.unwrap();
+    let started = server
+        .call(&id, "terminal_start", json!({"command_id": "interactive"}))
+        .await;
+    let sid = started["structuredContent"]["session_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let mut events = browser()
+        .get(format!("{base}/ui/sessions/{sid}/events"))
+        .header("Cookie", &cookie)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(events.status(), StatusCode::OK);
+    assert_eq!(events.headers()["content-type"], "text/event-stream");
+    let mut seen = String::new();
+    let mut until = async |text: &str| {
+        let deadline = tokio::time::Instant::now() + PATIENCE;
+        while !seen.contains(text) {
+            let chunk = tokio::time::timeout_at(deadline, events.chunk())
+                .await
+                .unwrap_or_else(|_| panic!("no `{text}` in the events:\n{seen}"))
+                .unwrap()
+                .expect("the event stream ended");
+            seen.push_str(&String::from_utf8_lossy(&chunk));
+        }
+    };
+    until("ready\n").await;
+    let written = server
+        .call(
+            &id,
+            "terminal_write",
+            json!({"session_id": sid, "text": "hello <i>\n"}),
+        )
+        .await;
+    assert_eq!(written["structuredContent"]["ok"], json!(true), "{written}");
+    until("echo: hello &lt;i&gt;").await;
+}
+
+#[test]
+fn stdio_web_serves_the_view_beside_stdio_on_loopback_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let token_file = dir.path().join("token");
+    let mut child = Command::new(BIN)
+        .args(["stdio", "--web", "--token-file"])
+        .arg(&token_file)
+        .current_dir(dir.path())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = collect_stderr(&mut child);
+    let (url, base) = sign_in_url(&stderr);
+    assert!(url.starts_with("http://127.0.0.1:"), "{url}");
+    let token = std::fs::read_to_string(&token_file).unwrap();
+    assert!(
+        url.ends_with(&format!("/ui/?token={}", token.trim())),
+        "{url}"
+    );
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(async {
+        let cookie = sign_in(&url).await;
+        let (status, _, body) = view(&base, "/ui/", &cookie).await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        let foreign = browser()
+            .get(format!("{base}/ui/"))
+            .header("Cookie", &cookie)
+            .header("Origin", "http://evil.example")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(foreign.status(), StatusCode::FORBIDDEN);
+    });
+    drop(child.stdin.take());
+    assert_eq!(child.wait().unwrap().code(), Some(0));
+
+    let out = Command::new(BIN)
+        .args(["stdio", "--web", "0.0.0.0:0", "--token-file"])
+        .arg(&token_file)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let message = String::from_utf8_lossy(&out.stderr);
+    assert!(message.contains("not a loopback address"), "{message}");
+    assert!(!message.contains(token.trim()), "{message}");
 }

@@ -6,9 +6,9 @@
 //! MCP session from one shared `Sessions`, and on SIGTERM/SIGINT ends every terminal
 //! session (reason `shutdown`), then every MCP session, and returns.
 
-mod guard;
+pub mod guard;
 mod mcp_sessions;
-mod token;
+pub mod token;
 
 use std::net::{SocketAddr, TcpListener, ToSocketAddrs};
 use std::path::PathBuf;
@@ -41,6 +41,8 @@ pub struct Options {
     pub allow_origins: Vec<String>,
     /// How long an MCP session may go without a request before it is closed.
     pub mcp_idle: Duration,
+    /// Also serve the live view under `/ui/`.
+    pub web: bool,
 }
 
 /// Everything checked before serving: the address to bind and who may connect.
@@ -48,12 +50,26 @@ pub struct Prepared {
     address: SocketAddr,
     access: Arc<Access>,
     mcp_idle: Duration,
+    web: bool,
 }
 
 /// Check the address and load (or create) the token; errors are usage errors (exit 2).
 pub fn prepare(options: Options) -> Result<Prepared, String> {
     let address = listen_address(&options.listen, options.allow_remote)?;
-    let path = match options.token_file {
+    let token = load_token(options.token_file)?;
+    let access = Access::new(token, options.allow_remote, &options.allow_origins);
+    Ok(Prepared {
+        address,
+        access: Arc::new(access),
+        mcp_idle: options.mcp_idle,
+        web: options.web,
+    })
+}
+
+/// Load the token from `token_file` (default: beside the default config), creating it
+/// when absent; only the file's path is printed.
+pub fn load_token(token_file: Option<PathBuf>) -> Result<Token, String> {
+    let path = match token_file {
         Some(path) => path,
         None => token::default_path()?,
     };
@@ -65,12 +81,7 @@ pub fn prepare(options: Options) -> Result<Prepared, String> {
             path.display()
         );
     }
-    let access = Access::new(token, options.allow_remote, &options.allow_origins);
-    Ok(Prepared {
-        address,
-        access: Arc::new(access),
-        mcp_idle: options.mcp_idle,
-    })
+    Ok(token)
 }
 
 fn listen_address(listen: &str, allow_remote: bool) -> Result<SocketAddr, String> {
@@ -118,7 +129,7 @@ pub async fn serve(
     let server = TerminalServer::new(sessions.clone())
         .with_audit(audit)
         .with_audit_fields(audit_fields);
-    let router = router(server, &prepared, stop_mcp.clone());
+    let router = router(server, sessions.clone(), &prepared, stop_mcp.clone());
     let stopped = stop_mcp.clone();
     let server = axum::serve(
         listener,
@@ -127,6 +138,10 @@ pub async fn serve(
     .with_graceful_shutdown(async move { stopped.cancelled().await });
     let serving = tokio::spawn(server.into_future());
     eprintln!("mcp-terminal: listening on http://{bound}/mcp");
+    if prepared.web {
+        let url = crate::web::sign_in_url(bound, &prepared.access.token);
+        eprintln!("mcp-terminal: live view: {url}");
+    }
     tracing::info!(version = env!("CARGO_PKG_VERSION"), "serving MCP over HTTP");
 
     let why = tokio::select! {
@@ -162,7 +177,12 @@ fn audit_fields(context: &RequestContext<RoleServer>) -> Map<String, Value> {
     fields
 }
 
-fn router(server: TerminalServer, prepared: &Prepared, stop_mcp: CancellationToken) -> Router {
+fn router(
+    server: TerminalServer,
+    sessions: Arc<Sessions>,
+    prepared: &Prepared,
+    stop_mcp: CancellationToken,
+) -> Router {
     let config = StreamableHttpServerConfig::default()
         // `guard::browser_rules` checks Host (honouring --allow-remote) and Origin for
         // every route, the live view's too.
@@ -176,10 +196,13 @@ fn router(server: TerminalServer, prepared: &Prepared, stop_mcp: CancellationTok
         config,
     );
     let access = prepared.access.clone();
-    Router::new()
+    let mut router = Router::new()
         .route_service("/mcp", mcp)
         .route_layer(axum::middleware::from_fn(mcp_sessions::full_is_503))
         // Outside the body limit: an unauthenticated client learns nothing, not even a 413.
-        .route_layer(from_fn_with_state(access.clone(), guard::require_bearer))
-        .layer(from_fn_with_state(access, guard::browser_rules))
+        .route_layer(from_fn_with_state(access.clone(), guard::require_bearer));
+    if prepared.web {
+        router = router.merge(crate::web::router(sessions, access.clone()));
+    }
+    router.layer(from_fn_with_state(access, guard::browser_rules))
 }

@@ -8,6 +8,7 @@ mod decoder;
 mod redact;
 mod screen;
 mod search;
+mod styled;
 
 pub use ansi::{AnsiStripper, stripper_pair};
 pub use buffer::{Entry, OutputBuffer, Page, ReadError, Stream};
@@ -15,3 +16,4 @@ pub use decoder::Utf8Decoder;
 pub use redact::Redactor;
 pub use screen::{Screen, ScreenView};
 pub use search::Search;
+pub use styled::{Colour, Span, Style, StyledScreen};

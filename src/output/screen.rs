@@ -153,6 +153,11 @@ impl Screen {
         self.reach = (usize::from(rows), usize::from(cols));
     }
 
+    /// The visible screen with colours, attributes and the cursor (the live view's).
+    pub fn styled(&self) -> super::StyledScreen {
+        super::styled::render(self.parser.screen(), &self.parser.callbacks().title)
+    }
+
     /// The screen as rendered now, with up to `scrollback` lines from above it.
     pub fn view(&mut self, scrollback: usize) -> ScreenView {
         let (rows, cols) = self.parser.screen().size();

@@ -16,6 +16,7 @@ mod recording;
 mod run;
 mod state;
 mod terminal;
+mod view;
 mod wait;
 
 use std::sync::{Arc, Mutex};

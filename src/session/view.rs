@@ -1,0 +1,114 @@
+//! What the live view reads of a session: the same state the tools read, looked at without
+//! touching it. Nothing here names the session (its idle time runs on), acknowledges a cursor
+//! (a paused session stays paused) or writes anything.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::watch;
+
+use super::{Session, Sessions};
+use crate::limits::PAGE_MAX_ENTRIES;
+use crate::output::{Entry, StyledScreen, stripper_pair};
+
+impl Sessions {
+    /// A retained session, looked up without naming it (its idle time runs on).
+    pub fn find(&self, session_id: &str) -> Option<Arc<Session>> {
+        self.retained().into_iter().find(|s| s.id == session_id)
+    }
+}
+
+impl Session {
+    /// Fires on every change of the session (output, status); ends when the session is gone.
+    pub fn changes(&self) -> watch::Receiver<()> {
+        self.changed.subscribe()
+    }
+
+    /// How long ago the session started.
+    pub fn age(&self) -> Duration {
+        self.created_at.elapsed().unwrap_or_default()
+    }
+
+    /// A PTY session's screen with colours and cursor; `None` on pipes.
+    pub fn styled_screen(&self) -> Option<StyledScreen> {
+        self.inspect(|s| s.screen.as_ref().map(|screen| screen.styled()))
+    }
+
+    /// The newest output (at most `chars` characters of it, then its last `lines` lines),
+    /// without escape sequences, each stream's runs told apart. The buffer holds output after
+    /// redaction, so no secret is here.
+    pub fn output_tail(&self, chars: u64, lines: usize) -> Vec<Entry> {
+        let mut entries = self.inspect(|s| {
+            let start = s.output.end().saturating_sub(chars).max(s.output.base());
+            let max_bytes = usize::try_from(chars.saturating_mul(4)).unwrap_or(usize::MAX);
+            s.output
+                .read(start, max_bytes, PAGE_MAX_ENTRIES)
+                .map(|page| page.entries)
+                .unwrap_or_default()
+        });
+        let mut strippers = stripper_pair();
+        entries.retain_mut(|e| {
+            let stripper = &mut strippers[e.stream as usize];
+            e.text = e.text.chars().filter(|c| stripper.keep(*c)).collect();
+            !e.text.is_empty()
+        });
+        keep_last_lines(&mut entries, lines);
+        entries
+    }
+}
+
+/// Cut the front of `entries` so at most `lines` lines are left (a final `\n` ends the
+/// last line rather than starting another).
+fn keep_last_lines(entries: &mut Vec<Entry>, lines: usize) {
+    let mut seen = 0;
+    for i in (0..entries.len()).rev() {
+        let text = &entries[i].text;
+        let is_last = i + 1 == entries.len();
+        for (at, _) in text.rmatch_indices('\n') {
+            if is_last && at + 1 == text.len() {
+                continue;
+            }
+            seen += 1;
+            if seen == lines {
+                entries[i].text.drain(..=at);
+                entries.drain(..i);
+                entries.retain(|e| !e.text.is_empty());
+                return;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::output::Stream;
+
+    fn entry(stream: Stream, text: &str) -> Entry {
+        Entry {
+            cursor: 0,
+            stream,
+            text: text.into(),
+        }
+    }
+
+    #[test]
+    fn keeps_the_last_lines_across_streams() {
+        let mut e = vec![
+            entry(Stream::Stdout, "a\nb\n"),
+            entry(Stream::Stderr, "c\n"),
+            entry(Stream::Stdout, "d\n"),
+        ];
+        keep_last_lines(&mut e, 2);
+        assert_eq!(
+            e,
+            [entry(Stream::Stderr, "c\n"), entry(Stream::Stdout, "d\n")]
+        );
+        let mut e = vec![entry(Stream::Stdout, "a\nb\nc")];
+        keep_last_lines(&mut e, 2);
+        assert_eq!(e, [entry(Stream::Stdout, "b\nc")]);
+        let mut e = vec![entry(Stream::Stdout, "one line")];
+        keep_last_lines(&mut e, 2);
+        assert_eq!(e, [entry(Stream::Stdout, "one line")]);
+    }
+}

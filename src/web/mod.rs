@@ -1,0 +1,204 @@
+//! The live view (`--web`): a read-only web page of the sessions for the person who owns
+//! the machine, under `/ui/` beside `/mcp` (`http --web`) or on its own loopback address
+//! beside stdio (`stdio --web`), with the same token and the same Host/Origin rules.
+//!
+//! Flow at a glance: `auth` signs a browser in from the printed URL and guards every route;
+//! `pages` renders the session list and a session's page (its PTY screen in colour, or its
+//! pipe output tail by stream) from the same state the tools read; `live` streams fresh
+//! renderings as Server-Sent Events; `assets` is the one style sheet and script. Nothing
+//! here can write to, signal or end a session: every route is GET.
+
+mod assets;
+mod auth;
+mod live;
+mod pages;
+
+use std::net::{SocketAddr, TcpListener, ToSocketAddrs};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::{Path, State};
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::middleware::{from_fn, from_fn_with_state};
+use axum::response::{Html, IntoResponse, Redirect, Response};
+use axum::routing::{any, get};
+use tokio::sync::Semaphore;
+
+use crate::http::guard::{self, Access};
+use crate::http::token::Token;
+use crate::limits::WEB_MAX_WATCHERS;
+use crate::session::Sessions;
+
+/// What every route of the view shares.
+pub struct View {
+    sessions: Arc<Sessions>,
+    access: Arc<Access>,
+    sign_in: auth::SignIn,
+    watchers: Arc<Semaphore>,
+}
+
+/// The `/ui/` routes, guarded (only GET/HEAD, a signed-in viewer, the page headers); the
+/// caller adds the Host/Origin rules around them.
+pub fn router(sessions: Arc<Sessions>, access: Arc<Access>) -> Router {
+    let view = Arc::new(View {
+        sessions,
+        access,
+        sign_in: auth::SignIn::new(),
+        watchers: Arc::new(Semaphore::new(WEB_MAX_WATCHERS)),
+    });
+    Router::new()
+        .route("/ui", get(|| async { Redirect::to("/ui/") }))
+        .route("/ui/", get(index))
+        .route("/ui/events", get(live::list_events))
+        .route("/ui/sessions/{id}", get(session))
+        .route("/ui/sessions/{id}/events", get(live::session_events))
+        .route("/ui/recordings/{name}", get(recording))
+        .route("/ui/style.css", get(style))
+        .route("/ui/app.js", get(script))
+        .route("/ui/{*rest}", any(unknown))
+        // Route layers: paths outside `/ui` (the MCP endpoint's fallback) are not touched.
+        .route_layer(from_fn_with_state(view.clone(), auth::require_viewer))
+        .route_layer(from_fn(auth::only_reads))
+        .route_layer(from_fn(auth::page_headers))
+        .with_state(view)
+}
+
+/// The sign-in URL for a server bound to `bound` (an unspecified address is reached on
+/// loopback). The token is in it: print it once, nowhere else.
+pub fn sign_in_url(bound: SocketAddr, token: &Token) -> String {
+    let host = match bound.ip() {
+        ip if ip.is_unspecified() => "127.0.0.1".to_owned(),
+        ip if ip.is_ipv6() => format!("[{ip}]"),
+        ip => ip.to_string(),
+    };
+    format!(
+        "http://{host}:{}/ui/?token={}",
+        bound.port(),
+        auth::percent_encode(token.reveal())
+    )
+}
+
+async fn index(State(view): State<Arc<View>>) -> Html<String> {
+    Html(pages::list_page(&view.sessions.retained()))
+}
+
+async fn session(State(view): State<Arc<View>>, Path(id): Path<String>) -> Response {
+    match view.sessions.find(&id) {
+        Some(session) => Html(pages::session_page(&session)).into_response(),
+        None => (
+            StatusCode::NOT_FOUND,
+            pages::not_found(&format!("No session {id} is retained.")),
+        )
+            .into_response(),
+    }
+}
+
+/// A retained session's asciicast file; only names the server gave its own recordings.
+async fn recording(State(view): State<Arc<View>>, Path(name): Path<String>) -> Response {
+    let known = view
+        .sessions
+        .retained()
+        .iter()
+        .any(|s| s.snapshot().recording.as_deref() == Some(name.as_str()));
+    let dir = view.sessions.config.recordings_dir.as_ref();
+    let (Some(dir), true) = (dir, known) else {
+        return (
+            StatusCode::NOT_FOUND,
+            pages::not_found(&format!("No recording {name} of a retained session.")),
+        )
+            .into_response();
+    };
+    match tokio::fs::read(dir.join(&name)).await {
+        Ok(bytes) => {
+            let disposition = HeaderValue::from_str(&format!("attachment; filename=\"{name}\""))
+                .unwrap_or(HeaderValue::from_static("attachment"));
+            (
+                [
+                    (
+                        header::CONTENT_TYPE,
+                        HeaderValue::from_static("application/x-asciicast"),
+                    ),
+                    (header::CONTENT_DISPOSITION, disposition),
+                ],
+                bytes,
+            )
+                .into_response()
+        }
+        Err(e) => (
+            StatusCode::NOT_FOUND,
+            pages::not_found(&format!("The recording {name} cannot be read: {e}.")),
+        )
+            .into_response(),
+    }
+}
+
+async fn style() -> impl IntoResponse {
+    (
+        [(header::CONTENT_TYPE, "text/css; charset=utf-8")],
+        assets::style_sheet(),
+    )
+}
+
+async fn script() -> impl IntoResponse {
+    (
+        [(header::CONTENT_TYPE, "text/javascript; charset=utf-8")],
+        assets::SCRIPT,
+    )
+}
+
+async fn unknown() -> Response {
+    (
+        StatusCode::NOT_FOUND,
+        pages::not_found("There is no such page in the live view."),
+    )
+        .into_response()
+}
+
+/// `stdio --web [ADDR]`: the view on its own address, checked and bound before serving.
+pub struct Beside {
+    listener: TcpListener,
+    access: Arc<Access>,
+}
+
+/// Check `listen` (loopback only), load the token, bind; errors are usage errors (exit 2).
+pub fn prepare_beside(listen: &str, token_file: Option<PathBuf>) -> Result<Beside, String> {
+    let address = listen
+        .to_socket_addrs()
+        .ok()
+        .and_then(|mut a| a.next())
+        .ok_or_else(|| format!("--web `{listen}` is not an address of the form IP:PORT"))?;
+    if !address.ip().is_loopback() {
+        return Err(format!(
+            "--web `{listen}` is not a loopback address; the live view beside stdio serves \
+             this machine only"
+        ));
+    }
+    let token = crate::http::load_token(token_file)?;
+    let listener = TcpListener::bind(address)
+        .and_then(|l| l.set_nonblocking(true).map(|()| l))
+        .map_err(|e| format!("cannot listen on {address}: {e}"))?;
+    Ok(Beside {
+        listener,
+        access: Arc::new(Access::new(token, false, &[])),
+    })
+}
+
+/// Serve the view beside stdio until the process ends; prints the sign-in URL.
+pub fn serve_beside(sessions: Arc<Sessions>, beside: Beside) -> Result<(), String> {
+    let listener = tokio::net::TcpListener::from_std(beside.listener)
+        .map_err(|e| format!("cannot serve the live view: {e}"))?;
+    let bound = listener
+        .local_addr()
+        .map_err(|e| format!("cannot read the bound address: {e}"))?;
+    let url = sign_in_url(bound, &beside.access.token);
+    let app = router(sessions, beside.access.clone())
+        .layer(from_fn_with_state(beside.access, guard::browser_rules));
+    tokio::spawn(async move {
+        if let Err(e) = axum::serve(listener, app).await {
+            tracing::warn!("the live view stopped: {e}");
+        }
+    });
+    eprintln!("mcp-terminal: live view: {url}");
+    Ok(())
+}

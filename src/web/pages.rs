@@ -1,0 +1,319 @@
+//! The live view's HTML. Everything a session produced (output, titles, command ids) is
+//! hostile text: it reaches the page only through `escape`, and the script only ever puts
+//! these server-rendered fragments into the page, so one escaping function guards it all.
+
+use std::fmt::Write;
+use std::time::Duration;
+
+use crate::output::{Colour, Entry, Span, Stream, Style, StyledScreen};
+use crate::session::{Session, Snapshot};
+
+/// `text` safe as HTML text and inside a double-quoted attribute.
+pub fn escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            // Controls other than newline and tab would be invisible or break the layout.
+            c if c.is_control() && c != '\n' && c != '\t' => out.push('\u{FFFD}'),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// A whole page: `live` is replaced by each update from `events`.
+fn page(title: &str, events: Option<&str>, live: &str) -> String {
+    let events = events
+        .map(|url| format!(" data-events=\"{}\"", escape(url)))
+        .unwrap_or_default();
+    format!(
+        "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
+         <meta name=\"viewport\" content=\"width=device-width\">\
+         <title>{}</title><link rel=\"stylesheet\" href=\"/ui/style.css\"></head>\
+         <body{events}><header><a href=\"/ui/\">mcp-terminal</a> · live view \
+         <span id=\"state\" class=\"state\"></span></header>\
+         <main id=\"live\">{live}</main><script src=\"/ui/app.js\"></script></body></html>\n",
+        escape(title)
+    )
+}
+
+pub fn sign_in_needed() -> axum::response::Html<String> {
+    axum::response::Html(page(
+        "mcp-terminal: sign in",
+        None,
+        "<h1>Sign in to the live view</h1><p>Open the address the server printed on its \
+         standard error when it started, the line <code>mcp-terminal: live view: \
+         http://127.0.0.1:PORT/ui/?token=…</code>. It signs this browser in with a cookie \
+         that lasts until the server stops. Scripts may send <code>Authorization: Bearer \
+         &lt;token&gt;</code> instead, with the token from the server's token file.</p>",
+    ))
+}
+
+pub fn not_found(what: &str) -> axum::response::Html<String> {
+    axum::response::Html(page(
+        "mcp-terminal: not found",
+        None,
+        &format!(
+            "<h1>Not found</h1><p>{}</p><p><a href=\"/ui/\">All sessions</a></p>",
+            escape(what)
+        ),
+    ))
+}
+
+pub fn list_page(sessions: &[std::sync::Arc<Session>]) -> String {
+    page(
+        "mcp-terminal: sessions",
+        Some("/ui/events"),
+        &list(sessions),
+    )
+}
+
+pub fn session_page(session: &Session) -> String {
+    page(
+        &format!("mcp-terminal: {} {}", session.command_id, session.id),
+        Some(&format!("/ui/sessions/{}/events", session.id)),
+        &session_view(session),
+    )
+}
+
+fn age(d: Duration) -> String {
+    let s = d.as_secs();
+    match s {
+        0..60 => format!("{s}s"),
+        60..3600 => format!("{}m {:02}s", s / 60, s % 60),
+        _ => format!("{}h {:02}m", s / 3600, s % 3600 / 60),
+    }
+}
+
+fn ending(s: &Snapshot) -> String {
+    match (s.exit_code, s.exit_signal) {
+        (Some(code), _) => format!("exit {code}"),
+        (None, Some(signal)) => signal.to_owned(),
+        (None, None) => String::new(),
+    }
+}
+
+fn recording_link(s: &Snapshot) -> String {
+    match &s.recording {
+        Some(name) => format!(
+            "<a class=\"recording\" href=\"/ui/recordings/{0}\">{0}</a>",
+            escape(name)
+        ),
+        None => String::new(),
+    }
+}
+
+/// The session table, newest first.
+pub fn list(sessions: &[std::sync::Arc<Session>]) -> String {
+    let mut out = String::from(
+        "<h1>Sessions</h1><table class=\"sessions\"><thead><tr><th>session</th><th>command</th>\
+         <th>mode</th><th>status</th><th>ended</th><th>age</th><th>output</th>\
+         <th>recording</th></tr></thead><tbody>",
+    );
+    for session in sessions.iter().rev() {
+        let s = session.snapshot();
+        let _ = write!(
+            out,
+            "<tr data-session=\"{id}\"><td><a href=\"/ui/sessions/{id}\">{id}</a></td>\
+             <td>{command}</td><td>{mode}</td><td class=\"status {status}\">{status}</td>\
+             <td>{ending}</td><td>{age}</td><td>{output} chars</td><td>{recording}</td></tr>",
+            id = escape(&s.session_id),
+            command = escape(&s.command_id),
+            mode = s.mode,
+            status = s.status.as_str(),
+            ending = escape(&ending(&s)),
+            age = age(session.age()),
+            output = s.next_cursor,
+            recording = recording_link(&s),
+        );
+    }
+    if sessions.is_empty() {
+        out.push_str("<tr><td colspan=\"8\" class=\"none\">No sessions yet.</td></tr>");
+    }
+    out.push_str("</tbody></table>");
+    out
+}
+
+/// A session's header and its screen (PTY) or output tail (pipes).
+pub fn session_view(session: &Session) -> String {
+    let s = session.snapshot();
+    let mut out = format!(
+        "<h1>{command} <span class=\"id\">{id}</span></h1><p class=\"facts\">\
+         <span>{mode}</span> <span class=\"status {status}\">{status}</span> \
+         <span>{ending}</span> <span>age {age}</span> <span>{output} chars</span> {recording}</p>",
+        command = escape(&s.command_id),
+        id = escape(&s.session_id),
+        mode = s.mode,
+        status = s.status.as_str(),
+        ending = escape(&ending(&s)),
+        age = age(session.age()),
+        output = s.next_cursor,
+        recording = recording_link(&s),
+    );
+    match session.styled_screen() {
+        Some(screen) => screen_html(&screen, &mut out),
+        None => tail_html(
+            &session.output_tail(crate::limits::WEB_TAIL_CHARS, crate::limits::WEB_TAIL_LINES),
+            &mut out,
+        ),
+    }
+    out
+}
+
+fn screen_html(screen: &StyledScreen, out: &mut String) {
+    if !screen.title.is_empty() {
+        let _ = write!(out, "<p class=\"title\">{}</p>", escape(&screen.title));
+    }
+    let _ = write!(out, "<pre class=\"screen\" data-cols=\"{}\">", screen.cols);
+    for (i, row) in screen.rows.iter().enumerate() {
+        if i > 0 {
+            out.push('\n');
+        }
+        for span in row {
+            span_html(span, out);
+        }
+    }
+    out.push_str("</pre>");
+}
+
+fn span_html(span: &Span, out: &mut String) {
+    let classes = classes(&span.style);
+    if classes.is_empty() {
+        out.push_str(&escape(&span.text));
+    } else {
+        let _ = write!(
+            out,
+            "<span class=\"{}\">{}</span>",
+            classes.join(" "),
+            escape(&span.text)
+        );
+    }
+}
+
+/// CSS classes of a style: `fN`/`bN` palette colours, `fd`/`bd` the page's default colours
+/// swapped in by inverse video, and one class per attribute.
+fn classes(style: &Style) -> Vec<String> {
+    let (fg, bg) = if style.inverse {
+        (
+            match style.bg {
+                Colour::Default => Some("fbd".to_owned()),
+                Colour::Indexed(i) => Some(format!("f{i}")),
+            },
+            match style.fg {
+                Colour::Default => Some("bfd".to_owned()),
+                Colour::Indexed(i) => Some(format!("b{i}")),
+            },
+        )
+    } else {
+        (
+            match style.fg {
+                Colour::Default => None,
+                Colour::Indexed(i) => Some(format!("f{i}")),
+            },
+            match style.bg {
+                Colour::Default => None,
+                Colour::Indexed(i) => Some(format!("b{i}")),
+            },
+        )
+    };
+    let flags = [
+        (style.bold, "bold"),
+        (style.dim, "dim"),
+        (style.italic, "italic"),
+        (style.underline, "underline"),
+        (style.cursor, "cursor"),
+    ];
+    fg.into_iter()
+        .chain(bg)
+        .chain(
+            flags
+                .iter()
+                .filter(|(on, _)| *on)
+                .map(|(_, c)| (*c).to_owned()),
+        )
+        .collect()
+}
+
+fn tail_html(entries: &[Entry], out: &mut String) {
+    out.push_str("<pre class=\"tail\">");
+    for entry in entries {
+        let class = match entry.stream {
+            Stream::Stdout => "stdout",
+            Stream::Stderr => "stderr",
+        };
+        let _ = write!(
+            out,
+            "<span class=\"{class}\">{}</span>",
+            escape(&entry.text)
+        );
+    }
+    out.push_str("</pre>");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hostile_text_stays_text() {
+        assert_eq!(
+            escape("<script>alert('x')</script> & \"q\""),
+            "&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt; &amp; &quot;q&quot;"
+        );
+        assert_eq!(escape("a\u{1b}[31m\u{7}b\n"), "a\u{FFFD}[31m\u{FFFD}b\n");
+    }
+
+    #[test]
+    fn styles_become_classes_and_inverse_swaps_colours() {
+        let style = Style {
+            fg: Colour::Indexed(1),
+            bold: true,
+            cursor: true,
+            ..Style::default()
+        };
+        assert_eq!(classes(&style), ["f1", "bold", "cursor"]);
+        let inverse = Style {
+            fg: Colour::Indexed(2),
+            inverse: true,
+            ..Style::default()
+        };
+        assert_eq!(classes(&inverse), ["fbd", "b2"]);
+        let mut out = String::new();
+        span_html(
+            &Span {
+                text: "<b>".into(),
+                style: Style::default(),
+            },
+            &mut out,
+        );
+        assert_eq!(out, "&lt;b&gt;");
+    }
+
+    #[test]
+    fn pipe_output_keeps_its_streams_apart() {
+        let mut out = String::new();
+        let entries = [
+            Entry {
+                cursor: 0,
+                stream: Stream::Stdout,
+                text: "out\n".into(),
+            },
+            Entry {
+                cursor: 4,
+                stream: Stream::Stderr,
+                text: "<err>".into(),
+            },
+        ];
+        tail_html(&entries, &mut out);
+        assert_eq!(
+            out,
+            "<pre class=\"tail\"><span class=\"stdout\">out\n</span>\
+             <span class=\"stderr\">&lt;err&gt;</span></pre>"
+        );
+    }
+}
