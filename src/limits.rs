@@ -47,6 +47,12 @@ pub const WRITE_DRAIN_TIMEOUT: Duration = Duration::from_secs(1);
 /// After the process ended, how long the readers may take to reach EOF before the output
 /// is declared incomplete (a descendant escaped the group and holds the pipe).
 pub const DRAIN_DEADLINE: Duration = Duration::from_millis(500);
+/// A start whose spawn (fork, the child's setup, exec) has not returned by then fails, and
+/// the child is killed: its program or cwd is on a file system that does not answer.
+pub const SPAWN_DEADLINE: Duration = Duration::from_secs(10);
+/// Spawner threads at most: one more starts when all are busy (some may be stuck in a
+/// spawn until its deadline).
+pub const SPAWNERS_MAX: usize = 4;
 /// Bytes read from a child's pipe per read call.
 pub const READ_CHUNK_BYTES: usize = 64 * 1024;
 

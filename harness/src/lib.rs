@@ -6,6 +6,7 @@
 //! - `scenario`: the language types (unknown keys are errors that name file:line);
 //! - `matcher`, `vars`, `collect`: pure logic, unit-tested;
 //! - `client`, `raw`, `procfs`: the server under test and the processes it starts;
+//! - `hung`: a file system that never answers (a FUSE mount nobody serves);
 //! - `runner`, `steps`: one scenario from fresh root to verdict;
 //! - `evidence`, `report`: the JSON record of a run and the Markdown acceptance report;
 //! - `bench`: speed and memory of the server through the same client;
@@ -17,6 +18,7 @@ pub mod client;
 pub mod collect;
 pub mod evidence;
 pub mod floor;
+pub mod hung;
 pub mod matcher;
 pub mod procfs;
 pub mod raw;

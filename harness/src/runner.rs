@@ -160,6 +160,7 @@ async fn execute(scenario: &Scenario, spec: &ServerSpec, ev: &mut ScenarioEviden
         watched_pids: BTreeSet::new(),
         impostors: BTreeSet::new(),
         background: BTreeMap::new(),
+        hung: Vec::new(),
     };
     let bound = Duration::from_millis(scenario.timeout_ms);
     match tokio::time::timeout(bound, run.start_and_run_steps()).await {
@@ -302,6 +303,8 @@ pub(crate) struct Run<'a> {
     pub impostors: BTreeSet<u32>,
     /// Calls sent with `background`, by name, until their `await` step.
     pub background: BTreeMap<String, crate::steps::Background>,
+    /// File systems that never answer (`fs: {hang}`), released once the server is down.
+    pub hung: Vec<crate::hung::HungMount>,
 }
 
 impl Run<'_> {
@@ -361,6 +364,8 @@ impl Run<'_> {
             }
             self.ev.server_stderr = stderr_tail(&server.stderr());
         }
+        // Before anything walks the root: a walk into a hung mount would block.
+        self.hung.clear();
         self.check_never_printed();
         let pids: Vec<u32> = self.seen_pids.iter().copied().collect();
         let left = wait_gone(&pids, LEFTOVER_GRACE).await;

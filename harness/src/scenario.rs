@@ -667,6 +667,9 @@ pub struct FsStep {
     pub write: Option<FsWrite>,
     pub chmod: Option<FsChmod>,
     pub read: Option<FsRead>,
+    /// Mount a file system that never answers here (see `hung`), until the server is shut
+    /// down at the end of the scenario.
+    pub hang: Option<String>,
 }
 
 /// Read a file and match `{text, lines, mode}`: `lines` holds each line parsed as JSON (or
@@ -990,13 +993,15 @@ impl TryFrom<StepFields> for Step {
                     fs.write.is_some(),
                     fs.chmod.is_some(),
                     fs.read.is_some(),
+                    fs.hang.is_some(),
                 ]
                 .iter()
                 .filter(|p| **p)
                 .count();
                 if n != 1 {
                     return Err(
-                        "an fs step needs exactly one of symlink, mkdir, write, chmod, read".into(),
+                        "an fs step needs exactly one of symlink, mkdir, write, chmod, read, hang"
+                            .into(),
                     );
                 }
                 Action::Fs(fs)

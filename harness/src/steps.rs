@@ -674,7 +674,16 @@ impl Run<'_> {
         if let (Some(parent), Some(arg)) = (&p.children_of, &p.with_arg) {
             let parent = pid_of(&self.vars.subst(parent)?)?;
             let arg = self.vars.subst_text(arg)?;
-            let children = procfs::children_with_arg(parent, &arg);
+            let mut children = procfs::children_with_arg(parent, &arg);
+            // Children that must be alive may not have been started yet: look again.
+            let began = Instant::now();
+            while children.is_empty()
+                && p.state == ProcState::Alive
+                && began.elapsed() < Duration::from_millis(p.within_ms)
+            {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                children = procfs::children_with_arg(parent, &arg);
+            }
             self.record(
                 json!({"children_of": parent, "with_arg": arg}),
                 &json!(children),
@@ -1043,8 +1052,15 @@ impl Run<'_> {
                 json!({"chmod": path, "mode": c.mode}),
                 std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)),
             )
+        } else if let Some(path) = &fs.hang {
+            let path = self.inside_root(path)?;
+            let mounted = crate::hung::HungMount::mount(&path).map(|m| self.hung.push(m));
+            (
+                json!({"hang": path}),
+                mounted.map_err(std::io::Error::other),
+            )
         } else {
-            return Err("an fs step needs symlink, mkdir, write or chmod".into());
+            return Err("an fs step needs symlink, mkdir, write, chmod, read or hang".into());
         };
         let response = match &result {
             Ok(()) => json!("done"),

@@ -53,6 +53,7 @@ pub fn session_tag(instance: &str, session_id: &str) -> String {
 /// The server's handle on its guardian.
 pub struct Guardian {
     watch: UnixStream,
+    pid: i32,
 }
 
 impl Guardian {
@@ -82,36 +83,48 @@ impl Guardian {
             });
         }
         // Collected by the reaper, or by `finish`.
-        drop(command.spawn()?);
+        let pid = command.spawn()?.id() as i32;
         drop(theirs);
-        Ok(Guardian { watch: ours })
+        Ok(Guardian { watch: ours, pid })
     }
 
     /// After a clean shutdown: end what is left of `instance`'s sessions here, then let the
     /// guardian make its own pass and wait until it has exited.
     pub fn finish(self, instance: &str) {
-        sweep(instance);
+        let mut ended = sweep(instance);
         let _ = self.watch.shutdown(std::net::Shutdown::Write);
         let _ = self.watch.set_read_timeout(Some(GUARDIAN_EXIT_WAIT));
         let mut watch = &self.watch;
         let mut buf = [0u8; 16];
         while matches!(watch.read(&mut buf), Ok(n) if n > 0) {}
-        reap_children(GUARDIAN_EXIT_WAIT);
+        ended.insert(self.pid);
+        reap_children(&ended, GUARDIAN_EXIT_WAIT);
     }
 }
 
-/// Collect every exited child (the guardian, processes the sweep killed) so not even a
-/// zombie is handed to init, which may not reap it promptly.
-fn reap_children(within: Duration) {
+/// Collect the guardian and the processes the sweep killed that are our children, then
+/// every other child that has exited, so not even a zombie is handed to init, which may
+/// not reap it promptly. Children still running are not waited for: a spawn stuck on a
+/// file system that does not answer may sit in the kernel, unkillable, for good.
+fn reap_children(ended: &HashSet<i32>, within: Duration) {
     use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
     let deadline = Instant::now() + within;
-    while Instant::now() < deadline {
-        match waitpid(nix::unistd::Pid::from_raw(-1), Some(WaitPidFlag::WNOHANG)) {
-            Ok(WaitStatus::StillAlive) => std::thread::sleep(SWEEP_PAUSE),
-            Ok(_) | Err(nix::errno::Errno::EINTR) => continue,
-            Err(_) => return,
+    let reap = |pid: i32| loop {
+        match waitpid(nix::unistd::Pid::from_raw(pid), Some(WaitPidFlag::WNOHANG)) {
+            Ok(WaitStatus::StillAlive) => return false,
+            Ok(_) if pid == -1 => continue,
+            Ok(_) => return true,
+            Err(nix::errno::Errno::EINTR) => continue,
+            // Not our child, or already collected.
+            Err(_) => return true,
+        }
+    };
+    for &pid in ended {
+        while !reap(pid) && Instant::now() < deadline {
+            std::thread::sleep(SWEEP_PAUSE);
         }
     }
+    reap(-1);
 }
 
 /// The guardian process: wait until the server is gone, end what remains of its sessions,
@@ -139,7 +152,7 @@ pub fn run_guardian(instance: &str) -> Result<(), String> {
             Err(_) => break,
         }
     }
-    let ended = sweep(instance);
+    let ended = sweep(instance).len();
     if ended > 0 {
         eprintln!(
             "mcp-terminal guardian: the server is gone; ended {ended} remaining session process(es)"
@@ -149,8 +162,8 @@ pub fn run_guardian(instance: &str) -> Result<(), String> {
 }
 
 /// Kill every live process tagged by `instance` (never this process), pass after pass
-/// until one finds none; returns how many distinct processes were signalled.
-pub fn sweep(instance: &str) -> usize {
+/// until one finds none; returns the distinct processes signalled.
+pub fn sweep(instance: &str) -> HashSet<i32> {
     let needle = format!("{TAG_VAR}={instance}-").into_bytes();
     let me = std::process::id() as i32;
     let began = Instant::now();
@@ -158,7 +171,7 @@ pub fn sweep(instance: &str) -> usize {
     loop {
         let found: Vec<i32> = tagged(&needle).into_iter().filter(|p| *p != me).collect();
         if found.is_empty() || began.elapsed() > SWEEP_BOUND {
-            return ended.len();
+            return ended;
         }
         for pid in found {
             if kill_if_tagged(pid, &needle) {
@@ -244,14 +257,14 @@ mod tests {
         let mut other = spawn_tagged(&session_tag(&theirs, "b"));
         // Same digits as a prefix but a different instance must not match either.
         let mut longer = spawn_tagged(&format!("{ours}0-c"));
-        assert!(sweep(&ours) >= 1);
+        assert!(!sweep(&ours).is_empty());
         assert!(mine.wait().unwrap().code().is_none(), "killed by a signal");
         assert!(
             other.try_wait().unwrap().is_none(),
             "another server's session survives"
         );
         assert!(longer.try_wait().unwrap().is_none());
-        assert_eq!(sweep(&ours), 0, "nothing left to end");
+        assert!(sweep(&ours).is_empty(), "nothing left to end");
         for child in [&mut other, &mut longer] {
             child.kill().unwrap();
             child.wait().unwrap();

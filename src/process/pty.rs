@@ -80,7 +80,7 @@ pub async fn spawn_pty(
     set_cloexec(&pty.slave).map_err(setup_failed)?;
     set_modes(&pty.slave).map_err(setup_failed)?;
     let stdio = || pty.slave.try_clone().map(Stdio::from);
-    let mut command = command(spec);
+    let (mut command, forked) = command(spec).map_err(setup_failed)?;
     command
         .stdin(stdio().map_err(setup_failed)?)
         .stdout(stdio().map_err(setup_failed)?)
@@ -99,11 +99,14 @@ pub async fn spawn_pty(
     // command's go with it once the spawn ran.
     drop(pty.slave);
     let spawned = reaper
-        .spawn_registered(move || {
-            let child = command.spawn()?;
-            let pid = child.id() as i32;
-            Ok(((), pid))
-        })
+        .spawn_registered(
+            move || {
+                let child = command.spawn()?;
+                let pid = child.id() as i32;
+                Ok(((), pid))
+            },
+            forked,
+        )
         .await;
     let ((), pid, exit) = spawned.map_err(|e| describe(spec, &e))?;
     let flags = fcntl(&pty.master, FcntlArg::F_GETFL)

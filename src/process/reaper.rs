@@ -7,21 +7,29 @@
 //! cannot be reused — until the `Zombie` handed over with it is dropped, after its group
 //! was killed. Orphans are reaped at once so none lingers.
 //!
-//! Spawns run on one thread of their own, never on the async workers: `fork`/`exec` and the
-//! child's `fchdir` may block (a hung filesystem), and `PR_SET_PDEATHSIG` follows the
-//! thread that forked, which lives as long as the server. `std::process::Command::spawn`
-//! itself reaps a child whose exec failed, so while a spawn runs the reaper looks only at
-//! registered leaders; the spawner sweeps again afterwards. No lock is held across a spawn
-//! that async code waits on.
+//! Spawns run on spawner threads of their own, never on the async workers: `fork`/`exec` and
+//! the child's `fchdir` may block (a hung filesystem), and `PR_SET_PDEATHSIG` follows the
+//! thread that forked, so spawner threads live as long as the server. One spawner runs
+//! while spawns finish promptly; another starts (up to `SPAWNERS_MAX`) when every spawner is
+//! busy, so a spawn stuck in the kernel does not hold the next one up. A spawn that has not
+//! returned after `SPAWN_DEADLINE` fails, and the child it forked (which reports its PID
+//! before anything in it can block) is killed, which frees its spawner.
+//! `std::process::Command::spawn` itself reaps a child whose exec failed, so while any spawn
+//! runs the reaper looks only at registered leaders; each spawner sweeps again afterwards.
+//! No lock is held across a spawn that async code waits on.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, Mutex, Weak, mpsc};
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, RwLock, Weak, mpsc};
 
 use nix::errno::Errno;
 use nix::sys::wait::{Id, WaitPidFlag, WaitStatus, waitid, waitpid};
 use nix::unistd::Pid;
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::oneshot;
+
+use crate::limits::{SPAWN_DEADLINE, SPAWNERS_MAX};
 
 /// How a process ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -59,9 +67,17 @@ struct Table {
 
 pub struct Reaper {
     table: Mutex<Table>,
-    /// Held by the spawner thread through a spawn; the reaper only tries it.
-    spawning: Mutex<()>,
+    /// Read-held by each spawner through a spawn; the reaper only tries to write-lock it.
+    spawning: RwLock<()>,
     jobs: Mutex<mpsc::Sender<Job>>,
+    /// Where spawners take jobs from, one spawner waiting at a time.
+    queue: Arc<Mutex<mpsc::Receiver<Job>>>,
+    spawners: AtomicUsize,
+    /// Spawners waiting for a job.
+    idle: Arc<AtomicUsize>,
+    /// Where the child of each spawn still running reports its PID, by spawn.
+    in_flight: Mutex<HashMap<u64, Arc<OwnedFd>>>,
+    spawn_ids: AtomicU64,
     me: Weak<Reaper>,
 }
 
@@ -77,19 +93,18 @@ impl Reaper {
         }
         let mut sigchld = signal(SignalKind::child())?;
         let (jobs, queue) = mpsc::channel::<Job>();
-        std::thread::Builder::new()
-            .name("spawner".into())
-            .spawn(move || {
-                while let Ok(job) = queue.recv() {
-                    job();
-                }
-            })?;
         let reaper = Arc::new_cyclic(|me| Reaper {
             table: Mutex::default(),
-            spawning: Mutex::new(()),
+            spawning: RwLock::new(()),
             jobs: Mutex::new(jobs),
+            queue: Arc::new(Mutex::new(queue)),
+            spawners: AtomicUsize::new(0),
+            idle: Arc::new(AtomicUsize::new(0)),
+            in_flight: Mutex::default(),
+            spawn_ids: AtomicU64::new(0),
             me: me.clone(),
         });
+        reaper.start_spawner()?;
         let weak = Arc::downgrade(&reaper);
         tokio::spawn(async move {
             while sigchld.recv().await.is_some() {
@@ -102,18 +117,48 @@ impl Reaper {
         Ok(reaper)
     }
 
-    /// Run `spawn` on the spawner thread and register the PID it returns, so its end
-    /// reaches the returned receiver however soon it comes.
+    /// One more spawner thread. It never ends while the server runs (see the module doc).
+    fn start_spawner(&self) -> std::io::Result<()> {
+        let (queue, idle) = (self.queue.clone(), self.idle.clone());
+        self.spawners.fetch_add(1, Ordering::SeqCst);
+        idle.fetch_add(1, Ordering::SeqCst);
+        let started = std::thread::Builder::new()
+            .name("spawner".into())
+            .spawn(move || {
+                loop {
+                    let job = queue.lock().unwrap_or_else(|e| e.into_inner()).recv();
+                    let Ok(job) = job else { return };
+                    idle.fetch_sub(1, Ordering::SeqCst);
+                    job();
+                    idle.fetch_add(1, Ordering::SeqCst);
+                }
+            });
+        if started.is_err() {
+            self.spawners.fetch_sub(1, Ordering::SeqCst);
+            self.idle.fetch_sub(1, Ordering::SeqCst);
+        }
+        started.map(drop)
+    }
+
+    /// Run `spawn` on a spawner thread and register the PID it returns, so its end reaches
+    /// the returned receiver however soon it comes. `forked` is where the forked child
+    /// writes its PID: a spawn still running after `SPAWN_DEADLINE` fails with `TimedOut`,
+    /// and that child is killed.
     pub async fn spawn_registered<T: Send + 'static>(
         &self,
         spawn: impl FnOnce() -> std::io::Result<(T, i32)> + Send + 'static,
+        forked: OwnedFd,
     ) -> std::io::Result<(T, i32, ExitReceiver)> {
         let (done, result) = oneshot::channel();
         let me = self.me.clone();
         let job: Job = Box::new(move || {
             let Some(reaper) = me.upgrade() else { return };
+            if done.is_closed() {
+                // The start gave up while this waited: it starts nothing.
+                return;
+            }
             let spawned = {
-                let _spawning = reaper.spawning.lock().unwrap_or_else(|e| e.into_inner());
+                let _spawning = reaper.spawning.read().unwrap_or_else(|e| e.into_inner());
                 spawn().map(|(value, pid)| {
                     let (tx, rx) = oneshot::channel();
                     reaper.table().waiting.insert(pid, tx);
@@ -122,6 +167,8 @@ impl Reaper {
             };
             // Exits that arrived during the spawn.
             reaper.reap_all();
+            // A start that gave up drops this answer, and with it the receiver: the child's
+            // end, when it comes, reaps it.
             let _ = done.send(spawned);
         });
         let gone = || std::io::Error::other("the spawner thread is gone");
@@ -130,7 +177,38 @@ impl Reaper {
             .unwrap_or_else(|e| e.into_inner())
             .send(job)
             .map_err(|_| gone())?;
-        result.await.map_err(|_| gone())?
+        if self.idle.load(Ordering::SeqCst) == 0
+            && self.spawners.load(Ordering::SeqCst) < SPAWNERS_MAX
+        {
+            // Every spawner is busy (one may be stuck): this job must not wait behind it.
+            if let Err(e) = self.start_spawner() {
+                tracing::warn!("cannot start another spawner thread: {e}");
+            }
+        }
+        let id = self.spawn_ids.fetch_add(1, Ordering::SeqCst);
+        let forked = Arc::new(forked);
+        self.in_flight().insert(id, forked.clone());
+        let answer = tokio::time::timeout(SPAWN_DEADLINE, result).await;
+        self.in_flight().remove(&id);
+        match answer {
+            Ok(answer) => answer.map_err(|_| gone())?,
+            Err(_) => {
+                kill_forked(&forked);
+                Err(std::io::ErrorKind::TimedOut.into())
+            }
+        }
+    }
+
+    /// At shutdown: kill the children of spawns still running (stuck on a file system that
+    /// does not answer), so none outlives the server or holds its exit up.
+    pub fn abandon_spawns(&self) {
+        for forked in self.in_flight().values() {
+            kill_forked(forked);
+        }
+    }
+
+    fn in_flight(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Arc<OwnedFd>>> {
+        self.in_flight.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     fn table(&self) -> std::sync::MutexGuard<'_, Table> {
@@ -139,7 +217,7 @@ impl Reaper {
 
     /// Collect every ended child: deliver and hold registered leaders, reap orphans.
     fn reap_all(&self) {
-        let Ok(_no_spawn) = self.spawning.try_lock() else {
+        let Ok(_no_spawn) = self.spawning.try_write() else {
             // A spawn is running (the spawner sweeps after it); leaders can be looked
             // at one by one meanwhile.
             let pids: Vec<i32> = self.table().waiting.keys().copied().collect();
@@ -194,6 +272,23 @@ impl Reaper {
     }
 }
 
+/// Kill the child a stuck spawn forked, if it reported its PID, which frees the spawner
+/// blocked on it. Its spawn has not returned, so the child is not reaped and the PID is
+/// still its own.
+fn kill_forked(forked: &OwnedFd) {
+    let mut pid: libc::pid_t = 0;
+    let size = std::mem::size_of::<libc::pid_t>();
+    // SAFETY: reads at most `size` bytes into `pid`, which outlives the call.
+    let read = unsafe { libc::read(forked.as_raw_fd(), (&raw mut pid).cast(), size) };
+    if read == size as isize && pid > 0 {
+        let _ = nix::sys::signal::kill(Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
+        tracing::warn!(
+            pid,
+            "a spawn did not return within its deadline; its child was killed"
+        );
+    }
+}
+
 /// An ended child (`pid`, or any), left waitable.
 fn peek(pid: Option<i32>) -> Option<(i32, Exit)> {
     let flags = WaitPidFlag::WEXITED | WaitPidFlag::WNOHANG | WaitPidFlag::WNOWAIT;
@@ -228,16 +323,11 @@ mod tests {
         rest.split_whitespace().next().map(str::to_owned)
     }
 
-    /// The reaper takes every child of its process, so this runs alone in a process of its
-    /// own: the test binary again, running only the test below.
-    #[test]
-    fn a_leader_stays_a_zombie_until_released() {
+    /// The reaper takes every child of its process, so a test of it runs alone in a
+    /// process of its own: the test binary again, running only the ignored test `name`.
+    fn alone(name: &str) {
         let run = std::process::Command::new(std::env::current_exe().unwrap())
-            .args([
-                "--exact",
-                "process::reaper::tests::leader_zombie",
-                "--ignored",
-            ])
+            .args(["--exact", name, "--ignored"])
             .args(["--test-threads", "1"])
             .output()
             .unwrap();
@@ -250,6 +340,11 @@ mod tests {
     }
 
     #[test]
+    fn a_leader_stays_a_zombie_until_released() {
+        alone("process::reaper::tests::leader_zombie");
+    }
+
+    #[test]
     #[ignore = "run alone by a_leader_stays_a_zombie_until_released"]
     // The spawner's lock is held across an await on purpose: it stands for a hung spawn.
     #[allow(clippy::await_holding_lock)]
@@ -257,14 +352,17 @@ mod tests {
         let runtime = tokio::runtime::Runtime::new().unwrap();
         runtime.block_on(async {
             let reaper = Reaper::start().unwrap();
-            let spawned = reaper.spawn_registered(|| {
-                let thread = std::thread::current();
-                assert_eq!(thread.name(), Some("spawner"), "not on an async worker");
-                let child = std::process::Command::new("/bin/sh")
-                    .args(["-c", "exit 3"])
-                    .spawn()?;
-                Ok(((), child.id() as i32))
-            });
+            let spawned = reaper.spawn_registered(
+                || {
+                    let thread = std::thread::current();
+                    assert_eq!(thread.name(), Some("spawner"), "not on an async worker");
+                    let child = std::process::Command::new("/bin/sh")
+                        .args(["-c", "exit 3"])
+                        .spawn()?;
+                    Ok(((), child.id() as i32))
+                },
+                nix::unistd::pipe().unwrap().0,
+            );
             let ((), pid, exit) = spawned.await.unwrap();
             let ended = tokio::time::timeout(Duration::from_secs(60), exit);
             let (status, zombie) = ended.await.unwrap().unwrap();
@@ -277,23 +375,106 @@ mod tests {
             drop(zombie);
             assert_eq!(state(pid), None, "reaped once released");
 
-            // While a spawn hangs (here: the spawner's lock is taken), a leader's end is
+            // While a spawn hangs (here: the lock a spawn holds is taken), a leader's end is
             // still delivered.
-            let spawned = reaper.spawn_registered(|| {
-                let child = std::process::Command::new("/bin/sh")
-                    .args(["-c", "read line"])
-                    .stdin(std::process::Stdio::piped())
-                    .spawn()?;
-                let pid = child.id() as i32;
-                Ok((child, pid))
-            });
+            let spawned = reaper.spawn_registered(
+                || {
+                    let child = std::process::Command::new("/bin/sh")
+                        .args(["-c", "read line"])
+                        .stdin(std::process::Stdio::piped())
+                        .spawn()?;
+                    let pid = child.id() as i32;
+                    Ok((child, pid))
+                },
+                nix::unistd::pipe().unwrap().0,
+            );
             let (mut child, _, exit) = spawned.await.unwrap();
-            let hung = reaper.spawning.lock().unwrap();
+            let hung = reaper.spawning.read().unwrap();
             drop(child.stdin.take());
             let ended = tokio::time::timeout(Duration::from_secs(60), exit);
             let (status, _zombie) = ended.await.expect("delivered during a spawn").unwrap();
             assert_eq!(status, Exit::Code(1));
             drop(hung);
+        });
+    }
+
+    #[test]
+    fn a_stuck_spawn_holds_nothing_up() {
+        alone("process::reaper::tests::stuck_spawn");
+    }
+
+    #[test]
+    #[ignore = "run alone by a_stuck_spawn_holds_nothing_up"]
+    fn stuck_spawn() {
+        use std::os::unix::ffi::OsStrExt;
+        use std::os::unix::process::CommandExt;
+
+        use nix::fcntl::OFlag;
+        use nix::sys::stat::Mode;
+
+        let runtime = tokio::runtime::Runtime::new().unwrap();
+        runtime.block_on(async {
+            let reaper = Reaper::start().unwrap();
+            let dir = tempfile::tempdir().unwrap();
+            let fifo = dir.path().join("fifo");
+            nix::unistd::mkfifo(&fifo, Mode::S_IRWXU).unwrap();
+            let spec = super::super::SpawnSpec {
+                argv: vec!["/bin/true".into()],
+                env: Vec::new(),
+                cwd: nix::fcntl::open("/", OFlag::O_PATH | OFlag::O_CLOEXEC, Mode::empty())
+                    .unwrap(),
+            };
+            // A child that blocks in the kernel before its exec, as on a hung file system:
+            // open(2) of a FIFO for reading waits for a writer, which never comes.
+            let (mut command, forked) = super::super::spawn::command(&spec).unwrap();
+            let path = std::ffi::CString::new(fifo.as_os_str().as_bytes()).unwrap();
+            // SAFETY: open is async-signal-safe; the path outlives the spawn.
+            unsafe {
+                command.pre_exec(move || {
+                    libc::open(path.as_ptr(), libc::O_RDONLY);
+                    Ok(())
+                });
+            }
+            let stuck_reaper = reaper.clone();
+            let stuck = tokio::spawn(async move {
+                let spawn = move || {
+                    let child = command.spawn()?;
+                    let pid = child.id() as i32;
+                    Ok((child, pid))
+                };
+                stuck_reaper.spawn_registered(spawn, forked).await.map(drop)
+            });
+
+            // Meanwhile another spawn runs, and its leader's end is delivered.
+            let other = reaper.spawn_registered(
+                || {
+                    let child = std::process::Command::new("/bin/sh")
+                        .args(["-c", "exit 4"])
+                        .spawn()?;
+                    Ok(((), child.id() as i32))
+                },
+                nix::unistd::pipe().unwrap().0,
+            );
+            let other = tokio::time::timeout(Duration::from_secs(60), other);
+            let ((), _, exit) = other.await.expect("not held up").unwrap();
+            let ended = tokio::time::timeout(Duration::from_secs(60), exit);
+            let (status, _zombie) = ended.await.expect("delivered").unwrap();
+            assert_eq!(status, Exit::Code(4));
+            assert!(!stuck.is_finished(), "the stuck spawn is still stuck");
+
+            // At its deadline the stuck spawn fails, and its child is killed.
+            let failed = stuck.await.unwrap().unwrap_err();
+            assert_eq!(failed.kind(), std::io::ErrorKind::TimedOut);
+            // The FIFO has no reader once the child is gone (it dies soon after the signal).
+            let flags = OFlag::O_WRONLY | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC;
+            let no_reader = async {
+                while nix::fcntl::open(&fifo, flags, Mode::empty()).err() != Some(Errno::ENXIO) {
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+            };
+            tokio::time::timeout(Duration::from_secs(60), no_reader)
+                .await
+                .expect("the stuck child was killed");
         });
     }
 }

@@ -10,6 +10,7 @@ use nix::sys::stat::Mode;
 use tokio::net::unix::pipe;
 
 use super::{ExitReceiver, Reaper};
+use crate::limits::SPAWN_DEADLINE;
 
 pub struct SpawnSpec {
     pub argv: Vec<String>,
@@ -74,9 +75,21 @@ fn reset_signals() {
     }
 }
 
-/// The spec's argv, with exactly its environment and working directory.
-pub(super) fn command(spec: &SpawnSpec) -> Command {
+/// The spec's argv, with exactly its environment and working directory, and where the
+/// forked child reports its PID first thing (for `Reaper::spawn_registered`).
+pub(super) fn command(spec: &SpawnSpec) -> std::io::Result<(Command, OwnedFd)> {
+    let (forked, report) = nix::unistd::pipe2(OFlag::O_CLOEXEC | OFlag::O_NONBLOCK)?;
     let mut command = Command::new(&spec.argv[0]);
+    // SAFETY: getpid and write are async-signal-safe; a PID fits an empty pipe at once.
+    // First, before anything in the child that can block on a file system (`fchdir`, exec).
+    unsafe {
+        command.pre_exec(move || {
+            let pid = libc::getpid();
+            let size = std::mem::size_of::<libc::pid_t>();
+            libc::write(report.as_raw_fd(), (&raw const pid).cast(), size);
+            Ok(())
+        });
+    }
     command
         .args(&spec.argv[1..])
         .env_clear()
@@ -111,12 +124,12 @@ pub(super) fn command(spec: &SpawnSpec) -> Command {
             Ok(())
         });
     }
-    command
+    Ok((command, forked))
 }
 
 pub async fn spawn_pipes(spec: &SpawnSpec, reaper: &Reaper) -> Result<PipeChild, SpawnError> {
     let program = &spec.argv[0];
-    let mut command = command(spec);
+    let (mut command, forked) = command(spec).map_err(|e| describe(spec, &e))?;
     command
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -130,11 +143,14 @@ pub async fn spawn_pipes(spec: &SpawnSpec, reaper: &Reaper) -> Result<PipeChild,
         });
     }
     let spawned = reaper
-        .spawn_registered(move || {
-            let child = command.spawn()?;
-            let pid = child.id() as i32;
-            Ok((child, pid))
-        })
+        .spawn_registered(
+            move || {
+                let child = command.spawn()?;
+                let pid = child.id() as i32;
+                Ok((child, pid))
+            },
+            forked,
+        )
         .await;
     let (mut child, pid, exit) = spawned.map_err(|e| describe(spec, &e))?;
     let pipes = (|| -> std::io::Result<_> {
@@ -165,6 +181,14 @@ pub async fn spawn_pipes(spec: &SpawnSpec, reaper: &Reaper) -> Result<PipeChild,
 pub(super) fn describe(spec: &SpawnSpec, e: &std::io::Error) -> SpawnError {
     use std::io::ErrorKind;
     let program = &spec.argv[0];
+    if e.kind() == ErrorKind::TimedOut {
+        // Not `can_enter`: the cwd may be what does not answer.
+        return SpawnError::Program(format!(
+            "`{program}` did not start within {} s: its program or cwd is on a file system \
+             that does not answer; it was killed; ask the owner to check that file system",
+            SPAWN_DEADLINE.as_secs()
+        ));
+    }
     if !can_enter(&spec.cwd) {
         return SpawnError::Cwd(
             "cannot be entered by the server (no search permission on the directory)".into(),

@@ -11,7 +11,7 @@ use super::state::Reason;
 use super::{Session, Snapshot};
 use crate::config::{Config, Mode, OnFull, Shell};
 use crate::errors::{ErrorCode, ToolError};
-use crate::limits::{MAX_CLIENT_ENV, SHUTDOWN_GRACE};
+use crate::limits::{MAX_CLIENT_ENV, SHUTDOWN_GRACE, SPAWN_DEADLINE};
 use crate::output::OutputBuffer;
 use crate::policy::{BASE_ENV, TAG_VAR, denied_env_name, resolve_cwd};
 use crate::process::{Reaper, SpawnError, SpawnSpec, session_tag, spawn_pipes, spawn_pty};
@@ -152,18 +152,32 @@ impl Sessions {
         let requested = request.cwd.as_deref().unwrap_or(".");
         // Off the async workers: resolving a path may block on a hung filesystem.
         let (requested, config_for_cwd) = (requested.to_owned(), config.clone());
-        let cwd = tokio::task::spawn_blocking(move || {
+        let resolving = tokio::task::spawn_blocking(move || {
             let config = config_for_cwd;
             resolve_cwd(&requested, &config.default_cwd, &config.allowed_roots)
-        })
-        .await
-        .map_err(|_| ToolError::internal("resolving the cwd stopped"))?
-        .map_err(|why| {
-            ToolError::new(
-                ErrorCode::CwdNotAllowed,
-                format!("cwd {why}; pick a directory inside the allowed roots"),
-            )
-        })?;
+        });
+        // A path on a file system that does not answer blocks that thread for good; the
+        // start gives up on it.
+        let cwd = tokio::time::timeout(SPAWN_DEADLINE, resolving)
+            .await
+            .map_err(|_| {
+                ToolError::new(
+                    ErrorCode::CwdNotAllowed,
+                    format!(
+                        "cwd `{}` did not resolve within {} s: it is on a file system that \
+                         does not answer; pick another directory",
+                        request.cwd.as_deref().unwrap_or("."),
+                        SPAWN_DEADLINE.as_secs()
+                    ),
+                )
+            })?
+            .map_err(|_| ToolError::internal("resolving the cwd stopped"))?
+            .map_err(|why| {
+                ToolError::new(
+                    ErrorCode::CwdNotAllowed,
+                    format!("cwd {why}; pick a directory inside the allowed roots"),
+                )
+            })?;
         let mut env: BTreeMap<String, String> = BASE_ENV
             .iter()
             .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
@@ -304,6 +318,7 @@ impl Sessions {
     pub async fn shutdown(&self, grace_ms: u64) {
         self.shutting_down.store(true, Ordering::SeqCst);
         let _admission = self.starting.lock().await;
+        self.reaper.abandon_spawns();
         let mut ending = tokio::task::JoinSet::new();
         for session in self.retained() {
             if !session.status().is_final() {
