@@ -165,6 +165,11 @@ impl Reaper {
                     (value, pid, rx)
                 })
             };
+            if let (true, Ok((_, pid, _))) = (done.is_closed(), &spawned) {
+                // The start gave up during the spawn (its deadline, a cancelled request):
+                // what it started must not run on without a session.
+                super::signal_group(*pid, nix::sys::signal::Signal::SIGKILL);
+            }
             // Exits that arrived during the spawn.
             reaper.reap_all();
             // A start that gave up drops this answer, and with it the receiver: the child's
@@ -185,11 +190,10 @@ impl Reaper {
                 tracing::warn!("cannot start another spawner thread: {e}");
             }
         }
-        let id = self.spawn_ids.fetch_add(1, Ordering::SeqCst);
         let forked = Arc::new(forked);
-        self.in_flight().insert(id, forked.clone());
+        let in_flight = InFlight::new(self, forked.clone());
         let answer = tokio::time::timeout(SPAWN_DEADLINE, result).await;
-        self.in_flight().remove(&id);
+        drop(in_flight);
         match answer {
             Ok(answer) => answer.map_err(|_| gone())?,
             Err(_) => {
@@ -269,6 +273,26 @@ impl Reaper {
             reap(pid);
         }
         self.reap_all();
+    }
+}
+
+/// A spawn's place in `Reaper::in_flight`, left when the start is answered or dropped.
+struct InFlight<'a> {
+    reaper: &'a Reaper,
+    id: u64,
+}
+
+impl<'a> InFlight<'a> {
+    fn new(reaper: &'a Reaper, forked: Arc<OwnedFd>) -> Self {
+        let id = reaper.spawn_ids.fetch_add(1, Ordering::SeqCst);
+        reaper.in_flight().insert(id, forked);
+        InFlight { reaper, id }
+    }
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.reaper.in_flight().remove(&self.id);
     }
 }
 
@@ -475,6 +499,74 @@ mod tests {
             tokio::time::timeout(Duration::from_secs(60), no_reader)
                 .await
                 .expect("the stuck child was killed");
+        });
+    }
+
+    #[test]
+    fn a_start_given_up_leaves_nothing_running() {
+        alone("process::reaper::tests::given_up");
+    }
+
+    #[test]
+    #[ignore = "run alone by a_start_given_up_leaves_nothing_running"]
+    fn given_up() {
+        use std::io::Read;
+        use std::os::unix::ffi::OsStrExt;
+        use std::os::unix::process::CommandExt;
+
+        use nix::fcntl::OFlag;
+        use nix::sys::stat::Mode;
+
+        let runtime = tokio::runtime::Runtime::new().unwrap();
+        runtime.block_on(async {
+            let reaper = Reaper::start().unwrap();
+            let dir = tempfile::tempdir().unwrap();
+            let fifo = dir.path().join("fifo");
+            nix::unistd::mkfifo(&fifo, Mode::S_IRWXU).unwrap();
+            let spec = super::super::SpawnSpec {
+                argv: ["/bin/sleep", "1000"].map(str::to_owned).to_vec(),
+                env: Vec::new(),
+                cwd: nix::fcntl::open("/", OFlag::O_PATH | OFlag::O_CLOEXEC, Mode::empty())
+                    .unwrap(),
+            };
+            // In a group of its own, as every session's leader; the spawn blocks before exec
+            // until the FIFO gets a writer.
+            let (mut command, forked) = super::super::spawn::command(&spec).unwrap();
+            let mut report = std::fs::File::from(forked.try_clone().unwrap());
+            let path = std::ffi::CString::new(fifo.as_os_str().as_bytes()).unwrap();
+            // SAFETY: setsid and open are async-signal-safe; the path outlives the spawn.
+            unsafe {
+                command.pre_exec(move || {
+                    libc::setsid();
+                    libc::open(path.as_ptr(), libc::O_RDONLY);
+                    Ok(())
+                });
+            }
+            let spawn = move || {
+                let child = command.spawn()?;
+                let pid = child.id() as i32;
+                Ok((child, pid))
+            };
+            // The start is given up (a cancelled request) while its spawn is blocked...
+            let start = reaper.spawn_registered(spawn, forked);
+            let given_up = tokio::time::timeout(Duration::from_millis(300), start).await;
+            assert!(given_up.is_err(), "the spawn was still blocked");
+            // ...then the spawn goes on (the child was waiting in its open: the FIFO had a
+            // reader) and the program starts.
+            let writer = nix::fcntl::open(&fifo, OFlag::O_WRONLY | OFlag::O_CLOEXEC, Mode::empty());
+            drop(writer.unwrap());
+            let mut pid = [0u8; 4];
+            report.read_exact(&mut pid).unwrap();
+            let pid = i32::from_ne_bytes(pid);
+            // Nobody waits for it: it is killed, not left running without a session.
+            let ended = async {
+                while state(pid).is_some_and(|s| s != "Z") {
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+            };
+            tokio::time::timeout(Duration::from_secs(60), ended)
+                .await
+                .expect("the program of a start given up is killed");
         });
     }
 }
