@@ -822,6 +822,41 @@ async fn live_view_shows_hostile_output_as_text_with_stderr_apart_and_the_record
     assert_eq!(header["version"], json!(2), "{cast}");
     let (status, _, _) = view(&base, &format!("/ui/recordings/{name}"), "").await;
     assert_eq!(status, StatusCode::UNAUTHORIZED);
+
+    // A PTY session's page is its emulator's screen: colours and the cursor as classes.
+    let started = server
+        .call(&id, "terminal_start", json!({"command_id": "bash"}))
+        .await;
+    let pty = started["structuredContent"]["session_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let text = "printf '\\033[31;1mRED\\033[0m<i>\\n'\n";
+    server
+        .call(
+            &id,
+            "terminal_write",
+            json!({"session_id": pty, "text": text}),
+        )
+        .await;
+    let waited = server
+        .call(
+            &id,
+            "terminal_wait",
+            json!({"session_id": pty, "pattern": "RED\\S*<i>\\r?\\n", "strip_ansi": true}),
+        )
+        .await;
+    assert_eq!(
+        waited["structuredContent"]["outcome"],
+        json!("matched"),
+        "{waited}"
+    );
+    let (_, _, page) = view(&base, &format!("/ui/sessions/{pty}"), &cookie).await;
+    assert!(
+        page.contains("<span class=\"f1 bold\">RED</span>&lt;i&gt;"),
+        "{page}"
+    );
+    assert_eq!(page.matches("cursor\"").count(), 1, "{page}");
 }
 
 #[tokio::test]
@@ -917,4 +952,246 @@ fn stdio_web_serves_the_view_beside_stdio_on_loopback_only() {
     let message = String::from_utf8_lossy(&out.stderr);
     assert!(message.contains("not a loopback address"), "{message}");
     assert!(!message.contains(token.trim()), "{message}");
+}
+
+/// Headless Chromium driven over the DevTools protocol on a pipe (`--remote-debugging-pipe`:
+/// commands on its fd 3, answers and events on its fd 4, each message a JSON text ended by
+/// NUL), so the test waits for conditions in the real DOM rather than for a time budget.
+struct Chromium {
+    child: Child,
+    commands: std::fs::File,
+    answers: std::io::BufReader<std::fs::File>,
+    next_id: u64,
+    _profile: tempfile::TempDir,
+}
+
+impl Chromium {
+    /// Chromium, or `None` (skipped, with the reason printed) when it is not installed,
+    /// unless `MCP_TERMINAL_REQUIRE_CHROMIUM=1` (as in CI, which installs it).
+    fn launch() -> Option<Chromium> {
+        use std::os::fd::{AsRawFd, OwnedFd};
+        use std::os::unix::process::CommandExt;
+        let binary = "/usr/bin/chromium";
+        if !Path::new(binary).exists() {
+            let required = std::env::var("MCP_TERMINAL_REQUIRE_CHROMIUM").is_ok_and(|v| v == "1");
+            assert!(!required, "{binary} is required but missing");
+            eprintln!("skipped: {binary} is not installed (apt-get install chromium)");
+            return None;
+        }
+        let (to_browser, commands): (OwnedFd, OwnedFd) =
+            nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).unwrap();
+        let (answers, from_browser): (OwnedFd, OwnedFd) =
+            nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).unwrap();
+        let (read_end, write_end) = (to_browser.as_raw_fd(), from_browser.as_raw_fd());
+        let profile = tempfile::tempdir().unwrap();
+        let mut command = Command::new(binary);
+        command
+            .args([
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--no-first-run",
+                "--disable-extensions",
+                "--window-size=1200,800",
+                "--remote-debugging-pipe",
+            ])
+            .arg(format!("--user-data-dir={}", profile.path().display()))
+            .arg("about:blank")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        // SAFETY: only async-signal-safe calls between fork and exec. Both ends are first
+        // moved above 10 so that placing one at 3 cannot close the other.
+        unsafe {
+            command.pre_exec(move || {
+                let high_read = libc::fcntl(read_end, libc::F_DUPFD, 10);
+                let high_write = libc::fcntl(write_end, libc::F_DUPFD, 10);
+                if high_read < 0
+                    || high_write < 0
+                    || libc::dup2(high_read, 3) < 0
+                    || libc::dup2(high_write, 4) < 0
+                {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let child = command.spawn().unwrap();
+        drop((to_browser, from_browser));
+        Some(Chromium {
+            child,
+            commands: std::fs::File::from(commands),
+            answers: std::io::BufReader::new(std::fs::File::from(answers)),
+            next_id: 0,
+            _profile: profile,
+        })
+    }
+
+    /// Send a command (to a page when `session` is given) and return its result.
+    fn send(&mut self, session: Option<&str>, method: &str, params: Value) -> Value {
+        use std::io::{BufRead, Write};
+        self.next_id += 1;
+        let id = self.next_id;
+        let mut message = json!({"id": id, "method": method, "params": params});
+        if let Some(session) = session {
+            message["sessionId"] = json!(session);
+        }
+        let mut bytes = message.to_string().into_bytes();
+        bytes.push(0);
+        self.commands.write_all(&bytes).unwrap();
+        loop {
+            let mut raw = Vec::new();
+            let n = self.answers.read_until(0, &mut raw).unwrap();
+            assert!(n > 0, "Chromium closed the DevTools pipe");
+            raw.pop();
+            let answer: Value = serde_json::from_slice(&raw).unwrap();
+            if answer["id"] == json!(id) {
+                assert!(answer.get("error").is_none(), "{method}: {answer}");
+                return answer["result"].clone();
+            }
+        }
+    }
+
+    /// Open `url` in a new tab; the DevTools session of that page.
+    fn open(&mut self, url: &str) -> String {
+        let target = self.send(None, "Target.createTarget", json!({"url": url}));
+        let attached = self.send(
+            None,
+            "Target.attachToTarget",
+            json!({"targetId": target["targetId"], "flatten": true}),
+        );
+        attached["sessionId"].as_str().unwrap().to_string()
+    }
+
+    /// The value of a JavaScript expression in the page.
+    fn eval(&mut self, page: &str, expression: &str) -> Value {
+        let result = self.send(
+            Some(page),
+            "Runtime.evaluate",
+            json!({"expression": expression, "returnByValue": true}),
+        );
+        result["result"]["value"].clone()
+    }
+
+    /// Look at `expression` in the page until it is true; the last text of `show` for the
+    /// failure message.
+    fn until(&mut self, page: &str, expression: &str, show: &str) {
+        let deadline = Instant::now() + PATIENCE;
+        while self.eval(page, expression) != json!(true) {
+            let shown = self.eval(page, show);
+            assert!(
+                Instant::now() < deadline,
+                "`{expression}` never held; the page shows:\n{shown}"
+            );
+            // A look at the DOM every 50 ms: the page updates itself from its own events.
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    fn screenshot(&mut self, page: &str) -> Vec<u8> {
+        use base64::Engine;
+        let shot = self.send(
+            Some(page),
+            "Page.captureScreenshot",
+            json!({"format": "png"}),
+        );
+        base64::engine::general_purpose::STANDARD
+            .decode(shot["data"].as_str().unwrap())
+            .unwrap()
+    }
+}
+
+impl Drop for Chromium {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The text of the live part of the page.
+const LIVE_TEXT: &str = "document.getElementById('live').textContent";
+
+#[tokio::test(flavor = "multi_thread")]
+async fn live_view_in_chromium_follows_a_pty_screen_and_pipe_output() {
+    let Some(mut chromium) = Chromium::launch() else {
+        return;
+    };
+    let server = Server::start(&["--listen", "127.0.0.1:0", "--web"]);
+    let (url, _) = sign_in_url(&server.stderr);
+    let id = server.open_session().await.unwrap();
+    let started = server
+        .call(&id, "terminal_start", json!({"command_id": "pty-tui"}))
+        .await;
+    let tui = started["structuredContent"]["session_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+
+    // Signing in at the session page: the cookie is set and the page loads without the token.
+    let page = chromium.open(&url.replace("/ui/?", &format!("/ui/sessions/{tui}?")));
+    chromium.until(
+        &page,
+        "document.getElementById('state').textContent === 'live' \
+         && document.querySelector('#live pre.screen').textContent.includes('counter: 0')",
+        LIVE_TEXT,
+    );
+    assert_eq!(
+        chromium.eval(&page, "location.pathname + location.search"),
+        json!(format!("/ui/sessions/{tui}"))
+    );
+    // pty-tui hides its cursor (`ESC [?25l`), and so does the page.
+    assert_eq!(
+        chromium.eval(&page, "document.querySelectorAll('#live .cursor').length"),
+        json!(0)
+    );
+    // Marks this document: still there after the update, so no reload brought it.
+    chromium.eval(&page, "window.stillTheSamePage = true");
+    let keys = server
+        .call(
+            &id,
+            "terminal_keys",
+            json!({"session_id": tui, "keys": ["Up", "Up", "Up"]}),
+        )
+        .await;
+    assert_eq!(keys["structuredContent"]["ok"], json!(true), "{keys}");
+    chromium.until(
+        &page,
+        "document.querySelector('#live pre.screen').textContent.includes('counter: 3') \
+         && window.stillTheSamePage === true",
+        LIVE_TEXT,
+    );
+    let png = chromium.screenshot(&page);
+    assert!(png.starts_with(b"\x89PNG"), "not a PNG");
+    let shot = std::env::var_os("MCP_TERMINAL_SCREENSHOT")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_TARGET_TMPDIR")).join("live-view.png"));
+    std::fs::write(&shot, &png).unwrap();
+
+    // The list shows a session started after it was opened, then its page the output.
+    let list = chromium.open(&format!("{}/ui/", server.base));
+    chromium.until(
+        &list,
+        "document.getElementById('state').textContent === 'live'",
+        LIVE_TEXT,
+    );
+    let started = server
+        .call(&id, "terminal_start", json!({"command_id": "stream"}))
+        .await;
+    let stream = started["structuredContent"]["session_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    chromium.until(
+        &list,
+        &format!("document.querySelector('tr[data-session=\"{stream}\"]') !== null"),
+        LIVE_TEXT,
+    );
+    let page = chromium.open(&format!("{}/ui/sessions/{stream}", server.base));
+    chromium.until(
+        &page,
+        "[...document.querySelectorAll('#live .stdout')].some(e => e.textContent.includes('5')) \
+         && document.querySelectorAll('#live .stderr').length > 0 \
+         && document.querySelector('#live .status').textContent === 'EXITED'",
+        LIVE_TEXT,
+    );
 }

@@ -177,6 +177,10 @@ fn screen_html(screen: &StyledScreen, out: &mut String) {
         for span in row {
             span_html(span, out);
         }
+        // The box is as wide as the terminal: pad the trimmed row to its columns.
+        let used: usize = row.iter().map(|s| s.text.chars().count()).sum();
+        let cols = usize::from(screen.cols);
+        out.extend(std::iter::repeat_n(' ', cols.saturating_sub(used)));
     }
     out.push_str("</pre>");
 }
