@@ -26,6 +26,7 @@ use crate::client::{McpServer, Transport};
 use crate::evidence;
 
 mod suite;
+mod web;
 
 /// The throughput profile: `flood` with this many lines of `FLOOD_LINE_WIDTH` bytes, then
 /// its summary line; the whole output fits the largest allowed buffer (1,048,576 records).
@@ -417,9 +418,18 @@ const DESCRIPTIONS: &[(&str, &str)] = &[
     ),
 ];
 
+/// Workloads of their own files.
+const MORE_DESCRIPTIONS: &[(&str, &str)] = &[(
+    "live_view_watchers",
+    "terminal_read paging a session while it writes 5 MB (50,000 lines), from cursor 0 to \
+     the end of its complete output, with 8 live-view update streams (SSE, as 8 browser tabs) \
+     watching that session, against the same passes with none, alternating",
+)];
+
 fn describe(name: &str) -> String {
     DESCRIPTIONS
         .iter()
+        .chain(MORE_DESCRIPTIONS)
         .find(|(n, _)| *n == name)
         .map(|(_, d)| d.to_string())
         .unwrap_or_default()
@@ -602,6 +612,13 @@ async fn run_all(server: &Path, sizes: Sizes, report: &mut BenchReport) {
             report.notes.extend(mcp.shutdown().await);
         }
     }
+
+    let b = measure(
+        "live_view_watchers",
+        web::watchers(server, &root, config_dir.path(), sizes.read_passes),
+    )
+    .await;
+    report.benchmarks.push(b);
 
     suite::run_suite(
         server,

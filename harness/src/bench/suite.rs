@@ -663,6 +663,13 @@ pub(super) fn comparisons(benchmarks: &[Benchmark]) -> Vec<Comparison> {
             None,
             Target::AtMost(0.0),
         ),
+        (
+            "terminal_read pass, 8 live-view pages watching",
+            "ms",
+            get("live_view_watchers", "read_pass_watched"),
+            get("live_view_watchers", "read_pass_alone"),
+            Target::RatioAtMost(1.2),
+        ),
         ("idle RSS", "KiB", idle, None, Target::AtMost(8192.0)),
         (
             "overhead of 32 full buffers",
