@@ -97,18 +97,46 @@ impl InFlight {
 /// How every answer of the service begins (it sends no requests of its own).
 const ANSWER_PREFIX: &[u8] = br#"{"jsonrpc":"2.0","id":"#;
 
-/// The id of a request the service will answer with that id; `None` for notifications, and
-/// for what it refuses with `id: null` (an id that is not a string or an integer, no
-/// `jsonrpc: "2.0"`, a repeated key), which must not hold a place that nothing frees.
-fn request_id(message: &serde_json::Value, text: &str) -> Option<String> {
+/// What the guard does with a message that is JSON.
+#[derive(Debug, PartialEq)]
+enum Admission {
+    /// A request the service will answer with this id (as JSON text): it holds a place.
+    Request(String),
+    /// A request with a readable id that the service cannot read as an MCP message (`params`
+    /// of the wrong type, say): the service would answer it with `id: null`, which frees no
+    /// place, so the guard answers it with its id instead and the service never sees it.
+    Refuse(serde_json::Value, String),
+    /// Everything else passes unchanged: notifications, answers, and what the service
+    /// refuses with `id: null` on its own (an id that is not a string or an integer, no
+    /// `jsonrpc: "2.0"`, a repeated key), which must not hold a place that nothing frees.
+    Pass,
+}
+
+fn admission(message: &serde_json::Value, text: &str) -> Admission {
+    let Some(id) = request_id(message) else {
+        return Admission::Pass;
+    };
+    if repeats_a_key(text) {
+        return Admission::Pass;
+    }
+    // Read exactly as the service reads it.
+    match serde_json::from_str::<rmcp::model::ClientJsonRpcMessage>(text) {
+        Ok(rmcp::model::JsonRpcMessage::Request(_)) => Admission::Request(id.to_string()),
+        Ok(_) => Admission::Pass,
+        Err(e) => Admission::Refuse(id.clone(), e.to_string()),
+    }
+}
+
+/// The id of what has the shape of a request: `jsonrpc: "2.0"`, a method name, and an id
+/// that is a string or an integer.
+fn request_id(message: &serde_json::Value) -> Option<&serde_json::Value> {
     let object = message.as_object()?;
     object.get("method")?.as_str()?;
     if object.get("jsonrpc")?.as_str()? != "2.0" {
         return None;
     }
     let id = object.get("id")?;
-    let valid = id.is_string() || id.is_i64() || id.is_u64();
-    (valid && !repeats_a_key(text)).then(|| id.to_string())
+    (id.is_string() || id.is_i64() || id.is_u64()).then_some(id)
 }
 
 /// Whether the top-level object names a key twice (the parsed value keeps only the last).
@@ -171,10 +199,10 @@ fn with_null_ids(lines: Vec<u8>) -> Vec<u8> {
     fixed
 }
 
-fn error_frame(code: i64, message: &str) -> Vec<u8> {
+fn error_frame(id: serde_json::Value, code: i64, message: &str) -> Vec<u8> {
     let frame = serde_json::json!({
         "jsonrpc": "2.0",
-        "id": null,
+        "id": id,
         "error": {"code": code, "message": message},
     });
     let mut bytes = frame.to_string().into_bytes();
@@ -216,7 +244,11 @@ async fn pump_input<R: AsyncRead + Unpin>(
                 "Invalid Request: the message exceeds {MAX_FRAME_BYTES} bytes (newline \
                  included) and was discarded unread"
             );
-            if replies.send(error_frame(-32600, &message)).await.is_err() {
+            if replies
+                .send(error_frame(serde_json::Value::Null, -32600, &message))
+                .await
+                .is_err()
+            {
                 break;
             }
             continue;
@@ -237,7 +269,11 @@ async fn pump_input<R: AsyncRead + Unpin>(
             Ok(message) => message,
             Err(why) => {
                 tracing::warn!("refused a message: {why}");
-                let reply = error_frame(-32700, &format!("Parse error: {why}"));
+                let reply = error_frame(
+                    serde_json::Value::Null,
+                    -32700,
+                    &format!("Parse error: {why}"),
+                );
                 if replies.send(reply).await.is_err() {
                     break;
                 }
@@ -247,11 +283,22 @@ async fn pump_input<R: AsyncRead + Unpin>(
         if let Some(id) = cancelled_id(&message) {
             in_flight.settle(&id);
         }
-        if let Some(id) = std::str::from_utf8(body)
-            .ok()
-            .and_then(|text| request_id(&message, text))
-        {
-            in_flight.admit(id).await;
+        let text = std::str::from_utf8(body).unwrap_or_default();
+        match admission(&message, text) {
+            Admission::Request(id) => in_flight.admit(id).await,
+            Admission::Refuse(id, why) => {
+                tracing::warn!("refused a request: {why}");
+                let message = format!("Invalid Request: not a valid MCP request ({why})");
+                if replies
+                    .send(error_frame(id, -32600, &message))
+                    .await
+                    .is_err()
+                {
+                    break;
+                }
+                continue;
+            }
+            Admission::Pass => {}
         }
         if service.write_all(&frame).await.is_err() {
             break;
@@ -308,7 +355,8 @@ async fn pump_output<W: AsyncWrite + Unpin>(
 mod tests {
     use std::time::Duration;
 
-    use tokio::io::AsyncWriteExt;
+    use serde_json::json;
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
 
     use super::*;
 
@@ -339,7 +387,10 @@ mod tests {
     }
 
     fn id_of(text: &str) -> Option<String> {
-        request_id(&serde_json::from_str(text).unwrap(), text)
+        match admission(&serde_json::from_str(text).unwrap(), text) {
+            Admission::Request(id) => Some(id),
+            _ => None,
+        }
     }
 
     #[test]
@@ -365,6 +416,63 @@ mod tests {
             r#"[{"jsonrpc":"2.0","id":1,"method":"ping"}]"#,
         ] {
             assert_eq!(id_of(refused), None, "{refused}");
+        }
+    }
+
+    /// The service answers a request it cannot read with `id: null`, which would hold its
+    /// place for ever: 64 of them stopped the server reading input.
+    #[test]
+    fn a_request_the_service_cannot_read_is_answered_here_with_its_id() {
+        for (text, id) in [
+            (
+                r#"{"jsonrpc":"2.0","id":4,"method":"ping","params":5}"#,
+                json!(4),
+            ),
+            (
+                r#"{"jsonrpc":"2.0","id":"t","method":"tools/call","params":[1]}"#,
+                json!("t"),
+            ),
+            (
+                r#"{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"x","_meta":5}}"#,
+                json!(5),
+            ),
+        ] {
+            match admission(&serde_json::from_str(text).unwrap(), text) {
+                Admission::Refuse(refused, why) => {
+                    assert_eq!(refused, id, "{text}");
+                    assert!(!why.is_empty());
+                }
+                other => panic!("{text}: {other:?}"),
+            }
+        }
+        let notification = r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":5}"#;
+        assert_eq!(
+            admission(&serde_json::from_str(notification).unwrap(), notification),
+            Admission::Pass
+        );
+    }
+
+    #[tokio::test]
+    async fn requests_the_service_cannot_read_do_not_stop_the_input() {
+        let (mut client_in, stdin) = tokio::io::duplex(1 << 20);
+        let (stdout, client_out) = tokio::io::duplex(1 << 20);
+        let (_service_in, _service_out, _eof) = guard(stdin, stdout);
+        let count = MAX_IN_FLIGHT * 2;
+        for n in 0..count {
+            let line =
+                format!("{{\"jsonrpc\":\"2.0\",\"id\":{n},\"method\":\"ping\",\"params\":5}}\n");
+            client_in.write_all(line.as_bytes()).await.unwrap();
+        }
+        let mut lines = tokio::io::BufReader::new(client_out).lines();
+        for n in 0..count {
+            let line = tokio::time::timeout(Duration::from_secs(30), lines.next_line())
+                .await
+                .expect("an answer within 30 s")
+                .unwrap()
+                .unwrap();
+            let answer: serde_json::Value = serde_json::from_str(&line).unwrap();
+            assert_eq!(answer["id"], json!(n), "{line}");
+            assert_eq!(answer["error"]["code"], json!(-32600), "{line}");
         }
     }
 

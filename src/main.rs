@@ -1,21 +1,6 @@
 //! `mcp-terminal`: a local MCP server that starts and drives real OS processes under an
 //! owner-approved command policy. This file holds the command line and the stdio serving
-//! loop with its shutdown; everything else lives in the modules below.
-
-mod audit;
-mod config;
-mod errors;
-mod framing;
-mod hangup;
-mod http;
-mod limits;
-mod output;
-mod policy;
-mod process;
-mod session;
-mod strict;
-mod tools;
-mod web;
+//! loop with its shutdown; everything else lives in the library (`src/lib.rs`).
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -24,6 +9,8 @@ use std::sync::Arc;
 use clap::{Parser, Subcommand};
 use rmcp::ServiceExt;
 use tokio::signal::unix::{SignalKind, signal};
+
+use mcp_terminal::{audit, config, framing, hangup, http, limits, process, session, tools, web};
 
 use config::Config;
 use process::{Guardian, Reaper};

@@ -1,0 +1,19 @@
+//! The server as a library: the modules the `mcp-terminal` binary (`src/main.rs`) is built
+//! from, layered config → process → output → session → tools, one way. The binary holds
+//! only the command line and the serving loops; the fuzz targets (`fuzz/`) and the
+//! in-process tests drive the same framing and dispatch the binary serves with.
+
+pub mod audit;
+pub mod config;
+mod errors;
+pub mod framing;
+pub mod hangup;
+pub mod http;
+pub mod limits;
+mod output;
+mod policy;
+pub mod process;
+pub mod session;
+mod strict;
+pub mod tools;
+pub mod web;
