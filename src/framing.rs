@@ -24,10 +24,21 @@ use crate::limits::{MAX_FRAME_BYTES, MAX_IN_FLIGHT, REPLY_QUEUE_MAX};
 
 const PIPE_CAPACITY: usize = 2 * MAX_FRAME_BYTES;
 
-/// Start the pumps; returns the reader and writer the MCP service should use, and a
-/// receiver that fires when stdin reaches EOF (so shutdown need not wait for the service
-/// to drain requests still in flight).
-pub fn guard<R, W>(stdin: R, stdout: W) -> (DuplexStream, DuplexStream, oneshot::Receiver<()>)
+/// The guarded ends of stdio, as the MCP service and the serving loop use them.
+pub struct Guarded {
+    /// What the service reads and writes.
+    pub service_in: DuplexStream,
+    pub service_out: DuplexStream,
+    /// Fires when stdin reaches EOF (so shutdown need not wait for the service to drain
+    /// requests still in flight).
+    pub stdin_closed: oneshot::Receiver<()>,
+    /// Fires when everything the service and the guard had to say is on stdout (or stdout
+    /// failed): the process may exit without losing an answer.
+    pub stdout_done: oneshot::Receiver<()>,
+}
+
+/// Start the pumps between `stdin`/`stdout` and the service.
+pub fn guard<R, W>(stdin: R, stdout: W) -> Guarded
 where
     R: AsyncRead + Unpin + Send + 'static,
     W: AsyncWrite + Unpin + Send + 'static,
@@ -35,15 +46,24 @@ where
     let (service_in, pump_in) = tokio::io::duplex(PIPE_CAPACITY);
     let (service_out, pump_out) = tokio::io::duplex(PIPE_CAPACITY);
     let (replies_tx, replies_rx) = mpsc::channel(REPLY_QUEUE_MAX);
-    let (eof_tx, eof_rx) = oneshot::channel();
+    let (eof_tx, stdin_closed) = oneshot::channel();
+    let (done_tx, stdout_done) = oneshot::channel();
     let in_flight = Arc::new(InFlight::default());
     let answered = in_flight.clone();
     tokio::spawn(async move {
         pump_input(stdin, pump_in, replies_tx, in_flight).await;
         let _ = eof_tx.send(());
     });
-    tokio::spawn(pump_output(pump_out, stdout, replies_rx, answered));
-    (service_in, service_out, eof_rx)
+    tokio::spawn(async move {
+        pump_output(pump_out, stdout, replies_rx, answered).await;
+        let _ = done_tx.send(());
+    });
+    Guarded {
+        service_in,
+        service_out,
+        stdin_closed,
+        stdout_done,
+    }
 }
 
 /// The ids (as JSON text) of requests passed to the service and not yet answered on stdout.
@@ -348,6 +368,14 @@ async fn pump_output<W: AsyncWrite + Unpin>(
             return;
         }
     }
+    // The service has ended: the answers the guard still holds (to the last lines before
+    // stdin's EOF) go out too, then no more are taken.
+    replies.close();
+    while let Some(reply) = replies.recv().await {
+        if stdout.write_all(&reply).await.is_err() {
+            return;
+        }
+    }
     let _ = stdout.flush().await;
 }
 
@@ -366,7 +394,7 @@ mod tests {
     async fn stops_reading_while_error_replies_wait() {
         let (mut client_in, stdin) = tokio::io::duplex(4096);
         let (stdout, _client_out_unread) = tokio::io::duplex(4096);
-        let (_service_in, _service_out, _eof) = guard(stdin, stdout);
+        let _guarded = guard(stdin, stdout);
         let garbage = b"not json at all\n";
         let mut accepted = 0usize;
         for _ in 0..100_000 {
@@ -384,6 +412,48 @@ mod tests {
             accepted < bound,
             "{accepted} garbage lines read, bound {bound}"
         );
+    }
+
+    /// An answer the guard holds back (a service message is half written) when the
+    /// service ends still reaches stdout.
+    #[tokio::test]
+    async fn the_guards_answers_outlive_the_service() {
+        let (mut client_in, stdin) = tokio::io::duplex(4096);
+        let (stdout, client_out) = tokio::io::duplex(4096);
+        let mut guarded = guard(stdin, stdout);
+        // One whole answer and the start of the next, in one write: once the whole one is
+        // on stdout, the guard holds the start.
+        guarded
+            .service_out
+            .write_all(
+                b"{\"jsonrpc\":\"2.0\",\"id\":0,\"result\":{}}\n{\"jsonrpc\":\"2.0\",\"id\":1",
+            )
+            .await
+            .unwrap();
+        let mut lines = tokio::io::BufReader::new(client_out).lines();
+        let first = lines.next_line().await.unwrap().unwrap();
+        assert_eq!(first, r#"{"jsonrpc":"2.0","id":0,"result":{}}"#);
+        client_in.write_all(b"not json\n").await.unwrap();
+        drop(client_in);
+        guarded.stdin_closed.await.unwrap();
+        guarded
+            .service_out
+            .write_all(b",\"result\":{}}\n")
+            .await
+            .unwrap();
+        drop(guarded.service_out);
+        drop(guarded.service_in);
+        let mut answers = Vec::new();
+        while let Some(line) = tokio::time::timeout(Duration::from_secs(30), lines.next_line())
+            .await
+            .expect("stdout ends")
+            .unwrap()
+        {
+            answers.push(serde_json::from_str::<serde_json::Value>(&line).unwrap());
+        }
+        assert_eq!(answers.len(), 2, "{answers:?}");
+        assert_eq!(answers[0]["id"], json!(1));
+        assert_eq!(answers[1]["error"]["code"], json!(-32700));
     }
 
     fn id_of(text: &str) -> Option<String> {
@@ -456,7 +526,7 @@ mod tests {
     async fn requests_the_service_cannot_read_do_not_stop_the_input() {
         let (mut client_in, stdin) = tokio::io::duplex(1 << 20);
         let (stdout, client_out) = tokio::io::duplex(1 << 20);
-        let (_service_in, _service_out, _eof) = guard(stdin, stdout);
+        let _guarded = guard(stdin, stdout);
         let count = MAX_IN_FLIGHT * 2;
         for n in 0..count {
             let line =

@@ -410,7 +410,12 @@ async fn run(sessions: Arc<Sessions>, audit: Option<Arc<audit::AuditLog>>) -> Re
     let mut sigterm = signal(SignalKind::terminate()).map_err(|e| e.to_string())?;
     let mut sigint = signal(SignalKind::interrupt()).map_err(|e| e.to_string())?;
     let (stdin, stdout) = rmcp::transport::io::stdio_pipes();
-    let (service_in, service_out, stdin_closed) = framing::guard(stdin, stdout);
+    let framing::Guarded {
+        service_in,
+        service_out,
+        stdin_closed,
+        stdout_done,
+    } = framing::guard(stdin, stdout);
     let server = TerminalServer::new(sessions.clone()).with_audit(audit);
     tracing::info!(version = env!("CARGO_PKG_VERSION"), "serving MCP on stdio");
 
@@ -423,21 +428,29 @@ async fn run(sessions: Arc<Sessions>, audit: Option<Arc<audit::AuditLog>>) -> Re
         }
     };
     tokio::pin!(serving);
-    let (why, served) = tokio::select! {
-        () = &mut serving => ("the client closed the connection", true),
-        _ = stdin_closed => ("stdin closed", false),
+    // `served`: nothing is left to flush (the service ended, or stdout is gone); `ended`:
+    // the service ended.
+    let (why, served, ended) = tokio::select! {
+        () = &mut serving => ("the client closed the connection", true, true),
+        _ = stdin_closed => ("stdin closed", false, false),
         // Nothing in flight could be delivered any more: no flush.
-        () = hangup::stdout_closed() => ("the client closed stdout", true),
-        _ = sigterm.recv() => ("SIGTERM", false),
-        _ = sigint.recv() => ("SIGINT", false),
+        () = hangup::stdout_closed() => ("the client closed stdout", true, false),
+        _ = sigterm.recv() => ("SIGTERM", false, false),
+        _ = sigint.recv() => ("SIGINT", false, false),
     };
     tracing::info!("shutting down ({why})");
     sessions
         .shutdown(limits::SHUTDOWN_GRACE.as_millis() as u64)
         .await;
-    if !served {
-        // Requests still in flight (a wait on a session that just ended) can answer now.
-        let _ = tokio::time::timeout(limits::SHUTDOWN_FLUSH, serving).await;
+    // Requests still in flight (a wait on a session that just ended) can answer now.
+    let ended = ended
+        || (!served
+            && tokio::time::timeout(limits::SHUTDOWN_FLUSH, serving)
+                .await
+                .is_ok());
+    if ended {
+        // The service's last answers, and the guard's own, reach stdout before the exit.
+        let _ = tokio::time::timeout(limits::SHUTDOWN_FLUSH, stdout_done).await;
     }
     tracing::info!("shutdown complete");
     Ok(())

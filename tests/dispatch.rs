@@ -9,31 +9,14 @@ mod loopback;
 use std::sync::LazyLock;
 
 use proptest::prelude::*;
-use serde_json::{Map, Value, json};
+use serde_json::{Map, Value};
 
 use loopback::{Loopback, call};
 
 static SERVER: LazyLock<Loopback> = LazyLock::new(Loopback::new);
 
-/// Every tool's name and argument names, from tools/list.
-static TOOLS: LazyLock<Vec<(String, Vec<String>)>> = LazyLock::new(|| {
-    let list = r#"{"jsonrpc":"2.0","id":"tools","method":"tools/list"}"#;
-    let answers = SERVER.exchange(list.as_bytes()).expect("tools/list");
-    let listed = answers
-        .iter()
-        .find(|a| a["id"] == json!("tools"))
-        .expect("the tools/list answer");
-    listed["result"]["tools"]
-        .as_array()
-        .expect("tools")
-        .iter()
-        .map(|tool| {
-            let properties = tool["inputSchema"]["properties"].as_object();
-            let names = properties.map_or(Vec::new(), |p| p.keys().cloned().collect());
-            (tool["name"].as_str().expect("a name").to_owned(), names)
-        })
-        .collect()
-});
+/// Every tool's name and argument names.
+static TOOLS: LazyLock<Vec<(String, Vec<String>)>> = LazyLock::new(|| SERVER.tools());
 
 fn json() -> impl Strategy<Value = Value> {
     let leaf = prop_oneof![
@@ -130,4 +113,24 @@ proptest! {
             return Err(TestCaseError::fail(format!("{broken}\ninput:\n{lines}")));
         }
     }
+}
+
+/// Every input a fuzz target once broke the contract with (`fuzz/regressions/`, one file
+/// per finding, the bytes written after the handshake) is served correctly now.
+#[test]
+fn fuzz_findings_stay_fixed() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/regressions");
+    let mut replayed = 0;
+    for entry in std::fs::read_dir(&dir).expect("fuzz/regressions") {
+        let path = entry.expect("an entry").path();
+        let input = std::fs::read(&path).expect("a finding");
+        // The race the first finding lost was one of several orders: replay a few times.
+        for _ in 0..20 {
+            if let Err(broken) = SERVER.exchange(&input) {
+                panic!("{}: {broken}", path.display());
+            }
+        }
+        replayed += 1;
+    }
+    assert!(replayed > 0, "no findings in {}", dir.display());
 }

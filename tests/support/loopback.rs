@@ -176,6 +176,26 @@ impl Loopback {
         self.runtime.block_on(self.serve(input))
     }
 
+    /// Every tool's name and argument names, from the server's own tools/list.
+    pub fn tools(&self) -> Vec<(String, Vec<String>)> {
+        let list = r#"{"jsonrpc":"2.0","id":"tools","method":"tools/list"}"#;
+        let answers = self.exchange(list.as_bytes()).expect("tools/list");
+        let listed = answers
+            .iter()
+            .find(|a| a["id"] == json!("tools"))
+            .expect("the tools/list answer");
+        listed["result"]["tools"]
+            .as_array()
+            .expect("tools")
+            .iter()
+            .map(|tool| {
+                let properties = tool["inputSchema"]["properties"].as_object();
+                let names = properties.map_or(Vec::new(), |p| p.keys().cloned().collect());
+                (tool["name"].as_str().expect("a name").to_owned(), names)
+            })
+            .collect()
+    }
+
     async fn serve(&self, input: &[u8]) -> Result<Vec<Value>, String> {
         let sessions = Arc::new(Sessions::new(
             self.config.clone(),
@@ -184,7 +204,11 @@ impl Loopback {
         ));
         let (mut client_in, stdin) = tokio::io::duplex(64 * 1024);
         let (stdout, client_out) = tokio::io::duplex(64 * 1024);
-        let (service_in, service_out, _stdin_closed) = framing::guard(stdin, stdout);
+        let framing::Guarded {
+            service_in,
+            service_out,
+            ..
+        } = framing::guard(stdin, stdout);
         let server = TerminalServer::new(sessions.clone());
         let serving = tokio::spawn(async move {
             if let Ok(service) = server.serve((service_in, service_out)).await {
