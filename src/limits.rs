@@ -70,6 +70,9 @@ pub const RECORDING_MAX_BYTES: u64 = 64 * 1024 * 1024;
 
 /// Client-supplied environment variables per start.
 pub const MAX_CLIENT_ENV: usize = 32;
+/// Bytes of one client-supplied `NAME=value` (the kernel's per-string exec limit, 32
+/// pages, less its NUL).
+pub const MAX_ENV_ENTRY_BYTES: usize = 32 * 4096 - 1;
 /// `command_id` length bounds.
 pub const COMMAND_ID_MAX_CHARS: usize = 128;
 /// Profiles per config.

@@ -244,6 +244,7 @@ pub enum Action {
     Impostor(ImpostorSpec),
     Await(AwaitStep),
     Cast(CastStep),
+    StringArguments(StringArgumentsSpec),
 }
 
 impl Action {
@@ -267,6 +268,7 @@ impl Action {
             Action::Impostor(_) => "impostor".into(),
             Action::Await(a) => format!("await {}", a.name),
             Action::Cast(_) => "cast".into(),
+            Action::StringArguments(_) => "string_arguments".into(),
         }
     }
 }
@@ -338,6 +340,24 @@ pub struct ServerRssSpec {
 pub struct ImpostorSpec {
     pub pid: Value,
     pub save: String,
+}
+
+/// Put `value` in every string argument of every tool tools/list names (a property of type
+/// string, each string of an array of strings, each value of an object of strings), one
+/// call per argument, the tool's other required arguments from `valid_for` (per tool) or
+/// `valid` (by name); check each answer against `expect_for["tool.argument"]` or `expect`,
+/// and after each that a well-formed request (tools/list) is served.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StringArgumentsSpec {
+    pub value: Value,
+    #[serde(default)]
+    pub valid: BTreeMap<String, Value>,
+    #[serde(default)]
+    pub valid_for: BTreeMap<String, BTreeMap<String, Value>>,
+    pub expect: Matcher,
+    #[serde(default)]
+    pub expect_for: BTreeMap<String, Matcher>,
 }
 
 /// Run `steps` `times` times; `${<var>}` holds the iteration index, from 0.
@@ -746,6 +766,7 @@ struct StepFields {
     #[serde(rename = "await")]
     await_: Option<String>,
     cast: Option<CastSpec>,
+    string_arguments: Option<StringArgumentsSpec>,
 }
 
 impl StepFields {
@@ -781,6 +802,7 @@ impl StepFields {
             ("background", self.background.is_some()),
             ("await", self.await_.is_some()),
             ("cast", self.cast.is_some()),
+            ("string_arguments", self.string_arguments.is_some()),
         ];
         flags.iter().filter(|(_, p)| *p).map(|(k, _)| *k).collect()
     }
@@ -805,6 +827,7 @@ const KINDS: &[&str] = &[
     "impostor",
     "await",
     "cast",
+    "string_arguments",
 ];
 
 impl TryFrom<StepFields> for Step {
@@ -1052,6 +1075,9 @@ impl TryFrom<StepFields> for Step {
                 Action::Repeat(r)
             }
             "impostor" => Action::Impostor(f.impostor.expect("kind key present")),
+            "string_arguments" => {
+                Action::StringArguments(f.string_arguments.expect("kind key present"))
+            }
             other => unreachable!("kind {other} is in KINDS"),
         };
         Ok(Step {

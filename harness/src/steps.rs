@@ -18,7 +18,7 @@ use crate::runner::{Run, wait_gone};
 use crate::scenario::{
     Action, AwaitStep, CallStep, CastStep, CollectStep, FsStep, Matcher, ProcState, ProcessStep,
     RawAction, RepeatSpec, SaveRegexes, Saves, ServerFdsSpec, ServerRssSpec, ServerStep,
-    SignalName, Step, TextAssert, UntilStep,
+    SignalName, Step, StringArgumentsSpec, TextAssert, UntilStep,
 };
 use crate::vars::lookup_path;
 
@@ -77,6 +77,7 @@ impl Run<'_> {
             Action::ServerZombies(spec) => self.server_count_step(Count::Zombies, spec).await,
             Action::ServerRss(spec) => self.server_rss_step(spec).await,
             Action::Repeat(r) => self.repeat_step(r).await,
+            Action::StringArguments(spec) => self.string_arguments_step(spec).await,
             Action::Await(a) => self.await_step(a).await,
             Action::Impostor(i) => {
                 let pid = pid_of(&self.vars.subst(&i.pid)?)?;
@@ -471,6 +472,103 @@ impl Run<'_> {
             None => format!("{resident} KiB"),
         };
         self.check(format!("the server's {what} matches"), verdict)
+    }
+
+    async fn string_arguments_step(&mut self, spec: &StringArgumentsSpec) -> Result<(), String> {
+        let value = self.vars.subst(&spec.value)?;
+        let size = value
+            .as_str()
+            .ok_or("string_arguments.value must be a string")?
+            .len();
+        let listed = self.connected()?.list_tools().await?;
+        let tools = listed["tools"].as_array().cloned().unwrap_or_default();
+        for tool in spec.valid_for.keys() {
+            if !tools.iter().any(|t| t["name"] == json!(tool)) {
+                return Err(format!(
+                    "valid_for names `{tool}`, which tools/list does not"
+                ));
+            }
+        }
+        let mut covered = Vec::new();
+        for tool in &tools {
+            let name = tool["name"].as_str().ok_or("a tool without a name")?;
+            let schema = &tool["inputSchema"];
+            let required: Vec<&str> = schema["required"]
+                .as_array()
+                .map(|r| r.iter().filter_map(Value::as_str).collect())
+                .unwrap_or_default();
+            let properties = schema["properties"]
+                .as_object()
+                .cloned()
+                .unwrap_or_default();
+            for (argument, property) in &properties {
+                let carried = match property["type"].as_str() {
+                    Some("string") => value.clone(),
+                    Some("array") if property["items"]["type"] == json!("string") => {
+                        json!([value])
+                    }
+                    Some("object")
+                        if property["additionalProperties"]["type"] == json!("string") =>
+                    {
+                        json!({ "MCP_TERMINAL_HUGE": value })
+                    }
+                    _ => continue,
+                };
+                let mut args = serde_json::Map::new();
+                for other in required.iter().filter(|r| **r != argument) {
+                    let valid = spec
+                        .valid_for
+                        .get(name)
+                        .and_then(|v| v.get(*other))
+                        .or_else(|| spec.valid.get(*other))
+                        .ok_or_else(|| {
+                            format!(
+                                "no valid value for `{other}`, which `{name}` requires: add it \
+                                 to valid (or valid_for.{name})"
+                            )
+                        })?;
+                    args.insert((*other).to_owned(), self.vars.subst(valid)?);
+                }
+                args.insert(argument.clone(), carried);
+                let key = format!("{name}.{argument}");
+                let expected = self
+                    .vars
+                    .subst(&spec.expect_for.get(&key).unwrap_or(&spec.expect).0)?;
+                let began = Instant::now();
+                let result = self.connected()?.call(name, &Value::Object(args)).await;
+                let actual = match &result {
+                    Ok(raw) => raw.get("structuredContent").cloned().unwrap_or(Value::Null),
+                    Err(e) => json!({ "protocol_error": e }),
+                };
+                let shown =
+                    json!({"tool": name, "arguments": {argument: format!("<{size} bytes>")}});
+                self.record(shown, &actual, began);
+                if let Ok(raw) = result {
+                    self.reply(name, raw)?;
+                }
+                self.matches(
+                    &format!("{key} with {size} bytes: the answer matches"),
+                    &expected,
+                    &actual,
+                )?;
+                let next = self.connected()?.list_tools().await.map(|_| ());
+                self.check(format!("after {key}: the next request is served"), next)?;
+                covered.push(key);
+            }
+        }
+        if let Some(stale) = spec.expect_for.keys().find(|k| !covered.contains(k)) {
+            return Err(format!(
+                "expect_for names `{stale}`, which is not a string argument"
+            ));
+        }
+        self.check(
+            format!(
+                "{} string arguments carried {size} bytes: {}",
+                covered.len(),
+                covered.join(", ")
+            ),
+            Ok(()),
+        )
     }
 
     async fn repeat_step(&mut self, r: &RepeatSpec) -> Result<(), String> {

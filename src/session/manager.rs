@@ -11,7 +11,7 @@ use super::state::Reason;
 use super::{Session, Snapshot};
 use crate::config::{Config, Mode, OnFull, Shell};
 use crate::errors::{ErrorCode, ToolError};
-use crate::limits::{MAX_CLIENT_ENV, SHUTDOWN_GRACE, SPAWN_DEADLINE};
+use crate::limits::{MAX_CLIENT_ENV, MAX_ENV_ENTRY_BYTES, SHUTDOWN_GRACE, SPAWN_DEADLINE};
 use crate::output::OutputBuffer;
 use crate::policy::{BASE_ENV, TAG_VAR, denied_env_name, resolve_cwd};
 use crate::process::{Reaper, SpawnError, SpawnSpec, session_tag, spawn_pipes, spawn_pty};
@@ -377,6 +377,18 @@ fn client_env(
             return Err(ToolError::invalid_argument(
                 "env",
                 format!("value of `{name}` contains NUL"),
+            ));
+        }
+        // Beyond this the kernel refuses the whole exec (E2BIG), which would read as a
+        // broken profile.
+        let entry = name.len() + 1 + value.len();
+        if entry > MAX_ENV_ENTRY_BYTES {
+            return Err(ToolError::invalid_argument(
+                "env",
+                format!(
+                    "`{name}=` and its value make {entry} bytes, over the {MAX_ENV_ENTRY_BYTES} \
+                     a process may be given per variable; pass a large value in a file instead"
+                ),
             ));
         }
     }
