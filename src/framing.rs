@@ -23,6 +23,8 @@ use tokio::sync::{Notify, mpsc, oneshot};
 use crate::limits::{MAX_FRAME_BYTES, MAX_IN_FLIGHT, REPLY_QUEUE_MAX};
 
 const PIPE_CAPACITY: usize = 2 * MAX_FRAME_BYTES;
+/// Room made for each read of the service's output.
+const READ_BYTES: usize = 64 * 1024;
 
 /// The guarded ends of stdio, as the MCP service and the serving loop use them.
 pub struct Guarded {
@@ -102,7 +104,7 @@ impl InFlight {
     /// Settle the requests answered by these whole lines of service output. A cancelled
     /// request may never be answered; its cancellation settles it on the input side.
     fn settle_answers(&self, lines: &[u8]) {
-        for line in lines.split_inclusive(|b| *b == b'\n') {
+        for line in lines_of(lines) {
             if let Some(rest) = line.strip_prefix(ANSWER_PREFIX)
                 && let Some(Ok(id)) = serde_json::Deserializer::from_slice(rest)
                     .into_iter::<serde_json::Value>()
@@ -200,14 +202,11 @@ const ERROR_WITH_NULL_ID: &[u8] = br#"{"jsonrpc":"2.0","id":null,"error":"#;
 
 /// JSON-RPC requires `"id": null` on the answer to a request whose id could not be read.
 fn with_null_ids(lines: Vec<u8>) -> Vec<u8> {
-    if !lines
-        .split_inclusive(|b| *b == b'\n')
-        .any(|line| line.starts_with(ERROR_WITHOUT_ID))
-    {
+    if !lines_of(&lines).any(|line| line.starts_with(ERROR_WITHOUT_ID)) {
         return lines;
     }
     let mut fixed = Vec::with_capacity(lines.len() + 16);
-    for line in lines.split_inclusive(|b| *b == b'\n') {
+    for line in lines_of(&lines) {
         match line.strip_prefix(ERROR_WITHOUT_ID) {
             Some(rest) => {
                 fixed.extend_from_slice(ERROR_WITH_NULL_ID);
@@ -217,6 +216,20 @@ fn with_null_ids(lines: Vec<u8>) -> Vec<u8> {
         }
     }
     fixed
+}
+
+/// The lines of `bytes`, each with its newline (the last one without, if unterminated).
+/// Found with `memchr`: a page of output is one line of hundreds of kilobytes, and only
+/// where lines begin matters here.
+fn lines_of(bytes: &[u8]) -> impl Iterator<Item = &[u8]> {
+    let mut start = 0;
+    let ends = memchr::memchr_iter(b'\n', bytes).map(|at| at + 1);
+    ends.chain(std::iter::once(bytes.len()))
+        .filter_map(move |end| {
+            let line = &bytes[start..end];
+            start = end;
+            (!line.is_empty()).then_some(line)
+        })
 }
 
 fn error_frame(id: serde_json::Value, code: i64, message: &str) -> Vec<u8> {
@@ -333,21 +346,21 @@ async fn pump_output<W: AsyncWrite + Unpin>(
     mut replies: mpsc::Receiver<Vec<u8>>,
     in_flight: Arc<InFlight>,
 ) {
-    let mut chunk = vec![0u8; 64 * 1024];
-    // Bytes of a service message not yet ended by its newline.
+    // Bytes of a service message not yet ended by its newline; the service's output is
+    // read straight into it.
     let mut partial: Vec<u8> = Vec::new();
     loop {
+        let had = partial.len();
+        partial.reserve(READ_BYTES);
         tokio::select! {
-            read = service.read(&mut chunk) => {
-                let n = match read {
+            read = service.read_buf(&mut partial) => {
+                match read {
                     Ok(0) | Err(_) => break,
-                    Ok(n) => n,
-                };
-                let had = partial.len();
-                partial.extend_from_slice(&chunk[..n]);
+                    Ok(_) => {}
+                }
                 // Only the new bytes can hold a new end of message; the whole messages
                 // before the last newline leave in one piece, without a copy.
-                if let Some(at) = memchr::memrchr(b'\n', &chunk[..n]) {
+                if let Some(at) = memchr::memrchr(b'\n', &partial[had..]) {
                     let rest = partial.split_off(had + at + 1);
                     let whole = with_null_ids(std::mem::replace(&mut partial, rest));
                     if stdout.write_all(&whole).await.is_err() {

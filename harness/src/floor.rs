@@ -4,7 +4,7 @@
 
 use std::io::Read;
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::{Child, ChildStdout, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -65,12 +65,8 @@ pub fn serve() -> Result<(), String> {
     })
 }
 
-/// Spawn `program args`, and time until its first byte of stdout and until it exited.
-pub fn spawn_to_first_output(
-    program: &Path,
-    args: &[&str],
-) -> Result<(Duration, Duration), String> {
-    let began = Instant::now();
+/// Spawn `program args` with only its stdout on a pipe; the child and that pipe.
+fn spawn_piped(program: &Path, args: &[&str]) -> Result<(Child, ChildStdout), String> {
     let mut child = Command::new(program)
         .args(args)
         .stdin(Stdio::null())
@@ -78,7 +74,17 @@ pub fn spawn_to_first_output(
         .stderr(Stdio::null())
         .spawn()
         .map_err(|e| format!("cannot spawn {}: {e}", program.display()))?;
-    let mut stdout = child.stdout.take().ok_or("no stdout")?;
+    let stdout = child.stdout.take().ok_or("no stdout")?;
+    Ok((child, stdout))
+}
+
+/// Spawn `program args`, and time until its first byte of stdout and until it exited.
+pub fn spawn_to_first_output(
+    program: &Path,
+    args: &[&str],
+) -> Result<(Duration, Duration), String> {
+    let began = Instant::now();
+    let (mut child, mut stdout) = spawn_piped(program, args)?;
     let mut byte = [0u8; 1];
     let n = stdout.read(&mut byte).map_err(|e| e.to_string())?;
     let first = began.elapsed();
@@ -94,14 +100,7 @@ pub fn spawn_to_first_output(
 /// through a pipe would); the bytes read and the time from spawn to exit.
 pub fn direct_pipe_read(program: &Path, args: &[&str]) -> Result<(u64, Duration), String> {
     let began = Instant::now();
-    let mut child = Command::new(program)
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .map_err(|e| format!("cannot spawn {}: {e}", program.display()))?;
-    let mut stdout = child.stdout.take().ok_or("no stdout")?;
+    let (mut child, mut stdout) = spawn_piped(program, args)?;
     let mut buf = vec![0u8; 64 * 1024];
     let mut total = 0u64;
     loop {

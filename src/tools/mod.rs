@@ -3,6 +3,7 @@
 //! Every tool is dispatched in `TerminalServer::dispatch`.
 
 mod catalog;
+mod json;
 mod keys;
 mod params;
 
@@ -10,8 +11,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, Implementation, ListToolsResult,
-    PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
+    ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer, ServerHandler};
@@ -427,6 +428,15 @@ fn ok(value: impl Serialize) -> Result<Value, ToolError> {
     Ok(Value::Object(out))
 }
 
+/// The result carrying `value` both as structured content and as its JSON text (what
+/// `CallToolResult::structured` makes, with the text written by the fast writer).
+fn structured(value: Value, is_error: bool) -> CallToolResult {
+    let mut result = CallToolResult::success(vec![ContentBlock::text(json::to_string(&value))]);
+    result.structured_content = Some(value);
+    result.is_error = Some(is_error);
+    result
+}
+
 impl ServerHandler for TerminalServer {
     fn get_info(&self) -> ServerConfig {
         ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
@@ -481,10 +491,10 @@ impl ServerHandler for TerminalServer {
         };
         self.audit(spec.name, &arguments, &outcome, began.elapsed(), &context);
         let result = match outcome {
-            Ok(value) => CallToolResult::structured(value),
+            Ok(value) => structured(value, false),
             Err(error) => {
                 tracing::debug!(tool = spec.name, %error, "tool error");
-                CallToolResult::structured_error(error.to_json())
+                structured(error.to_json(), true)
             }
         };
         Ok(result.into())
