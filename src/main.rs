@@ -10,7 +10,9 @@ use clap::{Parser, Subcommand};
 use rmcp::ServiceExt;
 use tokio::signal::unix::{SignalKind, signal};
 
-use mcp_terminal::{audit, config, framing, hangup, http, limits, process, session, tools, web};
+use mcp_terminal::{
+    audit, config, framing, hangup, http, limits, process, session, stdio, tools, web,
+};
 
 use config::Config;
 use process::{Guardian, Reaper};
@@ -420,7 +422,10 @@ async fn run(sessions: Arc<Sessions>, audit: Option<Arc<audit::AuditLog>>) -> Re
     tracing::info!(version = env!("CARGO_PKG_VERSION"), "serving MCP on stdio");
 
     let serving = async {
-        match server.serve((service_in, service_out)).await {
+        match server
+            .serve(stdio::Stdio::new(service_in, service_out))
+            .await
+        {
             Ok(service) => {
                 let _ = service.waiting().await;
             }

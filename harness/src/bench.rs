@@ -397,6 +397,14 @@ const DESCRIPTIONS: &[(&str, &str)] = &[
          `terminal_status` every 5 ms",
     ),
     (
+        "lock_hold",
+        "one line of 1,048,576 4-byte code points (4 MiB, no line end, as many code points \
+         as a buffer may hold) retained whole, then terminal_read with tail_lines 1, raw and \
+         with strip_ansi, and terminal_wait from 0 for a pattern that matches only at its \
+         end; the longest the server held any session's state lock meanwhile is its own \
+         figure, logged when it shuts down",
+    ),
+    (
         "memory_at_rest",
         "server VmRSS idle, with 64 idle `long` sessions, with 32 buffers full of 4-byte \
          text (the global caps allow 32 × 32,768 records), and after every session expired \

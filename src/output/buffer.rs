@@ -18,8 +18,6 @@ use std::collections::VecDeque;
 
 use serde::Serialize;
 
-use super::stripper_pair;
-
 /// Cursors that are multiples of this have their byte offset indexed: bounds the scan
 /// that maps a cursor to a byte offset (to 4 × this many bytes).
 const MARK_CHARS: u64 = 4096;
@@ -213,12 +211,11 @@ impl OutputBuffer {
         let mut cut = self.byte_at(cursor);
         let wanted = self.first_byte + need_bytes as u64;
         if cut < wanted {
-            let from = cut;
             cut = wanted;
             while cut < self.end_byte() && !starts_char(self.byte(cut)) {
                 cut += 1;
             }
-            cursor += self.count_between(from, cut);
+            cursor = self.cursor_of(cut);
         }
         self.drop_front(cut, cursor);
     }
@@ -393,72 +390,58 @@ impl OutputBuffer {
         while !starts_char(self.byte(at)) {
             at += 1;
         }
-        from + self.count_between(start, at)
+        self.cursor_of(at)
     }
 
-    /// Cursor where the `lines`-th last retained line begins, or `base` when fewer lines
-    /// are retained. A line ends after `\n`; a final `\n` ends the last line rather than
-    /// starting an empty one (as `tail -n` counts). With `strip`, lines are counted in the
-    /// text without escape sequences (one stripper per stream, from `base`).
-    pub fn tail_start(&self, lines: usize, strip: bool) -> u64 {
-        if lines == 0 {
-            return self.end;
+    /// Cursor of the code point that starts at a retained byte offset: from the nearest
+    /// mark at or before it, so at most `4 × MARK_CHARS` bytes are counted.
+    fn cursor_of(&self, offset: u64) -> u64 {
+        let i = self.marks.partition_point(|m| m.byte <= offset);
+        let from = match i {
+            0 => Mark {
+                cursor: self.base,
+                byte: self.first_byte,
+            },
+            _ => self.marks[i - 1],
+        };
+        from.cursor + self.count_between(from.byte, offset)
+    }
+
+    /// Scan back from cursor `at` over at most `max_bytes` bytes for the line ends of a
+    /// tail of `lines` lines of the output up to `end` (`TailSearch` keeps the count in
+    /// `found`): `Ok(cursor)` where the lines begin once found (or `base` once everything
+    /// retained was scanned), else `Err(cursor)` to go on from.
+    pub(super) fn scan_back_for_lines(
+        &self,
+        at: u64,
+        (end, lines): (u64, usize),
+        found: &mut usize,
+        max_bytes: usize,
+    ) -> Result<u64, u64> {
+        if at <= self.base {
+            return Ok(self.base);
         }
-        if strip {
-            return self.tail_start_stripped(lines);
-        }
-        let mut found = 0;
-        let mut cursor = self.end;
-        let (a, b) = self.text.as_slices();
+        let to = self.byte_at(at.min(self.end));
+        let from = to.saturating_sub(max_bytes as u64).max(self.first_byte);
+        let (a, b) = self.slices(from, to);
+        let mut cursor = at;
         for &byte in b.iter().rev().chain(a.iter().rev()) {
             if !starts_char(byte) {
                 continue;
             }
             cursor -= 1;
-            if byte == b'\n' && cursor + 1 < self.end {
-                found += 1;
-                if found == lines {
-                    return cursor + 1;
+            if byte == b'\n' && cursor + 1 < end {
+                *found += 1;
+                if *found == lines {
+                    return Ok(cursor + 1);
                 }
             }
         }
-        self.base
-    }
-
-    fn tail_start_stripped(&self, lines: usize) -> u64 {
-        let mut strippers = stripper_pair();
-        // Starts of the last `lines` lines after the first; a line starts after a kept
-        // `\n` once kept text follows it.
-        let mut starts: VecDeque<u64> = VecDeque::with_capacity(lines.min(1024));
-        let mut pending = None;
-        let mut from = self.base;
-        while let Ok(page) = self.read(from, 1 << 16, usize::MAX) {
-            for entry in &page.entries {
-                let stripper = &mut strippers[entry.stream as usize];
-                for (cursor, c) in (entry.cursor..).zip(entry.text.chars()) {
-                    if !stripper.keep(c) {
-                        continue;
-                    }
-                    if let Some(start) = pending.take() {
-                        if starts.len() == lines {
-                            starts.pop_front();
-                        }
-                        starts.push_back(start);
-                    }
-                    if c == '\n' {
-                        pending = Some(cursor + 1);
-                    }
-                }
-            }
-            if !page.has_more {
-                break;
-            }
-            from = page.next_cursor;
-        }
-        if starts.len() == lines {
-            starts.front().copied().unwrap_or(self.base)
+        if from == self.first_byte {
+            Ok(self.base)
         } else {
-            self.base
+            // A code point cut at `from` is scanned whole by the next step.
+            Err(cursor)
         }
     }
 
@@ -680,42 +663,6 @@ mod tests {
         );
     }
 
-    #[test]
-    fn tail_start_counts_lines_like_tail() {
-        let mut b = OutputBuffer::new(1 << 20, 1 << 20);
-        assert_eq!(b.tail_start(3, false), 0, "empty");
-        b.append(Stream::Stdout, "a\nb\n");
-        b.append(Stream::Stderr, "c\n");
-        assert_eq!(b.tail_start(1, false), 4);
-        assert_eq!(b.tail_start(2, false), 2);
-        assert_eq!(b.tail_start(3, false), 0);
-        assert_eq!(b.tail_start(9, false), 0);
-        b.append(Stream::Stdout, "partial");
-        assert_eq!(b.tail_start(1, false), 6);
-        assert_eq!(b.tail_start(2, false), 4);
-        let mut b = OutputBuffer::new(6, 1 << 20);
-        b.append(Stream::Stdout, "one\ntwo\nthree\n");
-        assert_eq!(b.tail_start(5, false), b.base(), "fewer retained: the base");
-    }
-
-    #[test]
-    fn stripped_tail_ignores_newlines_inside_escape_sequences() {
-        let mut b = OutputBuffer::new(1 << 20, 1 << 20);
-        b.append(Stream::Stdout, "x\n\u{1b}]0;a\nb\u{7}y\n\u{1b}[0m");
-        assert_eq!(
-            b.tail_start(1, false),
-            12,
-            "raw: the trailing escape is a line"
-        );
-        assert_eq!(
-            b.tail_start(2, false),
-            8,
-            "raw: the newline inside the OSC counts"
-        );
-        assert_eq!(b.tail_start(1, true), 2, "stripped: only x and y lines");
-        assert_eq!(b.tail_start(2, true), 0);
-    }
-
     fn text_strategy() -> impl Strategy<Value = String> {
         proptest::collection::vec(
             prop_oneof![Just('a'), Just('\n'), Just('é'), Just('中'), Just('😀')],
@@ -725,23 +672,6 @@ mod tests {
     }
 
     proptest! {
-        /// The tail starts where a line-splitting model says the N-th last line begins.
-        #[test]
-        fn tail_start_matches_a_model(text in text_strategy(), lines in 1usize..6) {
-            let mut b = OutputBuffer::new(1 << 20, 1 << 20);
-            b.append(Stream::Stdout, &text);
-            let chars: Vec<char> = text.chars().collect();
-            let mut starts = vec![0u64];
-            for (i, c) in chars.iter().enumerate() {
-                if *c == '\n' && i + 1 < chars.len() {
-                    starts.push(i as u64 + 1);
-                }
-            }
-            let expected = if starts.len() >= lines { starts[starts.len() - lines] } else { 0 };
-            prop_assert_eq!(b.tail_start(lines, false), expected);
-            prop_assert_eq!(b.tail_start(lines, true), expected);
-        }
-
         /// Any sequence of appends and evictions: reading from `base` in pages of any size
         /// yields exactly the retained suffix of what was appended, at the cursors claimed.
         #[test]

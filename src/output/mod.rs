@@ -1,6 +1,6 @@
 //! Output of a session: incremental UTF-8 decoding per stream, the chunked record buffer
-//! addressed by cursor, escape-sequence stripping, incremental regex search, redaction of secret values, and the
-//! rendered screen of a terminal. Pure data structures: no I/O, no locking.
+//! addressed by cursor, escape-sequence stripping, incremental regex search, the start of the last lines,
+//! redaction of secret values, and the rendered screen of a terminal. Pure data structures: no I/O, no locking.
 
 mod ansi;
 mod buffer;
@@ -9,6 +9,7 @@ mod redact;
 mod screen;
 mod search;
 mod styled;
+mod tail;
 
 pub use ansi::{AnsiStripper, stripper_pair};
 pub use buffer::{Entry, OutputBuffer, Page, ReadError, Stream};
@@ -17,3 +18,4 @@ pub use redact::Redactor;
 pub use screen::{Screen, ScreenView};
 pub use search::Search;
 pub use styled::{Colour, Span, Style, StyledScreen};
+pub use tail::{StrippedTailSearch, TailSearch};

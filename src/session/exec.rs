@@ -31,7 +31,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::input::Typed;
-use super::state::{Reason, Snapshot, State};
+use super::state::{Reason, Snapshot};
 use super::wait::Match;
 use super::{Session, Streams, WaitRequest};
 use crate::config::Mode;
@@ -300,12 +300,10 @@ impl Session {
         }
 
         let pty = self.mode == Mode::Pty;
-        let (output, stderr, truncated) = self.inspect(|s| {
-            let (output, cut) = window_text(s, &window, pty);
-            let side = side_window.as_ref().map(|w| window_text(s, w, pty));
-            let cut = cut || side.as_ref().is_some_and(|(_, cut)| *cut);
-            (output, side.map(|(text, _)| text), cut)
-        });
+        let (output, cut) = self.window_text(&window, pty);
+        let side = side_window.as_ref().map(|w| self.window_text(w, pty));
+        let truncated = cut || side.as_ref().is_some_and(|(_, cut)| *cut);
+        let stderr = side.map(|(text, _)| text);
         let start_cursor = [Some(&window), side_window.as_ref()]
             .into_iter()
             .flatten()
@@ -443,37 +441,43 @@ impl Session {
     }
 }
 
-/// The text of `window` still retained, and whether part of it was evicted. Terminal
-/// output has its line ends normalised (`\r\n` → `\n`).
-fn window_text(s: &State, window: &Window, pty: bool) -> (String, bool) {
-    let Some(start) = window.start else {
-        return (String::new(), false);
-    };
-    let base = s.output.base();
-    let truncated = start < base;
-    let mut cursor = start.max(base);
-    let mut text = String::new();
-    while cursor < window.end {
-        let Ok(page) = s.output.read(cursor, 64 * 1024, PAGE_MAX_ENTRIES) else {
-            break;
+impl Session {
+    /// The text of `window` still retained, and whether part of it was evicted; read a
+    /// page per lock. Terminal output has its line ends normalised (`\r\n` → `\n`).
+    fn window_text(&self, window: &Window, pty: bool) -> (String, bool) {
+        let Some(start) = window.start else {
+            return (String::new(), false);
         };
-        for entry in page
-            .entries
-            .iter()
-            .filter(|e| window.streams.accepts(e.stream))
-        {
-            let room = window.end.saturating_sub(entry.cursor) as usize;
-            text.extend(entry.text.chars().take(room));
+        let mut truncated = false;
+        let mut cursor = start;
+        let mut text = String::new();
+        while cursor < window.end {
+            let page = self.inspect(|s| {
+                let base = s.output.base();
+                truncated |= cursor < base;
+                s.output.read(cursor.max(base), 64 * 1024, PAGE_MAX_ENTRIES)
+            });
+            let Ok(page) = page else {
+                break;
+            };
+            for entry in page
+                .entries
+                .iter()
+                .filter(|e| window.streams.accepts(e.stream))
+            {
+                let room = window.end.saturating_sub(entry.cursor) as usize;
+                text.extend(entry.text.chars().take(room));
+            }
+            if !page.has_more || page.next_cursor <= cursor {
+                break;
+            }
+            cursor = page.next_cursor;
         }
-        if !page.has_more || page.next_cursor <= cursor {
-            break;
+        if pty {
+            text = text.replace("\r\n", "\n");
         }
-        cursor = page.next_cursor;
+        (text, truncated)
     }
-    if pty {
-        text = text.replace("\r\n", "\n");
-    }
-    (text, truncated)
 }
 
 #[cfg(test)]

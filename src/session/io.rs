@@ -6,10 +6,10 @@ use serde::Serialize;
 use tokio::time::Instant;
 
 use super::Session;
-use super::state::{State, Status};
+use super::state::Status;
 use crate::errors::{ErrorCode, ToolError};
-use crate::limits::PAGE_MAX_ENTRIES;
-use crate::output::{Entry, ReadError, stripper_pair};
+use crate::limits::{PAGE_MAX_ENTRIES, SEARCH_STEP_BYTES};
+use crate::output::{Entry, ReadError, StrippedTailSearch, TailSearch, stripper_pair};
 
 #[derive(Debug, Serialize)]
 pub struct ReadResult {
@@ -42,20 +42,21 @@ impl Session {
         strip: bool,
     ) -> Result<ReadResult, ToolError> {
         let deadline = Instant::now() + wait;
-        let start = |s: &State| match from {
-            ReadFrom::Cursor(cursor) => cursor,
-            ReadFrom::Tail(lines) => s.output.tail_start(lines, strip),
-        };
         if !wait.is_zero() {
             // Anything but "exactly at the end of output that may still grow" answers now.
-            let cursor = self.inspect(start);
+            let cursor = self.read_start(from, strip).await;
             self.wait_until(deadline, |s| {
                 s.output.end() != cursor || s.output_complete || s.output_incomplete
             })
             .await;
         }
+        let start = self.read_start(from, strip).await;
         let mut result = self.inspect(|s| {
-            let cursor = start(s);
+            // A tail start evicted since it was found: the lines still retained.
+            let cursor = match from {
+                ReadFrom::Cursor(cursor) => cursor,
+                ReadFrom::Tail(_) => start.max(s.output.base()),
+            };
             let page = s
                 .output
                 .read(cursor, max_bytes, PAGE_MAX_ENTRIES)
@@ -83,6 +84,39 @@ impl Session {
             });
         }
         Ok(result)
+    }
+}
+
+impl Session {
+    /// The cursor a read from `from` starts at. A tail is found a bounded step at a time
+    /// under the lock (a page for the stripped count, which is done outside it), yielding
+    /// between steps, so no read holds the session for a scan of the whole buffer.
+    async fn read_start(&self, from: ReadFrom, strip: bool) -> u64 {
+        let lines = match from {
+            ReadFrom::Cursor(cursor) => return cursor,
+            ReadFrom::Tail(lines) => lines,
+        };
+        if strip {
+            let mut search = self.inspect(|s| StrippedTailSearch::new(&s.output, lines));
+            while let Some(cursor) = search.next_page() {
+                let page =
+                    self.inspect(|s| s.output.read(cursor, SEARCH_STEP_BYTES, PAGE_MAX_ENTRIES));
+                match page {
+                    Ok(page) => search.feed(&page),
+                    Err(ReadError::Expired { base }) => search.evicted(base),
+                    Err(ReadError::Invalid { .. }) => break,
+                }
+                tokio::task::yield_now().await;
+            }
+            return self.inspect(|s| search.start(s.output.base()));
+        }
+        let mut search = self.inspect(|s| TailSearch::new(&s.output, lines));
+        loop {
+            if let Some(cursor) = self.inspect(|s| search.step(&s.output, SEARCH_STEP_BYTES)) {
+                return cursor;
+            }
+            tokio::task::yield_now().await;
+        }
     }
 }
 

@@ -334,6 +334,12 @@ impl Sessions {
             }
         }
         while ending.join_next().await.is_some() {}
+        let (longest, over) = super::LOCK_HOLDS.summary();
+        tracing::info!(
+            longest_lock_hold_us = u64::try_from(longest.as_micros()).unwrap_or(u64::MAX),
+            lock_holds_over_1ms = over,
+            "session state locks"
+        );
     }
 }
 

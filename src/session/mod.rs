@@ -19,6 +19,7 @@ mod terminal;
 mod view;
 mod wait;
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
@@ -59,6 +60,37 @@ pub struct Session {
     groups: tokio::sync::OnceCell<SessionGroups>,
     /// Declared last, so dropped after everything above.
     _returns_memory: ReturnMemory,
+}
+
+/// How long session state locks were held, over every session of this server: each step
+/// taken under the lock is bounded (a page, a search step), and this is how the bound is
+/// checked on a real run (the shutdown log line reports it).
+pub struct LockHolds {
+    longest_ns: AtomicU64,
+    over_a_millisecond: AtomicU64,
+}
+
+pub static LOCK_HOLDS: LockHolds = LockHolds {
+    longest_ns: AtomicU64::new(0),
+    over_a_millisecond: AtomicU64::new(0),
+};
+
+impl LockHolds {
+    fn note(&self, held: Duration) {
+        let ns = u64::try_from(held.as_nanos()).unwrap_or(u64::MAX);
+        self.longest_ns.fetch_max(ns, Ordering::Relaxed);
+        if held > Duration::from_millis(1) {
+            self.over_a_millisecond.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// The longest hold so far, and how many holds took more than 1 ms.
+    pub fn summary(&self) -> (Duration, u64) {
+        (
+            Duration::from_nanos(self.longest_ns.load(Ordering::Relaxed)),
+            self.over_a_millisecond.load(Ordering::Relaxed),
+        )
+    }
 }
 
 /// Dropped after the rest of a session (its output buffer, screen): returns the freed heap.
@@ -111,14 +143,25 @@ impl Session {
 
     /// Apply a change to the state and wake every waiter.
     fn update<R>(&self, change: impl FnOnce(&mut State) -> R) -> R {
-        let result = change(&mut self.state.lock().unwrap_or_else(|e| e.into_inner()));
+        let result = self.locked(change);
         self.changed.send_replace(());
         result
     }
 
     /// Look at the state without waking anyone.
     fn inspect<R>(&self, look: impl FnOnce(&State) -> R) -> R {
-        look(&self.state.lock().unwrap_or_else(|e| e.into_inner()))
+        self.locked(|s| look(s))
+    }
+
+    /// Run `work` under the state lock, noting how long the lock was held.
+    fn locked<R>(&self, work: impl FnOnce(&mut State) -> R) -> R {
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let began = std::time::Instant::now();
+        let result = work(&mut state);
+        let held = began.elapsed();
+        drop(state);
+        LOCK_HOLDS.note(held);
+        result
     }
 
     pub fn snapshot(&self) -> Snapshot {

@@ -47,7 +47,7 @@ impl Session {
                 self.terminate(Reason::User, GRACE_DEFAULT_MS).await;
             }
         }
-        let (stdout, stderr) = self.inspect(|s| tails(s, max_bytes));
+        let (stdout, stderr) = self.tails(max_bytes);
         self.acknowledge(self.inspect(|s| s.output.end()));
         RunResult {
             stdout_truncated: stdout.1,
@@ -59,35 +59,45 @@ impl Session {
     }
 }
 
-/// The last `max_bytes` bytes (whole code points) of stdout and of stderr, each with
-/// whether anything before it is missing.
-fn tails(s: &State, max_bytes: usize) -> ((String, bool), (String, bool)) {
-    let mut texts = [String::new(), String::new()];
-    let mut cut = [false, false];
-    let mut cursor = s.output.base();
-    while let Ok(page) = s.output.read(cursor, 64 * 1024, PAGE_MAX_ENTRIES) {
-        for entry in &page.entries {
-            let i = match entry.stream {
-                Stream::Stdout => 0,
-                Stream::Stderr => 1,
+impl Session {
+    /// The last `max_bytes` bytes (whole code points) of stdout and of stderr, each with
+    /// whether anything before it is missing; read a page per lock.
+    fn tails(&self, max_bytes: usize) -> ((String, bool), (String, bool)) {
+        let mut texts = [String::new(), String::new()];
+        let mut cut = [false, false];
+        let mut cursor = self.inspect(|s| s.output.base());
+        loop {
+            let page = self.inspect(|s| {
+                // Evicted meanwhile: go on from what is retained.
+                let from = cursor.max(s.output.base());
+                s.output.read(from, 64 * 1024, PAGE_MAX_ENTRIES)
+            });
+            let Ok(page) = page else {
+                break;
             };
-            texts[i].push_str(&entry.text);
-            // Keep memory near twice the tail, whatever the output.
-            if texts[i].len() > 2 * max_bytes {
-                keep_tail(&mut texts[i], max_bytes);
-                cut[i] = true;
+            for entry in &page.entries {
+                let i = match entry.stream {
+                    Stream::Stdout => 0,
+                    Stream::Stderr => 1,
+                };
+                texts[i].push_str(&entry.text);
+                // Keep memory near twice the tail, whatever the output.
+                if texts[i].len() > 2 * max_bytes {
+                    keep_tail(&mut texts[i], max_bytes);
+                    cut[i] = true;
+                }
             }
+            if !page.has_more || page.next_cursor <= cursor {
+                break;
+            }
+            cursor = page.next_cursor;
         }
-        if !page.has_more || page.next_cursor <= cursor {
-            break;
-        }
-        cursor = page.next_cursor;
+        let evicted = self.inspect(|s| s.output.truncated());
+        let [mut out, mut err] = texts;
+        let out_cut = keep_tail(&mut out, max_bytes) || cut[0];
+        let err_cut = keep_tail(&mut err, max_bytes) || cut[1];
+        ((out, out_cut || evicted), (err, err_cut || evicted))
     }
-    let evicted = s.output.truncated();
-    let [mut out, mut err] = texts;
-    let out_cut = keep_tail(&mut out, max_bytes) || cut[0];
-    let err_cut = keep_tail(&mut err, max_bytes) || cut[1];
-    ((out, out_cut || evicted), (err, err_cut || evicted))
 }
 
 /// Drop the front of `text` so at most `max_bytes` remain, at a code point boundary;

@@ -68,11 +68,10 @@ impl Session {
     }
 
     pub fn screen(&self, scrollback: usize) -> Result<ScreenView, ToolError> {
-        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        match state.screen.as_mut() {
+        self.locked(|state| match state.screen.as_mut() {
             Some(screen) => Ok(screen.view(scrollback)),
             None => Err(self.not_a_pty()),
-        }
+        })
     }
 
     /// Deliver a signal; the lifecycle follows from what the process does with it.

@@ -122,8 +122,7 @@ impl Session {
         let mut filter = Filter::new(request.streams, request.strip_ansi);
         let mut scan = request.cursor;
         loop {
-            // One step under the lock: search at most SEARCH_STEP_BYTES of new text, and
-            // if a match ended in it, find that match before anything can be evicted.
+            // One step under the lock: search at most SEARCH_STEP_BYTES of new text.
             let step = self.inspect(|s| {
                 let end = s.output.end();
                 let done = s.status.is_final() && (s.output_complete || s.output_incomplete);
@@ -139,21 +138,8 @@ impl Session {
                 filter.runs(&page.entries, |_, run| text.push_str(run));
                 scan = page.next_cursor;
                 if search.feed(&text, !page.has_more) {
-                    let streams = (request.streams, request.strip_ansi);
-                    match find(s, request.cursor, search.regex(), streams) {
-                        Some(found) => return Ok(Step::Matched(found)),
-                        // The match's start was evicted between two steps.
-                        None if s.output.base() > request.cursor => {
-                            return Err(read_error(
-                                ReadError::Expired {
-                                    base: s.output.base(),
-                                },
-                                request.cursor,
-                                end,
-                            ));
-                        }
-                        None => {}
-                    }
+                    let more = page.has_more;
+                    return Ok(Step::Ended { more, done, end });
                 }
                 Ok(if page.has_more {
                     Step::More
@@ -161,6 +147,18 @@ impl Session {
                     Step::Idle { done, end }
                 })
             })?;
+            let step = match (step, request.search.as_ref()) {
+                // A match ended in this step: find it, a page at a time under the lock.
+                (Step::Ended { more, done, end }, Some(search)) => {
+                    let streams = (request.streams, request.strip_ansi);
+                    match self.find(request.cursor, search.regex(), streams)? {
+                        Some(found) => Step::Matched(found),
+                        None if more => Step::More,
+                        None => Step::Idle { done, end },
+                    }
+                }
+                (step, _) => step,
+            };
             searched.store(scan - request.cursor, Ordering::Relaxed);
             if request.search.is_some() {
                 // What was searched is acknowledged (so a paused flood goes on), except
@@ -177,7 +175,8 @@ impl Session {
                         session: self.snapshot(),
                     });
                 }
-                Step::More => {
+                // (`Ended` became `Matched`, `More` or `Idle` above.)
+                Step::More | Step::Ended { .. } => {
                     // A large backlog is searched step by step: between steps other tasks
                     // run, and the timeout and a cancellation are heard.
                     if cancel.is_cancelled() {
@@ -237,6 +236,13 @@ fn cancelled() -> ToolError {
 
 /// One step of a wait.
 enum Step {
+    /// A match ended in the text searched so far (`more`: retained output follows;
+    /// `done` and `end` as for `Idle`).
+    Ended {
+        more: bool,
+        done: bool,
+        end: u64,
+    },
     Matched(Match),
     /// More retained output waits to be searched now.
     More,
@@ -247,17 +253,56 @@ enum Step {
     },
 }
 
-/// The leftmost match in the retained output from `from`, searched as the wait searches
-/// (`streams`: which streams, and whether escape sequences are stripped).
-fn find(s: &State, from: u64, regex: &Regex, (streams, strip): (Streams, bool)) -> Option<Match> {
+impl Session {
+    /// The leftmost match in the retained output from `from`, searched as the wait
+    /// searches (`streams`: which streams, and whether escape sequences are stripped).
+    /// The text is copied out a page per lock and matched outside the lock; a record
+    /// evicted before it was copied makes the match's start unknowable (an error).
+    fn find(
+        &self,
+        from: u64,
+        regex: &Regex,
+        streams: (Streams, bool),
+    ) -> Result<Option<Match>, ToolError> {
+        let mut cursor = self.inspect(|s| from.max(s.output.base()));
+        let mut pages = std::iter::from_fn(|| {
+            let page = self.inspect(|s| {
+                let end = s.output.end();
+                s.output
+                    .read(cursor, SEARCH_STEP_BYTES, PAGE_MAX_ENTRIES)
+                    .map_err(|_| {
+                        read_error(
+                            ReadError::Expired {
+                                base: s.output.base(),
+                            },
+                            from,
+                            end,
+                        )
+                    })
+            });
+            if let Ok(page) = &page {
+                cursor = page.next_cursor;
+            }
+            Some(page)
+        });
+        find_in(&mut pages, from, regex, streams)
+    }
+}
+
+/// The leftmost match in the text of `pages` (read on until one has no more after it).
+fn find_in(
+    pages: &mut impl Iterator<Item = Result<Page, ToolError>>,
+    from: u64,
+    regex: &Regex,
+    (streams, strip): (Streams, bool),
+) -> Result<Option<Match>, ToolError> {
     let mut filter = Filter::new(streams, strip);
     let mut text = String::new();
     // (byte offset in `text`, cursor) wherever the searched text skips records.
     let mut marks: Vec<(usize, u64)> = Vec::new();
     let mut next_expected = None;
-    let mut cursor = from.max(s.output.base());
-    loop {
-        let page = page_at(s, cursor).ok()?;
+    for page in pages {
+        let page = page?;
         filter.runs(&page.entries, |at, run| {
             if next_expected != Some(at) {
                 marks.push((text.len(), at));
@@ -268,10 +313,11 @@ fn find(s: &State, from: u64, regex: &Regex, (streams, strip): (Streams, bool)) 
         if !page.has_more {
             break;
         }
-        cursor = page.next_cursor;
     }
 
-    let captures = regex.captures(&text)?;
+    let Some(captures) = regex.captures(&text) else {
+        return Ok(None);
+    };
     let whole = captures.get(0).expect("group 0 always takes part");
     let cursor_at = |offset: usize| {
         let mark = marks
@@ -285,7 +331,7 @@ fn find(s: &State, from: u64, regex: &Regex, (streams, strip): (Streams, bool)) 
         Some(last) => cursor_at(whole.end() - last.len_utf8()) + 1,
         None => start_cursor,
     };
-    Some(Match {
+    Ok(Some(Match {
         text: whole.as_str().to_owned(),
         start_cursor,
         end_cursor,
@@ -294,7 +340,7 @@ fn find(s: &State, from: u64, regex: &Regex, (streams, strip): (Streams, bool)) 
             .skip(1)
             .map(|g| g.map(|m| m.as_str().to_owned()))
             .collect(),
-    })
+    }))
 }
 
 #[cfg(test)]

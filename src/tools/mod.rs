@@ -3,7 +3,6 @@
 //! Every tool is dispatched in `TerminalServer::dispatch`.
 
 mod catalog;
-mod json;
 mod keys;
 mod params;
 
@@ -431,7 +430,8 @@ fn ok(value: impl Serialize) -> Result<Value, ToolError> {
 /// The result carrying `value` both as structured content and as its JSON text (what
 /// `CallToolResult::structured` makes, with the text written by the fast writer).
 fn structured(value: Value, is_error: bool) -> CallToolResult {
-    let mut result = CallToolResult::success(vec![ContentBlock::text(json::to_string(&value))]);
+    let text = crate::json::to_string(&value).unwrap_or_else(|_| value.to_string());
+    let mut result = CallToolResult::success(vec![ContentBlock::text(text)]);
     result.structured_content = Some(value);
     result.is_error = Some(is_error);
     result

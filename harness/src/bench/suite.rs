@@ -28,6 +28,9 @@ const FULL_BUFFERS: usize = 32;
 /// Lines of 3-byte CJK text the CJK read benchmark reads (13 code points, 37 bytes each).
 const CJK_LINES: u64 = 70_000;
 const CJK_LINE: &str = "中文字符测试中文字符测试\n";
+/// Bytes of the one line (of 4-byte code points) the lock-hold benchmark retains: as many
+/// code points as a buffer may hold.
+const LOCK_HOLD_BYTES: u64 = 4 * 1_048_576;
 /// Bytes of the unterminated OSC title a PTY child writes.
 const OSC_BYTES: u64 = 50_000_000;
 
@@ -60,6 +63,20 @@ async fn poll(
 
 fn complete(s: &Value) -> bool {
     s.get("output_complete") == Some(&Value::Bool(true))
+}
+
+/// Run `work` on a server of its own (config `name`); the server is shut down whatever
+/// `work` returned.
+async fn on_server(
+    (server, root, config_dir): (&Path, &Path, &Path),
+    name: &str,
+    (limits, profiles): (Value, Value),
+    work: impl AsyncFnOnce(&McpServer) -> Result<Vec<Metric>, String>,
+) -> Result<Vec<Metric>, String> {
+    let mut mcp = start_server(server, root, config_dir, name, limits, profiles).await?;
+    let result = work(&mcp).await;
+    mcp.shutdown().await;
+    result
 }
 
 fn rss_kib(mcp: &McpServer) -> Result<f64, String> {
@@ -133,6 +150,7 @@ pub(super) async fn run_suite(
     );
     benchmarks.push(measure("cjk_read", cjk_read(server, root, config_dir)).await);
     benchmarks.push(measure("storm", storm(server, root, config_dir)).await);
+    benchmarks.push(measure("lock_hold", lock_hold(server, root, config_dir)).await);
     benchmarks.push(measure("memory_at_rest", memory_at_rest(server, root, config_dir)).await);
     benchmarks.push(measure("memory_osc_flood", osc_flood(server, root, config_dir)).await);
     benchmarks.push(measure("memory_resize", resize(server, root, config_dir)).await);
@@ -257,24 +275,26 @@ async fn cjk_read(server: &Path, root: &Path, config_dir: &Path) -> Result<Vec<M
                         "buffer_records": 1_048_576});
     let script = format!("yes {} | head -n {CJK_LINES}", CJK_LINE.trim_end());
     let profiles = json!({"cjk": {"argv": sh(&script)}});
-    let mut mcp = start_server(server, root, config_dir, "cjk", limits, profiles).await?;
-    let result = async {
-        let sid = start(&mcp, "cjk").await?;
-        poll(&mcp, &sid, Duration::from_secs(60), complete).await?;
-        let mut rates = Vec::new();
-        for _ in 0..3 {
-            let began = Instant::now();
-            let (bytes, chars, _) = read_to_end(&mcp, &sid, 0).await?;
-            if chars != CJK_LINES * 13 || bytes != CJK_LINES * CJK_LINE.len() as u64 {
-                return Err(format!("read {chars} code points in {bytes} bytes"));
+    on_server(
+        (server, root, config_dir),
+        "cjk",
+        (limits, profiles),
+        async |mcp| {
+            let sid = start(mcp, "cjk").await?;
+            poll(mcp, &sid, Duration::from_secs(60), complete).await?;
+            let mut rates = Vec::new();
+            for _ in 0..3 {
+                let began = Instant::now();
+                let (bytes, chars, _) = read_to_end(mcp, &sid, 0).await?;
+                if chars != CJK_LINES * 13 || bytes != CJK_LINES * CJK_LINE.len() as u64 {
+                    return Err(format!("read {chars} code points in {bytes} bytes"));
+                }
+                rates.push(mb_per_s(bytes, began.elapsed()));
             }
-            rates.push(mb_per_s(bytes, began.elapsed()));
-        }
-        Ok(vec![Metric::distribution("read_rate", "MB/s", &rates)])
-    }
-    .await;
-    mcp.shutdown().await;
-    result
+            Ok(vec![Metric::distribution("read_rate", "MB/s", &rates)])
+        },
+    )
+    .await
 }
 
 /// 64 sessions flooding at once in pause mode while 8 client tasks read them; one more task
@@ -285,72 +305,73 @@ async fn storm(server: &Path, root: &Path, config_dir: &Path) -> Result<Vec<Metr
     let demo = server.with_file_name("demo-process").display().to_string();
     let profiles = json!({"storm": {"argv": [demo, "flood", STORM_LINES.to_string()],
                                     "on_full": "pause"}});
-    let mut mcp = start_server(server, root, config_dir, "storm", limits, profiles).await?;
-    let result = async {
-        let mut sids = Vec::new();
-        let began = Instant::now();
-        for _ in 0..STORM_SESSIONS {
-            sids.push(start(&mcp, "storm").await?);
-        }
-        let done = AtomicBool::new(false);
-        let reader = |k: usize| {
-            let mine: Vec<&String> = sids.iter().skip(k).step_by(STORM_READERS).collect();
-            let mcp = &mcp;
-            async move {
-                let mut total = 0u64;
-                for sid in mine {
-                    total += read_to_end(mcp, sid, 0).await?.0;
+    on_server(
+        (server, root, config_dir),
+        "storm",
+        (limits, profiles),
+        async |mcp| {
+            let mut sids = Vec::new();
+            let began = Instant::now();
+            for _ in 0..STORM_SESSIONS {
+                sids.push(start(mcp, "storm").await?);
+            }
+            let done = AtomicBool::new(false);
+            let reader = |k: usize| {
+                let mine: Vec<&String> = sids.iter().skip(k).step_by(STORM_READERS).collect();
+                async move {
+                    let mut total = 0u64;
+                    for sid in mine {
+                        total += read_to_end(mcp, sid, 0).await?.0;
+                    }
+                    Ok::<u64, String>(total)
                 }
-                Ok::<u64, String>(total)
+            };
+            let probe = async {
+                let mut samples = Vec::new();
+                while !done.load(Ordering::Relaxed) {
+                    let began = Instant::now();
+                    status(mcp, &sids[0]).await?;
+                    samples.push(ms(began.elapsed()));
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+                Ok::<Vec<f64>, String>(samples)
+            };
+            let readers = async {
+                let r = tokio::join!(
+                    reader(0),
+                    reader(1),
+                    reader(2),
+                    reader(3),
+                    reader(4),
+                    reader(5),
+                    reader(6),
+                    reader(7)
+                );
+                done.store(true, Ordering::Relaxed);
+                [r.0, r.1, r.2, r.3, r.4, r.5, r.6, r.7]
+            };
+            let (totals, probe) = tokio::join!(readers, probe);
+            let elapsed = began.elapsed();
+            let mut delivered = 0;
+            for total in totals {
+                delivered += total?;
             }
-        };
-        let probe = async {
-            let mut samples = Vec::new();
-            while !done.load(Ordering::Relaxed) {
-                let began = Instant::now();
-                status(&mcp, &sids[0]).await?;
-                samples.push(ms(began.elapsed()));
-                tokio::time::sleep(Duration::from_millis(5)).await;
-            }
-            Ok::<Vec<f64>, String>(samples)
-        };
-        let readers = async {
-            let r = tokio::join!(
-                reader(0),
-                reader(1),
-                reader(2),
-                reader(3),
-                reader(4),
-                reader(5),
-                reader(6),
-                reader(7)
-            );
-            done.store(true, Ordering::Relaxed);
-            [r.0, r.1, r.2, r.3, r.4, r.5, r.6, r.7]
-        };
-        let (totals, probe) = tokio::join!(readers, probe);
-        let elapsed = began.elapsed();
-        let mut delivered = 0;
-        for total in totals {
-            delivered += total?;
-        }
-        let written = STORM_SESSIONS as u64
-            * (STORM_LINES * 100
-                + format!("flood total: {} code points\n", STORM_LINES * 100).len() as u64);
-        Ok(vec![
-            Metric::value("delivered_bytes", "bytes", delivered as f64),
-            Metric::value(
-                "lost_bytes",
-                "bytes",
-                written.saturating_sub(delivered) as f64,
-            ),
-            Metric::value("delivered_rate", "MB/s", mb_per_s(delivered, elapsed)),
-            Metric::distribution("status_during_storm", "ms", &probe?),
-        ])
-    }
-    .await;
-    mcp.shutdown().await;
-    result
+            let written = STORM_SESSIONS as u64
+                * (STORM_LINES * 100
+                    + format!("flood total: {} code points\n", STORM_LINES * 100).len() as u64);
+            Ok(vec![
+                Metric::value("delivered_bytes", "bytes", delivered as f64),
+                Metric::value(
+                    "lost_bytes",
+                    "bytes",
+                    written.saturating_sub(delivered) as f64,
+                ),
+                Metric::value("delivered_rate", "MB/s", mb_per_s(delivered, elapsed)),
+                Metric::distribution("status_during_storm", "ms", &probe?),
+            ])
+        },
+    )
+    .await
 }
 
 /// RSS idle, with 64 idle sessions, with 32 full buffers, and after they all expired.
@@ -364,48 +385,120 @@ async fn memory_at_rest(
     let profiles = json!({
         "emoji": {"argv": sh("yes 😀😀😀😀😀😀😀😀 | head -c 400000")},
     });
-    let mut mcp = start_server(server, root, config_dir, "memory", limits, profiles).await?;
-    let result = async {
-        let idle = rss_kib(&mcp)?;
-        let mut sids = Vec::new();
-        for _ in 0..64 {
-            sids.push(start(&mcp, "long").await?);
+    on_server(
+        (server, root, config_dir),
+        "memory",
+        (limits, profiles),
+        async |mcp| {
+            let idle = rss_kib(mcp)?;
+            let mut sids = Vec::new();
+            for _ in 0..64 {
+                sids.push(start(mcp, "long").await?);
+            }
+            let sixty_four = rss_kib(mcp)?;
+            for sid in &sids {
+                end(mcp, sid).await?;
+            }
+            let mut sids = Vec::new();
+            for _ in 0..FULL_BUFFERS {
+                sids.push(start(mcp, "emoji").await?);
+            }
+            let mut retained = 0;
+            for sid in &sids {
+                let s = poll(mcp, sid, Duration::from_secs(30), complete).await?;
+                retained += read_to_end(mcp, sid, field_u64(&s, "base_cursor")?)
+                    .await?
+                    .0;
+            }
+            let full = rss_kib(mcp)?;
+            tokio::time::sleep(Duration::from_millis(1500)).await;
+            let list = call(mcp, "terminal_list", json!({})).await?;
+            if field_u64(&list, "retained")? != 0 {
+                return Err(format!("sessions outlived their retention: {list}"));
+            }
+            let expired = rss_kib(mcp)?;
+            let retained_kib = retained as f64 / 1024.0;
+            Ok(vec![
+                Metric::value("idle_rss", "KiB", idle),
+                Metric::value("sixty_four_idle_sessions_rss", "KiB", sixty_four),
+                Metric::value("full_buffers_rss", "KiB", full),
+                Metric::value("full_buffers_retained_text", "KiB", retained_kib),
+                Metric::value("full_buffers_overhead", "KiB", full - retained_kib),
+                Metric::value("after_expiry_rss", "KiB", expired),
+            ])
+        },
+    )
+    .await
+}
+
+/// The longest the server held a session's state lock (its own figure, logged at
+/// shutdown) while reads and waits worked through a buffer full of text with no line end:
+/// a raw and a stripped `tail_lines`, and a wait whose pattern matches only at the end.
+async fn lock_hold(server: &Path, root: &Path, config_dir: &Path) -> Result<Vec<Metric>, String> {
+    let limits = json!({"max_sessions": 1, "max_records": 2, "buffer_bytes": 16_777_216,
+                        "buffer_records": 1_048_576});
+    let script = format!("yes 😀😀😀😀😀😀😀😀 | tr -d '\\n' | head -c {LOCK_HOLD_BYTES}");
+    let profiles = json!({"one-line": {"argv": sh(&script)}});
+    let mut mcp = start_server(server, root, config_dir, "lock", limits, profiles).await?;
+    let calls = async {
+        let sid = start(&mcp, "one-line").await?;
+        let s = poll(&mcp, &sid, Duration::from_secs(60), complete).await?;
+        if field_u64(&s, "next_cursor")? != LOCK_HOLD_BYTES / 4
+            || field_u64(&s, "base_cursor")? != 0
+        {
+            return Err(format!("the line was not retained whole: {s}"));
         }
-        let sixty_four = rss_kib(&mcp)?;
-        for sid in &sids {
-            end(&mcp, sid).await?;
+        let mut timed = Vec::new();
+        for (name, tool, args) in [
+            ("tail_raw_call", "terminal_read", json!({"tail_lines": 1})),
+            (
+                "tail_stripped_call",
+                "terminal_read",
+                json!({"tail_lines": 1, "strip_ansi": true}),
+            ),
+            (
+                "wait_end_match_call",
+                "terminal_wait",
+                json!({"cursor": 0, "pattern": "😀{8}$"}),
+            ),
+        ] {
+            let mut args = args;
+            args["session_id"] = json!(sid);
+            let began = Instant::now();
+            call(&mcp, tool, args).await?;
+            timed.push(Metric::value(name, "ms", ms(began.elapsed())));
         }
-        let mut sids = Vec::new();
-        for _ in 0..FULL_BUFFERS {
-            sids.push(start(&mcp, "emoji").await?);
-        }
-        let mut retained = 0;
-        for sid in &sids {
-            let s = poll(&mcp, sid, Duration::from_secs(30), complete).await?;
-            retained += read_to_end(&mcp, sid, field_u64(&s, "base_cursor")?)
-                .await?
-                .0;
-        }
-        let full = rss_kib(&mcp)?;
-        tokio::time::sleep(Duration::from_millis(1500)).await;
-        let list = call(&mcp, "terminal_list", json!({})).await?;
-        if field_u64(&list, "retained")? != 0 {
-            return Err(format!("sessions outlived their retention: {list}"));
-        }
-        let expired = rss_kib(&mcp)?;
-        let retained_kib = retained as f64 / 1024.0;
-        Ok(vec![
-            Metric::value("idle_rss", "KiB", idle),
-            Metric::value("sixty_four_idle_sessions_rss", "KiB", sixty_four),
-            Metric::value("full_buffers_rss", "KiB", full),
-            Metric::value("full_buffers_retained_text", "KiB", retained_kib),
-            Metric::value("full_buffers_overhead", "KiB", full - retained_kib),
-            Metric::value("after_expiry_rss", "KiB", expired),
-        ])
+        Ok::<_, String>(timed)
     }
     .await;
     mcp.shutdown().await;
-    result
+    mcp.finish_stderr(Duration::from_secs(5)).await;
+    let mut metrics = calls?;
+    let log = mcp.stderr();
+    let field = |name: &str| {
+        log.lines()
+            .filter(|l| l.contains("session state locks"))
+            .find_map(|l| {
+                l.split_once(&format!("{name}="))?
+                    .1
+                    .split(' ')
+                    .next()?
+                    .parse::<f64>()
+                    .ok()
+            })
+            .ok_or_else(|| format!("the server logged no `{name}` at shutdown"))
+    };
+    metrics.push(Metric::value(
+        "longest_lock_hold",
+        "ms",
+        field("longest_lock_hold_us")? / 1000.0,
+    ));
+    metrics.push(Metric::value(
+        "lock_holds_over_1ms",
+        "holds",
+        field("lock_holds_over_1ms")?,
+    ));
+    Ok(metrics)
 }
 
 /// RSS while a PTY child writes an unterminated OSC title of 50 MB.
@@ -413,27 +506,29 @@ async fn osc_flood(server: &Path, root: &Path, config_dir: &Path) -> Result<Vec<
     let script =
         format!("printf '\\033]0;'; head -c {OSC_BYTES} /dev/zero | tr '\\0' a; sleep 100");
     let profiles = json!({"osc": {"argv": sh(&script), "mode": "pty"}});
-    let mut mcp = start_server(server, root, config_dir, "osc", json!({}), profiles).await?;
-    let result = async {
-        let idle = rss_kib(&mcp)?;
-        let sid = start(&mcp, "osc").await?;
-        poll(&mcp, &sid, Duration::from_secs(180), |s| {
-            s.get("next_cursor")
-                .and_then(Value::as_u64)
-                .is_some_and(|c| c >= OSC_BYTES)
-        })
-        .await?;
-        let flooded = rss_kib(&mcp)?;
-        end(&mcp, &sid).await?;
-        Ok(vec![
-            Metric::value("idle_rss", "KiB", idle),
-            Metric::value("after_osc_rss", "KiB", flooded),
-            Metric::value("growth", "KiB", flooded - idle),
-        ])
-    }
-    .await;
-    mcp.shutdown().await;
-    result
+    on_server(
+        (server, root, config_dir),
+        "osc",
+        (json!({}), profiles),
+        async |mcp| {
+            let idle = rss_kib(mcp)?;
+            let sid = start(mcp, "osc").await?;
+            poll(mcp, &sid, Duration::from_secs(180), |s| {
+                s.get("next_cursor")
+                    .and_then(Value::as_u64)
+                    .is_some_and(|c| c >= OSC_BYTES)
+            })
+            .await?;
+            let flooded = rss_kib(mcp)?;
+            end(mcp, &sid).await?;
+            Ok(vec![
+                Metric::value("idle_rss", "KiB", idle),
+                Metric::value("after_osc_rss", "KiB", flooded),
+                Metric::value("growth", "KiB", flooded - idle),
+            ])
+        },
+    )
+    .await
 }
 
 /// RSS of 8 `cat` PTY sessions asked for 1000×1000 (the largest the emulator budget
@@ -441,61 +536,63 @@ async fn osc_flood(server: &Path, root: &Path, config_dir: &Path) -> Result<Vec<
 async fn resize(server: &Path, root: &Path, config_dir: &Path) -> Result<Vec<Metric>, String> {
     let limits = json!({"max_sessions": 8, "max_records": 8});
     let profiles = json!({"cat": {"argv": ["/bin/cat"], "mode": "pty"}});
-    let mut mcp = start_server(server, root, config_dir, "resize", limits, profiles).await?;
-    let result = async {
-        let idle = rss_kib(&mcp)?;
-        let mut refused = 0;
-        let mut size = 1000u64;
-        let mut sids = Vec::new();
-        for _ in 0..8 {
-            let sid = start(&mcp, "cat").await?;
-            loop {
-                let raw = mcp
-                    .call(
-                        "terminal_resize",
-                        &json!({"session_id": sid, "rows": size, "cols": size}),
-                    )
-                    .await?;
-                if raw.pointer("/structuredContent/ok") == Some(&Value::Bool(true)) {
-                    break;
+    on_server(
+        (server, root, config_dir),
+        "resize",
+        (limits, profiles),
+        async |mcp| {
+            let idle = rss_kib(mcp)?;
+            let mut refused = 0;
+            let mut size = 1000u64;
+            let mut sids = Vec::new();
+            for _ in 0..8 {
+                let sid = start(mcp, "cat").await?;
+                loop {
+                    let raw = mcp
+                        .call(
+                            "terminal_resize",
+                            &json!({"session_id": sid, "rows": size, "cols": size}),
+                        )
+                        .await?;
+                    if raw.pointer("/structuredContent/ok") == Some(&Value::Bool(true)) {
+                        break;
+                    }
+                    refused += 1;
+                    size -= 50;
+                    if size == 0 {
+                        return Err(format!("every size was refused: {raw}"));
+                    }
                 }
-                refused += 1;
-                size -= 50;
-                if size == 0 {
-                    return Err(format!("every size was refused: {raw}"));
-                }
+                call(
+                    mcp,
+                    "terminal_write",
+                    json!({"session_id": sid, "text": "\u{1b}[?1049hx\n"}),
+                )
+                .await?;
+                sids.push(sid);
             }
-            call(
-                &mcp,
-                "terminal_write",
-                json!({"session_id": sid, "text": "\u{1b}[?1049hx\n"}),
-            )
-            .await?;
-            sids.push(sid);
-        }
-        for sid in &sids {
-            poll(&mcp, sid, Duration::from_secs(10), |s| {
-                s.get("next_cursor")
-                    .and_then(Value::as_u64)
-                    .is_some_and(|c| c > 0)
-            })
-            .await?;
-        }
-        let resized = rss_kib(&mcp)?;
-        for sid in &sids {
-            end(&mcp, sid).await?;
-        }
-        Ok(vec![
-            Metric::value("granted_size", "cells", (size * size) as f64),
-            Metric::value("refused_requests", "calls", refused as f64),
-            Metric::value("idle_rss", "KiB", idle),
-            Metric::value("resized_rss", "KiB", resized),
-            Metric::value("growth", "KiB", resized - idle),
-        ])
-    }
-    .await;
-    mcp.shutdown().await;
-    result
+            for sid in &sids {
+                poll(mcp, sid, Duration::from_secs(10), |s| {
+                    s.get("next_cursor")
+                        .and_then(Value::as_u64)
+                        .is_some_and(|c| c > 0)
+                })
+                .await?;
+            }
+            let resized = rss_kib(mcp)?;
+            for sid in &sids {
+                end(mcp, sid).await?;
+            }
+            Ok(vec![
+                Metric::value("granted_size", "cells", (size * size) as f64),
+                Metric::value("refused_requests", "calls", refused as f64),
+                Metric::value("idle_rss", "KiB", idle),
+                Metric::value("resized_rss", "KiB", resized),
+                Metric::value("growth", "KiB", resized - idle),
+            ])
+        },
+    )
+    .await
 }
 
 /// RSS of one session whose child alternates stdout and stderr 4 bytes at a time, 800 KB.
@@ -504,47 +601,49 @@ async fn alternating(server: &Path, root: &Path, config_dir: &Path) -> Result<Ve
     let script =
         "import os\nfor i in range(100000):\n    os.write(1, b'oooo')\n    os.write(2, b'eeee')\n";
     let profiles = json!({"alternate": {"argv": ["/usr/bin/python3", "-c", script]}});
-    let mut mcp = start_server(server, root, config_dir, "alternating", limits, profiles).await?;
-    let result = async {
-        let idle = rss_kib(&mcp)?;
-        let sid = start(&mcp, "alternate").await?;
-        let s = poll(&mcp, &sid, Duration::from_secs(60), complete).await?;
-        let full = rss_kib(&mcp)?;
-        let runs = {
-            let mut runs = 0u64;
-            let mut cursor = field_u64(&s, "base_cursor")?;
-            loop {
-                let page = call(
-                    &mcp,
-                    "terminal_read",
-                    json!({"session_id": sid, "cursor": cursor}),
-                )
-                .await?;
-                runs += page
-                    .get("records")
-                    .and_then(Value::as_array)
-                    .map_or(0, |r| r.len() as u64);
-                cursor = field_u64(&page, "next_cursor")?;
-                if page.get("has_more") != Some(&Value::Bool(true)) {
-                    break runs;
+    on_server(
+        (server, root, config_dir),
+        "alternating",
+        (limits, profiles),
+        async |mcp| {
+            let idle = rss_kib(mcp)?;
+            let sid = start(mcp, "alternate").await?;
+            let s = poll(mcp, &sid, Duration::from_secs(60), complete).await?;
+            let full = rss_kib(mcp)?;
+            let runs = {
+                let mut runs = 0u64;
+                let mut cursor = field_u64(&s, "base_cursor")?;
+                loop {
+                    let page = call(
+                        mcp,
+                        "terminal_read",
+                        json!({"session_id": sid, "cursor": cursor}),
+                    )
+                    .await?;
+                    runs += page
+                        .get("records")
+                        .and_then(Value::as_array)
+                        .map_or(0, |r| r.len() as u64);
+                    cursor = field_u64(&page, "next_cursor")?;
+                    if page.get("has_more") != Some(&Value::Bool(true)) {
+                        break runs;
+                    }
                 }
-            }
-        };
-        Ok(vec![
-            Metric::value(
-                "retained_records",
-                "records",
-                (field_u64(&s, "next_cursor")? - field_u64(&s, "base_cursor")?) as f64,
-            ),
-            Metric::value("same_stream_runs", "runs", runs as f64),
-            Metric::value("idle_rss", "KiB", idle),
-            Metric::value("retained_rss", "KiB", full),
-            Metric::value("growth", "KiB", full - idle),
-        ])
-    }
-    .await;
-    mcp.shutdown().await;
-    result
+            };
+            Ok(vec![
+                Metric::value(
+                    "retained_records",
+                    "records",
+                    (field_u64(&s, "next_cursor")? - field_u64(&s, "base_cursor")?) as f64,
+                ),
+                Metric::value("same_stream_runs", "runs", runs as f64),
+                Metric::value("idle_rss", "KiB", idle),
+                Metric::value("retained_rss", "KiB", full),
+                Metric::value("growth", "KiB", full - idle),
+            ])
+        },
+    )
+    .await
 }
 
 /// A workload beside its floor from the same run, and whether it meets its target.
@@ -669,6 +768,13 @@ pub(super) fn comparisons(benchmarks: &[Benchmark]) -> Vec<Comparison> {
             get("live_view_watchers", "read_pass_watched"),
             get("live_view_watchers", "read_pass_alone"),
             Target::RatioAtMost(1.2),
+        ),
+        (
+            "longest session lock hold",
+            "ms",
+            get("lock_hold", "longest_lock_hold"),
+            None,
+            Target::AtMost(1.0),
         ),
         ("idle RSS", "KiB", idle, None, Target::AtMost(8192.0)),
         (

@@ -1,0 +1,641 @@
+//! JSON text of any serde value, byte for byte what `serde_json` writes compactly, with a
+//! string escaper that skips over plain text eight bytes at a time.
+//!
+//! A page of output is one string of up to 64 KiB, carried twice in a tool result (as the
+//! structured content, and inside the JSON text of the text content); `serde_json` looks
+//! at every byte of a string through a table, one at a time, which made escaping the
+//! largest cost of a page. Here only the bytes that need an escape (`"`, `\` and control
+//! characters) stop the copy. Everything that is not a string is written as serde_json
+//! writes it (numbers through serde_json itself).
+
+use std::fmt::Display;
+
+use serde::ser::{self, Serialize};
+
+/// The compact JSON text of `value`, as `serde_json::to_vec` writes it.
+pub fn to_vec<T: Serialize + ?Sized>(value: &T, out: &mut Vec<u8>) -> Result<(), Error> {
+    value.serialize(&mut Writer { out })
+}
+
+/// The compact JSON text of `value`, as `serde_json::to_string` writes it.
+pub fn to_string<T: Serialize + ?Sized>(value: &T) -> Result<String, Error> {
+    let mut out = Vec::new();
+    to_vec(value, &mut out)?;
+    // Only valid UTF-8 was written: the strings' own bytes, and ASCII.
+    String::from_utf8(out).map_err(|e| Error(e.to_string()))
+}
+
+#[derive(Debug)]
+pub struct Error(String);
+
+impl Display for Error {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Error {}
+
+impl ser::Error for Error {
+    fn custom<T: Display>(msg: T) -> Self {
+        Error(msg.to_string())
+    }
+}
+
+struct Writer<'a> {
+    out: &'a mut Vec<u8>,
+}
+
+impl Writer<'_> {
+    fn raw(&mut self, bytes: &[u8]) -> Result<(), Error> {
+        self.out.extend_from_slice(bytes);
+        Ok(())
+    }
+
+    /// A number, formatted by serde_json itself.
+    fn number<T: Serialize>(&mut self, n: T) -> Result<(), Error> {
+        serde_json::to_writer(&mut *self.out, &n).map_err(|e| Error(e.to_string()))
+    }
+}
+
+const LOW: u64 = 0x0101_0101_0101_0101;
+const HIGH: u64 = 0x8080_8080_8080_8080;
+
+/// Whether any of the eight bytes of `word` needs an escape: is below 0x20, or is `"` or
+/// `\` (the classic "has a zero byte" test, exact as a yes/no answer).
+fn needs_escape(word: u64) -> bool {
+    let has_zero = |x: u64| x.wrapping_sub(LOW) & !x;
+    let below_space = word.wrapping_sub(LOW * 0x20) & !word;
+    let quote = has_zero(word ^ (LOW * u64::from(b'"')));
+    let backslash = has_zero(word ^ (LOW * u64::from(b'\\')));
+    (below_space | quote | backslash) & HIGH != 0
+}
+
+/// The escape of a byte that needs one (a control character's ends in its hex digits).
+fn escape_of(byte: u8) -> Option<&'static [u8]> {
+    Some(match byte {
+        b'"' => b"\\\"",
+        b'\\' => b"\\\\",
+        b'\n' => b"\\n",
+        b'\r' => b"\\r",
+        b'\t' => b"\\t",
+        0x08 => b"\\b",
+        0x0c => b"\\f",
+        0..0x20 => b"\\u00",
+        _ => return None,
+    })
+}
+
+/// `s` as a JSON string, escaped exactly as serde_json escapes it.
+fn write_str(out: &mut Vec<u8>, s: &str) {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let bytes = s.as_bytes();
+    out.reserve(bytes.len() + 2);
+    out.push(b'"');
+    let mut run = 0; // start of the bytes not yet copied
+    let mut at = 0;
+    while at < bytes.len() {
+        if let Some(chunk) = bytes.get(at..at + 8) {
+            let word = u64::from_le_bytes(chunk.try_into().expect("eight bytes"));
+            if !needs_escape(word) {
+                at += 8;
+                continue;
+            }
+        }
+        let byte = bytes[at];
+        if let Some(escape) = escape_of(byte) {
+            out.extend_from_slice(&bytes[run..at]);
+            out.extend_from_slice(escape);
+            if byte < 0x20 && escape.len() == 4 {
+                out.extend_from_slice(&[HEX[usize::from(byte >> 4)], HEX[usize::from(byte & 15)]]);
+            }
+            run = at + 1;
+        }
+        at += 1;
+    }
+    out.extend_from_slice(&bytes[run..]);
+    out.push(b'"');
+}
+
+/// An array or object being written; `close` ends it (a variant's wrapping object too).
+struct Compound<'w, 'a> {
+    writer: &'w mut Writer<'a>,
+    first: bool,
+    close: &'static [u8],
+}
+
+impl Compound<'_, '_> {
+    fn comma(&mut self) {
+        if !std::mem::replace(&mut self.first, false) {
+            self.writer.out.push(b',');
+        }
+    }
+
+    fn element<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), Error> {
+        self.comma();
+        value.serialize(&mut *self.writer)
+    }
+
+    fn field<T: Serialize + ?Sized>(&mut self, key: &str, value: &T) -> Result<(), Error> {
+        self.comma();
+        write_str(self.writer.out, key);
+        self.writer.out.push(b':');
+        value.serialize(&mut *self.writer)
+    }
+
+    fn end(self) -> Result<(), Error> {
+        self.writer.raw(self.close)
+    }
+}
+
+impl<'w, 'a> Writer<'a> {
+    fn open(&'w mut self, open: &[u8], close: &'static [u8]) -> Compound<'w, 'a> {
+        self.out.extend_from_slice(open);
+        Compound {
+            writer: self,
+            first: true,
+            close,
+        }
+    }
+
+    /// `{"variant":` before a variant's content.
+    fn variant(&mut self, variant: &str) {
+        self.out.push(b'{');
+        write_str(self.out, variant);
+        self.out.push(b':');
+    }
+}
+
+impl<'w, 'a> ser::Serializer for &'w mut Writer<'a> {
+    type Ok = ();
+    type Error = Error;
+    type SerializeSeq = Compound<'w, 'a>;
+    type SerializeTuple = Compound<'w, 'a>;
+    type SerializeTupleStruct = Compound<'w, 'a>;
+    type SerializeTupleVariant = Compound<'w, 'a>;
+    type SerializeMap = Compound<'w, 'a>;
+    type SerializeStruct = Compound<'w, 'a>;
+    type SerializeStructVariant = Compound<'w, 'a>;
+
+    fn serialize_bool(self, v: bool) -> Result<(), Error> {
+        self.raw(if v { b"true" } else { b"false" })
+    }
+    fn serialize_i8(self, v: i8) -> Result<(), Error> {
+        self.number(v)
+    }
+    fn serialize_i16(self, v: i16) -> Result<(), Error> {
+        self.number(v)
+    }
+    fn serialize_i32(self, v: i32) -> Result<(), Error> {
+        self.number(v)
+    }
+    fn serialize_i64(self, v: i64) -> Result<(), Error> {
+        self.number(v)
+    }
+    fn serialize_i128(self, v: i128) -> Result<(), Error> {
+        self.number(v)
+    }
+    fn serialize_u8(self, v: u8) -> Result<(), Error> {
+        self.number(v)
+    }
+    fn serialize_u16(self, v: u16) -> Result<(), Error> {
+        self.number(v)
+    }
+    fn serialize_u32(self, v: u32) -> Result<(), Error> {
+        self.number(v)
+    }
+    fn serialize_u64(self, v: u64) -> Result<(), Error> {
+        self.number(v)
+    }
+    fn serialize_u128(self, v: u128) -> Result<(), Error> {
+        self.number(v)
+    }
+    fn serialize_f32(self, v: f32) -> Result<(), Error> {
+        self.number(v)
+    }
+    fn serialize_f64(self, v: f64) -> Result<(), Error> {
+        self.number(v)
+    }
+    fn serialize_char(self, v: char) -> Result<(), Error> {
+        write_str(self.out, v.encode_utf8(&mut [0; 4]));
+        Ok(())
+    }
+    fn serialize_str(self, v: &str) -> Result<(), Error> {
+        write_str(self.out, v);
+        Ok(())
+    }
+    fn serialize_bytes(self, v: &[u8]) -> Result<(), Error> {
+        use ser::SerializeSeq;
+        let mut seq = self.serialize_seq(Some(v.len()))?;
+        for byte in v {
+            seq.serialize_element(byte)?;
+        }
+        seq.end()
+    }
+    fn serialize_none(self) -> Result<(), Error> {
+        self.raw(b"null")
+    }
+    fn serialize_some<T: Serialize + ?Sized>(self, value: &T) -> Result<(), Error> {
+        value.serialize(self)
+    }
+    fn serialize_unit(self) -> Result<(), Error> {
+        self.raw(b"null")
+    }
+    fn serialize_unit_struct(self, _name: &'static str) -> Result<(), Error> {
+        self.raw(b"null")
+    }
+    fn serialize_unit_variant(
+        self,
+        _name: &'static str,
+        _index: u32,
+        variant: &'static str,
+    ) -> Result<(), Error> {
+        write_str(self.out, variant);
+        Ok(())
+    }
+    fn serialize_newtype_struct<T: Serialize + ?Sized>(
+        self,
+        _name: &'static str,
+        value: &T,
+    ) -> Result<(), Error> {
+        value.serialize(self)
+    }
+    fn serialize_newtype_variant<T: Serialize + ?Sized>(
+        self,
+        _name: &'static str,
+        _index: u32,
+        variant: &'static str,
+        value: &T,
+    ) -> Result<(), Error> {
+        self.variant(variant);
+        value.serialize(&mut *self)?;
+        self.raw(b"}")
+    }
+    fn serialize_seq(self, _len: Option<usize>) -> Result<Compound<'w, 'a>, Error> {
+        Ok(self.open(b"[", b"]"))
+    }
+    fn serialize_tuple(self, len: usize) -> Result<Compound<'w, 'a>, Error> {
+        self.serialize_seq(Some(len))
+    }
+    fn serialize_tuple_struct(
+        self,
+        _name: &'static str,
+        len: usize,
+    ) -> Result<Compound<'w, 'a>, Error> {
+        self.serialize_seq(Some(len))
+    }
+    fn serialize_tuple_variant(
+        self,
+        _name: &'static str,
+        _index: u32,
+        variant: &'static str,
+        _len: usize,
+    ) -> Result<Compound<'w, 'a>, Error> {
+        self.variant(variant);
+        Ok(self.open(b"[", b"]}"))
+    }
+    fn serialize_map(self, _len: Option<usize>) -> Result<Compound<'w, 'a>, Error> {
+        Ok(self.open(b"{", b"}"))
+    }
+    fn serialize_struct(self, _name: &'static str, _len: usize) -> Result<Compound<'w, 'a>, Error> {
+        Ok(self.open(b"{", b"}"))
+    }
+    fn serialize_struct_variant(
+        self,
+        _name: &'static str,
+        _index: u32,
+        variant: &'static str,
+        _len: usize,
+    ) -> Result<Compound<'w, 'a>, Error> {
+        self.variant(variant);
+        Ok(self.open(b"{", b"}}"))
+    }
+}
+
+impl ser::SerializeSeq for Compound<'_, '_> {
+    type Ok = ();
+    type Error = Error;
+    fn serialize_element<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), Error> {
+        self.element(value)
+    }
+    fn end(self) -> Result<(), Error> {
+        Compound::end(self)
+    }
+}
+
+impl ser::SerializeTuple for Compound<'_, '_> {
+    type Ok = ();
+    type Error = Error;
+    fn serialize_element<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), Error> {
+        self.element(value)
+    }
+    fn end(self) -> Result<(), Error> {
+        Compound::end(self)
+    }
+}
+
+impl ser::SerializeTupleStruct for Compound<'_, '_> {
+    type Ok = ();
+    type Error = Error;
+    fn serialize_field<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), Error> {
+        self.element(value)
+    }
+    fn end(self) -> Result<(), Error> {
+        Compound::end(self)
+    }
+}
+
+impl ser::SerializeTupleVariant for Compound<'_, '_> {
+    type Ok = ();
+    type Error = Error;
+    fn serialize_field<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), Error> {
+        self.element(value)
+    }
+    fn end(self) -> Result<(), Error> {
+        Compound::end(self)
+    }
+}
+
+impl ser::SerializeMap for Compound<'_, '_> {
+    type Ok = ();
+    type Error = Error;
+    fn serialize_key<T: Serialize + ?Sized>(&mut self, key: &T) -> Result<(), Error> {
+        self.comma();
+        key.serialize(KeyWriter {
+            out: &mut *self.writer.out,
+        })?;
+        self.writer.out.push(b':');
+        Ok(())
+    }
+    fn serialize_value<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), Error> {
+        value.serialize(&mut *self.writer)
+    }
+    fn end(self) -> Result<(), Error> {
+        Compound::end(self)
+    }
+}
+
+impl ser::SerializeStruct for Compound<'_, '_> {
+    type Ok = ();
+    type Error = Error;
+    fn serialize_field<T: Serialize + ?Sized>(
+        &mut self,
+        key: &'static str,
+        value: &T,
+    ) -> Result<(), Error> {
+        self.field(key, value)
+    }
+    fn end(self) -> Result<(), Error> {
+        Compound::end(self)
+    }
+}
+
+impl ser::SerializeStructVariant for Compound<'_, '_> {
+    type Ok = ();
+    type Error = Error;
+    fn serialize_field<T: Serialize + ?Sized>(
+        &mut self,
+        key: &'static str,
+        value: &T,
+    ) -> Result<(), Error> {
+        self.field(key, value)
+    }
+    fn end(self) -> Result<(), Error> {
+        Compound::end(self)
+    }
+}
+
+/// Writes a map key as serde_json does: a string as it is, an integer or a bool quoted.
+struct KeyWriter<'a> {
+    out: &'a mut Vec<u8>,
+}
+
+impl KeyWriter<'_> {
+    fn quoted(self, text: impl Display) -> Result<(), Error> {
+        write_str(self.out, &text.to_string());
+        Ok(())
+    }
+}
+
+fn key_must_be_a_string() -> Error {
+    Error("key must be a string".into())
+}
+
+/// Methods for the kinds of value a key cannot be.
+macro_rules! not_a_key {
+    ($($method:ident($($arg:ty),*) -> $ok:ty;)*) => {
+        $(fn $method(self, $(_: $arg),*) -> Result<$ok, Error> {
+            Err(key_must_be_a_string())
+        })*
+    };
+}
+
+impl<'a> ser::Serializer for KeyWriter<'a> {
+    type Ok = ();
+    type Error = Error;
+    type SerializeSeq = ser::Impossible<(), Error>;
+    type SerializeTuple = ser::Impossible<(), Error>;
+    type SerializeTupleStruct = ser::Impossible<(), Error>;
+    type SerializeTupleVariant = ser::Impossible<(), Error>;
+    type SerializeMap = ser::Impossible<(), Error>;
+    type SerializeStruct = ser::Impossible<(), Error>;
+    type SerializeStructVariant = ser::Impossible<(), Error>;
+
+    fn serialize_str(self, v: &str) -> Result<(), Error> {
+        write_str(self.out, v);
+        Ok(())
+    }
+    fn serialize_char(self, v: char) -> Result<(), Error> {
+        self.quoted(v)
+    }
+    fn serialize_bool(self, v: bool) -> Result<(), Error> {
+        self.quoted(v)
+    }
+    fn serialize_i8(self, v: i8) -> Result<(), Error> {
+        self.quoted(v)
+    }
+    fn serialize_i16(self, v: i16) -> Result<(), Error> {
+        self.quoted(v)
+    }
+    fn serialize_i32(self, v: i32) -> Result<(), Error> {
+        self.quoted(v)
+    }
+    fn serialize_i64(self, v: i64) -> Result<(), Error> {
+        self.quoted(v)
+    }
+    fn serialize_i128(self, v: i128) -> Result<(), Error> {
+        self.quoted(v)
+    }
+    fn serialize_u8(self, v: u8) -> Result<(), Error> {
+        self.quoted(v)
+    }
+    fn serialize_u16(self, v: u16) -> Result<(), Error> {
+        self.quoted(v)
+    }
+    fn serialize_u32(self, v: u32) -> Result<(), Error> {
+        self.quoted(v)
+    }
+    fn serialize_u64(self, v: u64) -> Result<(), Error> {
+        self.quoted(v)
+    }
+    fn serialize_u128(self, v: u128) -> Result<(), Error> {
+        self.quoted(v)
+    }
+    fn serialize_unit_variant(
+        self,
+        _name: &'static str,
+        _index: u32,
+        variant: &'static str,
+    ) -> Result<(), Error> {
+        self.serialize_str(variant)
+    }
+    fn serialize_newtype_struct<T: Serialize + ?Sized>(
+        self,
+        _name: &'static str,
+        value: &T,
+    ) -> Result<(), Error> {
+        value.serialize(self)
+    }
+    fn serialize_some<T: Serialize + ?Sized>(self, _value: &T) -> Result<(), Error> {
+        Err(key_must_be_a_string())
+    }
+    fn serialize_newtype_variant<T: Serialize + ?Sized>(
+        self,
+        _name: &'static str,
+        _index: u32,
+        _variant: &'static str,
+        _value: &T,
+    ) -> Result<(), Error> {
+        Err(key_must_be_a_string())
+    }
+    not_a_key! {
+        serialize_f32(f32) -> ();
+        serialize_f64(f64) -> ();
+        serialize_bytes(&[u8]) -> ();
+        serialize_none() -> ();
+        serialize_unit() -> ();
+        serialize_unit_struct(&'static str) -> ();
+        serialize_seq(Option<usize>) -> Self::SerializeSeq;
+        serialize_tuple(usize) -> Self::SerializeTuple;
+        serialize_tuple_struct(&'static str, usize) -> Self::SerializeTupleStruct;
+        serialize_tuple_variant(&'static str, u32, &'static str, usize) -> Self::SerializeTupleVariant;
+        serialize_map(Option<usize>) -> Self::SerializeMap;
+        serialize_struct(&'static str, usize) -> Self::SerializeStruct;
+        serialize_struct_variant(&'static str, u32, &'static str, usize) -> Self::SerializeStructVariant;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use serde_json::Value;
+
+    fn text_strategy() -> impl Strategy<Value = String> {
+        proptest::collection::vec(
+            prop_oneof![
+                Just('a'),
+                Just('"'),
+                Just('\\'),
+                Just('\n'),
+                Just('\u{0}'),
+                Just('\u{1f}'),
+                Just('\u{7f}'),
+                Just('\u{8}'),
+                Just('\u{c}'),
+                Just('é'),
+                Just('中'),
+                Just('😀'),
+                Just('/'),
+                any::<char>(),
+            ],
+            0..80,
+        )
+        .prop_map(|cs| cs.into_iter().collect())
+    }
+
+    fn value_strategy() -> impl Strategy<Value = Value> {
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::Bool),
+            any::<i64>().prop_map(Value::from),
+            any::<u64>().prop_map(Value::from),
+            any::<f64>().prop_map(Value::from),
+            text_strategy().prop_map(Value::String),
+        ];
+        leaf.prop_recursive(4, 64, 8, |inner| {
+            prop_oneof![
+                proptest::collection::vec(inner.clone(), 0..8).prop_map(Value::Array),
+                proptest::collection::btree_map(text_strategy(), inner, 0..8)
+                    .prop_map(|m| Value::Object(m.into_iter().collect())),
+            ]
+        })
+    }
+
+    fn same_as_serde_json<T: Serialize>(value: &T) {
+        assert_eq!(
+            to_string(value).unwrap(),
+            serde_json::to_string(value).unwrap()
+        );
+    }
+
+    proptest! {
+        /// Byte for byte what serde_json writes, for any value.
+        #[test]
+        fn writes_what_serde_json_writes(value in value_strategy()) {
+            prop_assert_eq!(to_string(&value).unwrap(), serde_json::to_string(&value).unwrap());
+        }
+    }
+
+    #[test]
+    fn escapes_at_every_position_of_a_word() {
+        for len in 1..20 {
+            for at in 0..len {
+                for special in ['"', '\\', '\n', '\u{1}', '\u{1f}', '\u{8}'] {
+                    let mut s: String = "x".repeat(len);
+                    s.replace_range(at..at + 1, &special.to_string());
+                    same_as_serde_json(&s);
+                }
+            }
+        }
+    }
+
+    /// Derived types, enums of every shape, maps with integer keys: as serde_json.
+    #[test]
+    fn writes_derived_types_as_serde_json() {
+        #[derive(serde::Serialize)]
+        enum Shape {
+            Unit,
+            Newtype(u8),
+            Tuple(u8, String),
+            Struct { a: Option<u8>, b: f64 },
+        }
+        #[derive(serde::Serialize)]
+        struct All {
+            shapes: Vec<Shape>,
+            #[serde(rename = "camelCase")]
+            renamed: (i32, char, bool),
+            keys: std::collections::BTreeMap<u32, ()>,
+            bytes: &'static [u8],
+            #[serde(skip_serializing_if = "Option::is_none")]
+            skipped: Option<u8>,
+            nan: f32,
+        }
+        same_as_serde_json(&All {
+            shapes: vec![
+                Shape::Unit,
+                Shape::Newtype(7),
+                Shape::Tuple(1, "t\"".into()),
+                Shape::Struct {
+                    a: None,
+                    b: 1.5e300,
+                },
+            ],
+            renamed: (-3, '\u{2}', true),
+            keys: [(1, ()), (20, ())].into(),
+            bytes: b"\x00\xff",
+            skipped: None,
+            nan: f32::NAN,
+        });
+    }
+}

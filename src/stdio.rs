@@ -1,0 +1,114 @@
+//! The MCP service's transport over the guarded stdin/stdout (see `framing`): messages are
+//! read as rmcp reads them, and written with the fast JSON writer (`json`), which writes
+//! the same bytes as serde_json in a fraction of the time for a page of output.
+
+use std::io;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll, ready};
+
+use rmcp::RoleServer;
+use rmcp::service::{RxJsonRpcMessage, TxJsonRpcMessage};
+use rmcp::transport::Transport;
+use rmcp::transport::async_rw::AsyncRwTransport;
+use tokio::io::{AsyncWrite, AsyncWriteExt, DuplexStream};
+use tokio::sync::{Mutex, mpsc};
+use tokio_util::sync::PollSender;
+
+use crate::json;
+use crate::limits::REPLY_QUEUE_MAX;
+
+pub struct Stdio {
+    /// rmcp's reader; what it answers by itself (a message of the wrong shape) goes
+    /// through `Answers` to the same output.
+    read: AsyncRwTransport<RoleServer, DuplexStream, Answers>,
+    write: Arc<Mutex<DuplexStream>>,
+}
+
+impl Stdio {
+    pub fn new(service_in: DuplexStream, service_out: DuplexStream) -> Self {
+        let write = Arc::new(Mutex::new(service_out));
+        let (lines, mut queued) = mpsc::channel::<Vec<u8>>(REPLY_QUEUE_MAX);
+        let out = write.clone();
+        // Whole lines, written under the same lock as every message: never interleaved.
+        tokio::spawn(async move {
+            while let Some(line) = queued.recv().await {
+                if out.lock().await.write_all(&line).await.is_err() {
+                    return;
+                }
+            }
+        });
+        let answers = Answers {
+            lines: PollSender::new(lines),
+            partial: Vec::new(),
+        };
+        Stdio {
+            read: AsyncRwTransport::new(service_in, answers),
+            write,
+        }
+    }
+}
+
+impl Transport<RoleServer> for Stdio {
+    type Error = io::Error;
+
+    fn send(
+        &mut self,
+        item: TxJsonRpcMessage<RoleServer>,
+    ) -> impl Future<Output = Result<(), io::Error>> + Send + 'static {
+        let write = self.write.clone();
+        async move {
+            let mut line = Vec::new();
+            json::to_vec(&item, &mut line).map_err(io::Error::other)?;
+            line.push(b'\n');
+            write.lock().await.write_all(&line).await
+        }
+    }
+
+    fn receive(&mut self) -> impl Future<Output = Option<RxJsonRpcMessage<RoleServer>>> + Send {
+        self.read.receive()
+    }
+
+    async fn close(&mut self) -> Result<(), io::Error> {
+        Transport::<RoleServer>::close(&mut self.read).await?;
+        self.write.lock().await.shutdown().await
+    }
+}
+
+/// Takes the bytes rmcp's reader writes and queues them as whole lines; a full queue
+/// holds the writer (and so the reading of more input) until the lines went out.
+struct Answers {
+    lines: PollSender<Vec<u8>>,
+    partial: Vec<u8>,
+}
+
+impl AsyncWrite for Answers {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let closed = |_| io::Error::from(io::ErrorKind::BrokenPipe);
+        ready!(self.lines.poll_reserve(cx)).map_err(closed)?;
+        self.partial.extend_from_slice(buf);
+        match memchr::memrchr(b'\n', &self.partial) {
+            Some(at) => {
+                let rest = self.partial.split_off(at + 1);
+                let whole = std::mem::replace(&mut self.partial, rest);
+                self.lines.send_item(whole).map_err(closed)?;
+            }
+            None => {
+                self.lines.abort_send();
+            }
+        }
+        Poll::Ready(Ok(buf.len()))
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+}
