@@ -422,7 +422,10 @@ impl OutputBuffer {
             return Ok(self.base);
         }
         let to = self.byte_at(at.min(self.end));
-        let from = to.saturating_sub(max_bytes as u64).max(self.first_byte);
+        // At least one code point's worth, so every step moves back.
+        let from = to
+            .saturating_sub(max_bytes.max(4) as u64)
+            .max(self.first_byte);
         let (a, b) = self.slices(from, to);
         let mut cursor = at;
         for &byte in b.iter().rev().chain(a.iter().rev()) {
