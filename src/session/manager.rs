@@ -334,10 +334,12 @@ impl Sessions {
             }
         }
         while ending.join_next().await.is_some() {}
-        let (longest, over) = super::LOCK_HOLDS.summary();
+        let locks = super::LOCK_HOLDS.summary();
+        let us = |d: std::time::Duration| u64::try_from(d.as_micros()).unwrap_or(u64::MAX);
         tracing::info!(
-            longest_lock_hold_us = u64::try_from(longest.as_micros()).unwrap_or(u64::MAX),
-            lock_holds_over_1ms = over,
+            longest_lock_hold_us = us(locks.longest),
+            longest_lock_hold_cpu_us = us(locks.longest_cpu),
+            lock_holds_over_1ms = locks.over_a_millisecond,
             "session state locks"
         );
     }

@@ -494,6 +494,11 @@ async fn lock_hold(server: &Path, root: &Path, config_dir: &Path) -> Result<Vec<
         field("longest_lock_hold_us")? / 1000.0,
     ));
     metrics.push(Metric::value(
+        "longest_lock_hold_cpu",
+        "ms",
+        field("longest_lock_hold_cpu_us")? / 1000.0,
+    ));
+    metrics.push(Metric::value(
         "lock_holds_over_1ms",
         "holds",
         field("lock_holds_over_1ms")?,
@@ -773,6 +778,13 @@ pub(super) fn comparisons(benchmarks: &[Benchmark]) -> Vec<Comparison> {
             "longest session lock hold",
             "ms",
             get("lock_hold", "longest_lock_hold"),
+            None,
+            Target::AtMost(1.0),
+        ),
+        (
+            "longest session lock hold, holder's CPU",
+            "ms",
+            get("lock_hold", "longest_lock_hold_cpu"),
             None,
             Target::AtMost(1.0),
         ),
