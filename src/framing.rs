@@ -11,6 +11,8 @@
 //! At most `MAX_IN_FLIGHT` requests are with the service unanswered: beyond that no more
 //! input is read until an answer has been written to stdout. A client that writes requests
 //! and never reads the answers therefore meets a full pipe instead of a growing server.
+//! A request whose id is already in flight is answered here with "Invalid Request": its
+//! answer could not be told apart from the first one's.
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
@@ -80,15 +82,20 @@ impl InFlight {
         self.ids.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Wait for room, then note `id` as in flight.
-    async fn admit(&self, id: String) {
+    /// Wait for room, then note `id` as in flight. False, at once, when a request with the
+    /// same id is still unanswered: the service keys its answers by id, so the two would
+    /// share one answer and the other would never come.
+    async fn admit(&self, id: String) -> bool {
         loop {
             let answered = self.answered.notified();
             {
                 let mut ids = self.ids();
+                if ids.contains(&id) {
+                    return false;
+                }
                 if ids.len() < MAX_IN_FLIGHT {
                     ids.insert(id);
-                    return;
+                    return true;
                 }
             }
             answered.await;
@@ -318,7 +325,24 @@ async fn pump_input<R: AsyncRead + Unpin>(
         }
         let text = std::str::from_utf8(body).unwrap_or_default();
         match admission(&message, text) {
-            Admission::Request(id) => in_flight.admit(id).await,
+            Admission::Request(id) => {
+                if !in_flight.admit(id.clone()).await {
+                    tracing::warn!("refused a request whose id {id} is already in flight");
+                    let message = format!(
+                        "Invalid Request: id {id} belongs to a request not yet answered; \
+                         give each request in flight its own id"
+                    );
+                    let id = serde_json::from_str(&id).unwrap_or(serde_json::Value::Null);
+                    if replies
+                        .send(error_frame(id, -32600, &message))
+                        .await
+                        .is_err()
+                    {
+                        break;
+                    }
+                    continue;
+                }
+            }
             Admission::Refuse(id, why) => {
                 tracing::warn!("refused a request: {why}");
                 let message = format!("Invalid Request: not a valid MCP request ({why})");
@@ -533,6 +557,48 @@ mod tests {
             admission(&serde_json::from_str(notification).unwrap(), notification),
             Admission::Pass
         );
+    }
+
+    /// Two requests in flight with one id would share the service's one answer, and the
+    /// other would never be answered: the second is refused here, with that id, and the id
+    /// is free again once its request is answered.
+    #[tokio::test]
+    async fn a_second_request_with_an_id_in_flight_is_refused() {
+        let (mut client_in, stdin) = tokio::io::duplex(1 << 16);
+        let (stdout, client_out) = tokio::io::duplex(1 << 16);
+        let guarded = guard(stdin, stdout);
+        let (service_in, mut service_out) = (guarded.service_in, guarded.service_out);
+        let mut service_lines = tokio::io::BufReader::new(service_in).lines();
+        let mut client_lines = tokio::io::BufReader::new(client_out).lines();
+        let request = "{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"ping\"}\n";
+        client_in.write_all(request.as_bytes()).await.unwrap();
+        client_in.write_all(request.as_bytes()).await.unwrap();
+        let other = "{\"jsonrpc\":\"2.0\",\"id\":\"2\",\"method\":\"ping\"}\n";
+        client_in.write_all(other.as_bytes()).await.unwrap();
+        let refusal: serde_json::Value =
+            serde_json::from_str(&client_lines.next_line().await.unwrap().unwrap()).unwrap();
+        assert_eq!(refusal["id"], json!(2), "{refusal}");
+        assert_eq!(refusal["error"]["code"], json!(-32600), "{refusal}");
+        assert!(
+            refusal["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("own id")
+        );
+        // The service saw the first request and the one whose id is the string "2".
+        let first = service_lines.next_line().await.unwrap().unwrap();
+        assert_eq!(first, request.trim_end());
+        let second = service_lines.next_line().await.unwrap().unwrap();
+        assert_eq!(second, other.trim_end());
+        service_out
+            .write_all(b"{\"jsonrpc\":\"2.0\",\"id\":2,\"result\":{}}\n")
+            .await
+            .unwrap();
+        let answer = client_lines.next_line().await.unwrap().unwrap();
+        assert_eq!(answer, r#"{"jsonrpc":"2.0","id":2,"result":{}}"#);
+        client_in.write_all(request.as_bytes()).await.unwrap();
+        let again = service_lines.next_line().await.unwrap().unwrap();
+        assert_eq!(again, request.trim_end());
     }
 
     #[tokio::test]
