@@ -430,7 +430,7 @@ const DESCRIPTIONS: &[(&str, &str)] = &[
 const MORE_DESCRIPTIONS: &[(&str, &str)] = &[(
     "live_view_watchers",
     "terminal_read paging a session while it writes 5 MB (50,000 lines), from cursor 0 to \
-     the end of its complete output, with 8 live-view update streams (SSE, as 8 browser tabs) \
+     the end of its complete output (`on_full: pause`, so the flood goes on as the reads acknowledge it), with 8 live-view update streams (SSE, as 8 browser tabs) \
      watching that session, against the same passes with none, alternating",
 )];
 

@@ -18,7 +18,7 @@ use crate::client::{McpServer, Transport};
 
 /// Live-view pages watching the flooding session.
 const WATCHERS: usize = 8;
-/// Lines of 100 bytes the flooding session writes per pass (5 MB, all retained).
+/// Lines of 100 bytes the flooding session writes per pass (5 MB, read as it comes).
 const LINES: u64 = 50_000;
 const PROFILE: &str = "flood-5m";
 const SIGN_IN: &str = "mcp-terminal: live view: ";
@@ -40,6 +40,9 @@ pub(super) async fn watchers(
     let profiles = json!({ PROFILE: {
         "argv": [demo, "flood", LINES.to_string()],
         "description": "flood with 50,000 lines",
+        // More than the buffer holds: paused rather than evicted, so the reads go on
+        // while the session floods, and nothing is lost.
+        "on_full": "pause",
     }});
     let config = config_dir.join("live-view.json");
     write_config(server, root, &config, &limits, &profiles).await?;
