@@ -129,8 +129,8 @@ const ANSWER_PREFIX: &[u8] = br#"{"jsonrpc":"2.0","id":"#;
 /// What the guard does with a message that is JSON.
 #[derive(Debug, PartialEq)]
 enum Admission {
-    /// A request the service will answer with this id (as JSON text): it holds a place.
-    Request(String),
+    /// A request the service will answer with this id: it holds a place.
+    Request(serde_json::Value),
     /// A request with a readable id that the service cannot read as an MCP message (`params`
     /// of the wrong type, say): the service would answer it with `id: null`, which frees no
     /// place, so the guard answers it with its id instead and the service never sees it.
@@ -150,7 +150,7 @@ fn admission(message: &serde_json::Value, text: &str) -> Admission {
     }
     // Read exactly as the service reads it.
     match serde_json::from_str::<rmcp::model::ClientJsonRpcMessage>(text) {
-        Ok(rmcp::model::JsonRpcMessage::Request(_)) => Admission::Request(id.to_string()),
+        Ok(rmcp::model::JsonRpcMessage::Request(_)) => Admission::Request(id.clone()),
         Ok(_) => Admission::Pass,
         Err(e) => Admission::Refuse(id.clone(), e.to_string()),
     }
@@ -284,11 +284,7 @@ async fn pump_input<R: AsyncRead + Unpin>(
                 "Invalid Request: the message exceeds {MAX_FRAME_BYTES} bytes (newline \
                  included) and was discarded unread"
             );
-            if replies
-                .send(error_frame(serde_json::Value::Null, -32600, &message))
-                .await
-                .is_err()
-            {
+            if !answer(&replies, serde_json::Value::Null, -32600, &message).await {
                 break;
             }
             continue;
@@ -309,12 +305,8 @@ async fn pump_input<R: AsyncRead + Unpin>(
             Ok(message) => message,
             Err(why) => {
                 tracing::warn!("refused a message: {why}");
-                let reply = error_frame(
-                    serde_json::Value::Null,
-                    -32700,
-                    &format!("Parse error: {why}"),
-                );
-                if replies.send(reply).await.is_err() {
+                let message = format!("Parse error: {why}");
+                if !answer(&replies, serde_json::Value::Null, -32700, &message).await {
                     break;
                 }
                 continue;
@@ -324,44 +316,45 @@ async fn pump_input<R: AsyncRead + Unpin>(
             in_flight.settle(&id);
         }
         let text = std::str::from_utf8(body).unwrap_or_default();
-        match admission(&message, text) {
-            Admission::Request(id) => {
-                if !in_flight.admit(id.clone()).await {
-                    tracing::warn!("refused a request whose id {id} is already in flight");
-                    let message = format!(
-                        "Invalid Request: id {id} belongs to a request not yet answered; \
-                         give each request in flight its own id"
-                    );
-                    let id = serde_json::from_str(&id).unwrap_or(serde_json::Value::Null);
-                    if replies
-                        .send(error_frame(id, -32600, &message))
-                        .await
-                        .is_err()
-                    {
-                        break;
-                    }
-                    continue;
-                }
+        let refusal = match admission(&message, text) {
+            Admission::Request(id) if !in_flight.admit(id.to_string()).await => {
+                tracing::warn!("refused a request whose id {id} is already in flight");
+                let message = format!(
+                    "Invalid Request: id {id} belongs to a request not yet answered; \
+                     give each request in flight its own id"
+                );
+                Some((id, message))
             }
             Admission::Refuse(id, why) => {
                 tracing::warn!("refused a request: {why}");
-                let message = format!("Invalid Request: not a valid MCP request ({why})");
-                if replies
-                    .send(error_frame(id, -32600, &message))
-                    .await
-                    .is_err()
-                {
-                    break;
-                }
-                continue;
+                Some((
+                    id,
+                    format!("Invalid Request: not a valid MCP request ({why})"),
+                ))
             }
-            Admission::Pass => {}
+            Admission::Request(_) | Admission::Pass => None,
+        };
+        if let Some((id, message)) = refusal {
+            if !answer(&replies, id, -32600, &message).await {
+                break;
+            }
+            continue;
         }
         if service.write_all(&frame).await.is_err() {
             break;
         }
     }
     // Dropping the service's input tells it stdin reached EOF.
+}
+
+/// Answer a message here, in the service's place; false once stdout is gone.
+async fn answer(
+    replies: &mpsc::Sender<Vec<u8>>,
+    id: serde_json::Value,
+    code: i64,
+    message: &str,
+) -> bool {
+    replies.send(error_frame(id, code, message)).await.is_ok()
 }
 
 async fn pump_output<W: AsyncWrite + Unpin>(
@@ -495,7 +488,7 @@ mod tests {
 
     fn id_of(text: &str) -> Option<String> {
         match admission(&serde_json::from_str(text).unwrap(), text) {
-            Admission::Request(id) => Some(id),
+            Admission::Request(id) => Some(id.to_string()),
             _ => None,
         }
     }
