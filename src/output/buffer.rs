@@ -515,7 +515,7 @@ fn grow_exact<T>(deque: &mut VecDeque<T>, extra: usize, limit: usize) {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use proptest::prelude::*;
 
@@ -666,7 +666,8 @@ mod tests {
         );
     }
 
-    fn text_strategy() -> impl Strategy<Value = String> {
+    /// Short texts of ASCII, newlines and 2-, 3- and 4-byte code points.
+    pub(crate) fn text_strategy() -> impl Strategy<Value = String> {
         proptest::collection::vec(
             prop_oneof![Just('a'), Just('\n'), Just('é'), Just('中'), Just('😀')],
             0..40,

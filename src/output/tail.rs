@@ -130,6 +130,8 @@ mod tests {
     use crate::output::Stream;
     use proptest::prelude::*;
 
+    use crate::output::buffer::tests::text_strategy;
+
     /// Both searches run to their end in steps (pages) of `step` bytes.
     fn tail_start(b: &OutputBuffer, lines: usize, strip: bool, step: usize) -> u64 {
         if strip {
@@ -211,14 +213,6 @@ mod tests {
         assert_eq!(raw.step(&b, 2), None);
         b.append(Stream::Stdout, &"z".repeat(60));
         assert_eq!(raw.step(&b, 2), Some(b.base()), "evicted: the base");
-    }
-
-    fn text_strategy() -> impl Strategy<Value = String> {
-        proptest::collection::vec(
-            prop_oneof![Just('a'), Just('\n'), Just('é'), Just('中'), Just('😀')],
-            0..40,
-        )
-        .prop_map(|cs| cs.into_iter().collect())
     }
 
     proptest! {
