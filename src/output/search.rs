@@ -6,32 +6,48 @@
 //! full `Regex` once over the searched region to get the leftmost match and its groups.
 //! The output so far is searched as if it ended where it ends now, so `$` and `\b` can
 //! match at the current end.
+//!
+//! Where every match begins with one of a few literals (`ready`, `flood total: \d+`), a
+//! SIMD literal search (the crate's prefilter) skips the text in which no match can
+//! begin, as the crate's own searches do; the DFA steps only from where a literal starts.
 
 use regex::Regex;
-use regex_automata::Input;
 use regex_automata::hybrid::LazyStateID;
 use regex_automata::hybrid::dfa::{Cache, DFA};
+use regex_automata::util::prefilter::Prefilter;
+use regex_automata::{Input, MatchKind, Span};
 
 pub struct Search {
     regex: Regex,
     dfa: DFA,
     cache: Cache,
     state: LazyStateID,
+    /// The start state does not depend on the text before it (no look-behind at the
+    /// pattern's start), so a skip need not compute a new one.
+    universal_start: bool,
     scanned: u64,
 }
 
 impl Search {
     pub fn new(pattern: &str) -> Result<Search, String> {
         let regex = Regex::new(pattern).map_err(|e| e.to_string())?;
-        let dfa = DFA::new(pattern).map_err(|e| {
-            if regex.as_str().contains("\\b") || regex.as_str().contains("\\B") {
-                "uses a Unicode word boundary (\\b or \\B), which incremental search cannot \
+        let prefilter = regex_automata::util::syntax::parse(pattern)
+            .ok()
+            .and_then(|hir| Prefilter::from_hir_prefix(MatchKind::LeftmostFirst, &hir))
+            .filter(Prefilter::is_fast);
+        let dfa = DFA::builder()
+            .configure(DFA::config().prefilter(prefilter))
+            .build(pattern)
+            .map_err(|e| {
+                if regex.as_str().contains("\\b") || regex.as_str().contains("\\B") {
+                    "uses a Unicode word boundary (\\b or \\B), which incremental search cannot \
                  follow; use the ASCII form (?-u:\\b)"
-                    .to_owned()
-            } else {
-                e.to_string()
-            }
-        })?;
+                        .to_owned()
+                } else {
+                    e.to_string()
+                }
+            })?;
+        let universal_start = dfa.get_nfa().look_set_prefix_any().is_empty();
         let mut cache = dfa.create_cache();
         let state = dfa
             .start_state_forward(&mut cache, &Input::new(""))
@@ -41,6 +57,7 @@ impl Search {
             dfa,
             cache,
             state,
+            universal_start,
             scanned: 0,
         })
     }
@@ -58,16 +75,45 @@ impl Search {
     /// Feed the next piece of text; true once a match has ended within what was fed.
     /// `at_end`: nothing follows this piece yet, so a match may end exactly at its end.
     pub fn feed(&mut self, text: &str, at_end: bool) -> bool {
-        for &byte in text.as_bytes() {
-            self.scanned += 1;
-            match self.dfa.next_state(&mut self.cache, self.state, byte) {
-                Ok(state) => self.state = state,
-                // Without quit bytes and with no give-up threshold this does not happen;
-                // should it, let the full regex decide.
-                Err(_) => return true,
+        let hay = text.as_bytes();
+        self.scanned += hay.len() as u64;
+        let mut at = 0;
+        while at < hay.len() {
+            // In the start state no match is under way: skip to where one may begin.
+            if self.state.is_start()
+                && let Some(skip_to) = self.next_candidate(hay, at)
+            {
+                at = skip_to;
+                if !self.universal_start {
+                    match self
+                        .dfa
+                        .start_state_forward(&mut self.cache, &Input::new(hay).range(at..))
+                    {
+                        Ok(state) => self.state = state,
+                        Err(_) => return true,
+                    }
+                }
+                continue;
             }
+            let byte = hay[at];
+            // A tagged state (start, match, dead), or a transition not computed yet, takes
+            // the checked path that computes it.
+            let known = (!self.state.is_tagged())
+                .then(|| self.dfa.next_state_untagged(&self.cache, self.state, byte))
+                .filter(|next| !next.is_unknown());
+            let next = match known {
+                Some(next) => next,
+                None => match self.dfa.next_state(&mut self.cache, self.state, byte) {
+                    Ok(next) => next,
+                    // Without quit bytes and with no give-up threshold this does not
+                    // happen; should it, let the full regex decide.
+                    Err(_) => return true,
+                },
+            };
+            self.state = next;
+            at += 1;
             // Match states are reported one byte late: a match ended before `byte`.
-            if self.state.is_match() {
+            if next.is_match() {
                 return true;
             }
         }
@@ -77,11 +123,26 @@ impl Search {
                 .next_eoi_state(&mut self.cache, self.state)
                 .is_ok_and(|state| state.is_match())
     }
+
+    /// Where the prefilter says a match may begin next, when that is past `at`. Without a
+    /// candidate in the piece, the end of it that could hold the beginning of a literal cut
+    /// by the piece's end is still stepped through.
+    fn next_candidate(&self, hay: &[u8], at: usize) -> Option<usize> {
+        let prefilter = self.dfa.get_config().get_prefilter()?;
+        let to = match prefilter.find(hay, Span::from(at..hay.len())) {
+            Some(span) => span.start,
+            None => hay
+                .len()
+                .saturating_sub(prefilter.max_needle_len().saturating_sub(1)),
+        };
+        (to > at).then_some(to)
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
 
     fn feed_all(pattern: &str, pieces: &[&str]) -> Option<usize> {
         let mut s = Search::new(pattern).unwrap();
@@ -127,5 +188,52 @@ mod tests {
         assert_eq!(s.scanned(), hay.len() as u64);
         assert!(s.feed("needle", true));
         assert_eq!(s.scanned(), hay.len() as u64 + 6);
+    }
+
+    /// Patterns with and without a literal prefix (the prefilter's skips), with look-behind
+    /// at their start (a skip must compute the start state anew), greedy tails and `$`.
+    const PATTERNS: &[&str] = &[
+        "ab+c",
+        "(?m)^ab",
+        "abc$",
+        r"b\d+",
+        "日本",
+        "a|ca",
+        r"(?-u:\b)cab",
+        "[ab]c{2}",
+        "xyz",
+    ];
+
+    proptest! {
+        /// However the text is cut, a match is first reported in the piece where the
+        /// shortest prefix of the text that holds a match ends.
+        #[test]
+        fn pieces_report_the_first_match_where_the_whole_text_has_it(
+            pattern in proptest::sample::select(PATTERNS),
+            text in "[abc1日本\n ]{0,200}",
+            cuts in proptest::collection::vec(0usize..120, 0..40),
+        ) {
+            let mut ends: Vec<usize> = cuts
+                .into_iter()
+                .map(|c| c.min(text.len()))
+                .filter(|&c| text.is_char_boundary(c))
+                .chain([text.len()])
+                .collect();
+            ends.sort_unstable();
+            ends.dedup();
+            let regex = Regex::new(pattern).unwrap();
+            let expected = ends.iter().position(|&end| regex.is_match(&text[..end]));
+            let mut search = Search::new(pattern).unwrap();
+            let mut start = 0;
+            let mut found = None;
+            for (i, &end) in ends.iter().enumerate() {
+                if search.feed(&text[start..end], true) {
+                    found = Some(i);
+                    break;
+                }
+                start = end;
+            }
+            prop_assert_eq!(found, expected, "pieces ending at {:?}", ends);
+        }
     }
 }
