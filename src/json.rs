@@ -17,9 +17,10 @@ pub fn to_vec<T: Serialize + ?Sized>(value: &T, out: &mut Vec<u8>) -> Result<(),
     value.serialize(&mut Writer { out })
 }
 
-/// The compact JSON text of `value`, as `serde_json::to_string` writes it.
-pub fn to_string<T: Serialize + ?Sized>(value: &T) -> Result<String, Error> {
-    let mut out = Vec::new();
+/// The compact JSON text of `value`, as `serde_json::to_string` writes it, in a string
+/// made with room for `capacity` bytes.
+pub fn to_string<T: Serialize + ?Sized>(value: &T, capacity: usize) -> Result<String, Error> {
+    let mut out = Vec::with_capacity(capacity);
     to_vec(value, &mut out)?;
     // Only valid UTF-8 was written: the strings' own bytes, and ASCII.
     String::from_utf8(out).map_err(|e| Error(e.to_string()))
@@ -574,7 +575,7 @@ mod tests {
 
     fn same_as_serde_json<T: Serialize>(value: &T) {
         assert_eq!(
-            to_string(value).unwrap(),
+            to_string(value, 0).unwrap(),
             serde_json::to_string(value).unwrap()
         );
     }
@@ -583,7 +584,7 @@ mod tests {
         /// Byte for byte what serde_json writes, for any value.
         #[test]
         fn writes_what_serde_json_writes(value in value_strategy()) {
-            prop_assert_eq!(to_string(&value).unwrap(), serde_json::to_string(&value).unwrap());
+            prop_assert_eq!(to_string(&value, 0).unwrap(), serde_json::to_string(&value).unwrap());
         }
     }
 

@@ -5,6 +5,7 @@
 use std::io;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::task::{Context, Poll, ready};
 
 use rmcp::RoleServer;
@@ -23,6 +24,10 @@ pub struct Stdio {
     /// through `Answers` to the same output.
     read: AsyncRwTransport<RoleServer, DuplexStream, Answers>,
     write: Arc<Mutex<DuplexStream>>,
+    /// The length of the last message sent: room made for the next one, so a page of
+    /// output (answers of similar size, one after another) is written without the copies
+    /// of a growing buffer.
+    last_len: Arc<AtomicUsize>,
 }
 
 impl Stdio {
@@ -45,6 +50,7 @@ impl Stdio {
         Stdio {
             read: AsyncRwTransport::new(service_in, answers),
             write,
+            last_len: Arc::default(),
         }
     }
 }
@@ -56,11 +62,12 @@ impl Transport<RoleServer> for Stdio {
         &mut self,
         item: TxJsonRpcMessage<RoleServer>,
     ) -> impl Future<Output = Result<(), io::Error>> + Send + 'static {
-        let write = self.write.clone();
+        let (write, last_len) = (self.write.clone(), self.last_len.clone());
         async move {
-            let mut line = Vec::new();
+            let mut line = Vec::with_capacity(last_len.load(Ordering::Relaxed) + 1);
             json::to_vec(&item, &mut line).map_err(io::Error::other)?;
             line.push(b'\n');
+            last_len.store(line.len(), Ordering::Relaxed);
             write.lock().await.write_all(&line).await
         }
     }

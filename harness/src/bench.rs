@@ -24,6 +24,7 @@ use serde_json::{Value, json};
 
 use crate::client::{McpServer, Transport};
 use crate::evidence;
+use crate::scenario::Launch;
 
 mod suite;
 mod web;
@@ -406,9 +407,11 @@ const DESCRIPTIONS: &[(&str, &str)] = &[
     ),
     (
         "memory_at_rest",
-        "server VmRSS idle, with 64 idle `long` sessions, with 32 buffers full of 4-byte \
-         text (the global caps allow 32 × 32,768 records), and after every session expired \
-         (retention 1 s)",
+        "server VmRSS idle and with 64 idle `long` sessions; then, on a second server \
+         (max_records 32, buffer_records 65,536, retention 1 s), idle, with 32 buffers each \
+         full of 65,536 4-byte code points (256 KiB: the most text the global cap of \
+         2,097,152 retained code points lets 32 sessions hold), and after every session \
+         expired, against that server's own idle",
     ),
     (
         "memory_osc_flood",
@@ -676,7 +679,16 @@ async fn start_server(
     let path = config_dir.join(format!("{name}.json"));
     write_config(server, root, &path, &limits, &profiles).await?;
     let args = ["--config".to_string(), path.display().to_string()];
-    McpServer::start(Transport::Stdio, server, &args, root).await
+    McpServer::start_with(Transport::Stdio, server, &args, root, &untapped()).await
+}
+
+/// How every benchmarked server (and the floor server) is started: without the scenarios'
+/// tee of the client's input.
+fn untapped() -> Launch {
+    Launch {
+        untapped: true,
+        ..Launch::default()
+    }
 }
 
 async fn write_config(
@@ -726,10 +738,9 @@ async fn write_config(
 
 /// Call a tool that must succeed; its structuredContent.
 async fn call(mcp: &McpServer, tool: &str, args: Value) -> Result<Value, String> {
-    let raw = mcp.call(tool, &args).await?;
-    let content = raw.get("structuredContent").cloned().unwrap_or(Value::Null);
+    let content = mcp.call_structured(tool, &args).await?;
     if content.get("ok") != Some(&Value::Bool(true)) {
-        return Err(format!("{tool} {args} did not succeed: {raw}"));
+        return Err(format!("{tool} {args} did not succeed: {content}"));
     }
     Ok(content)
 }

@@ -108,8 +108,9 @@ fn lock(log: &SharedLog) -> std::sync::MutexGuard<'_, ChildLog> {
 /// Every byte the server wrote to its stdout, in order.
 type Received = Arc<Mutex<Vec<u8>>>;
 
+/// Records the server's exit, and tees its stdout into `Received` unless that is `None`.
 #[derive(Debug)]
-struct Observer(SharedLog, Received);
+struct Observer(SharedLog, Option<Received>);
 
 impl CommandWrapper for Observer {
     fn wrap_child(
@@ -117,8 +118,10 @@ impl CommandWrapper for Observer {
         mut child: Box<dyn ChildWrapper>,
         _core: &CommandWrap,
     ) -> io::Result<Box<dyn ChildWrapper>> {
-        if let Some(stdout) = child.stdout().take() {
-            *child.stdout() = Some(tee(stdout, self.1.clone())?);
+        if let Some(received) = &self.1
+            && let Some(stdout) = child.stdout().take()
+        {
+            *child.stdout() = Some(tee(stdout, received.clone())?);
         }
         Ok(Box::new(Observed {
             inner: child,
@@ -403,7 +406,10 @@ impl McpServer {
         let log = SharedLog::default();
         let received = Received::default();
         let mut wrapped = CommandWrap::from(cmd);
-        wrapped.wrap(Observer(log.clone(), received.clone()));
+        wrapped.wrap(Observer(
+            log.clone(),
+            (!launch.untapped).then(|| received.clone()),
+        ));
         let (transport, stderr) = TokioChildProcess::builder(wrapped)
             .stderr(Stdio::piped())
             .spawn()
@@ -552,6 +558,20 @@ impl McpServer {
         let value = serde_json::to_value(result).map_err(|e| e.to_string())?;
         self.saw(&value);
         Ok(value)
+    }
+
+    /// Call a tool and take its structured content (`Null` when it has none) out of the
+    /// result, without the copies of a page's text that `call` makes.
+    pub async fn call_structured(&self, tool: &str, args: &Value) -> Result<Value, String> {
+        let mut result = self
+            .client()?
+            .call_tool(params(tool, args))
+            .await
+            .map_err(|e| format!("tools/call {tool} failed at the protocol level: {e}"))?;
+        if self.transport == Transport::Http {
+            self.saw(&serde_json::to_value(&result).map_err(|e| e.to_string())?);
+        }
+        Ok(result.structured_content.take().unwrap_or(Value::Null))
     }
 
     /// Over HTTP the client's bytes are not teed: keep every result as JSON instead, so a
@@ -863,7 +883,7 @@ mod tests {
         let log = SharedLog::default();
         let mut cmd = CommandWrap::from(tokio::process::Command::new("/bin/sleep"));
         cmd.command_mut().arg("30");
-        cmd.wrap(Observer(log.clone(), Received::default()));
+        cmd.wrap(Observer(log.clone(), Some(Received::default())));
         let mut child = cmd.spawn().unwrap();
         child.signal(SIGTERM).unwrap();
         let status = child.wait().await.unwrap();

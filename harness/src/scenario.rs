@@ -131,6 +131,11 @@ pub struct Launch {
     /// Variables added to the server's own environment (e.g. secrets it reads).
     #[serde(default)]
     pub env: BTreeMap<String, String>,
+    /// The client keeps no copy of the bytes it receives (`received` stays empty), so the
+    /// server's output reaches the client without the extra pipe and copy of the tee: the
+    /// benchmarks measure the server, not the scenarios' instrument. Not for scenarios.
+    #[serde(skip)]
+    pub untapped: bool,
 }
 
 #[derive(Debug, Clone, Deserialize)]

@@ -175,44 +175,52 @@ async fn read_output(
         };
         decoded.clear();
         text.clear();
-        match read {
+        let out = match read {
             Some(Ok(0) | Err(_)) => break,
             Some(Ok(n)) => {
                 decoder.push(&bytes[..n], &mut decoded);
-                redact(&mut redactor, &decoded, &mut text);
+                redacted(&mut redactor, &decoded, &mut text)
             }
             // Nothing decided the held-back text in time: it is output as it is.
             None => {
                 if let Some(r) = redactor.as_mut() {
                     r.flush(&mut text);
                 }
+                &text
             }
-        }
+        };
         held_since = match redactor.as_ref() {
             Some(r) if r.holding() => held_since.or_else(|| Some(Instant::now())),
             _ => None,
         };
-        if !deliver(&session, &source, stream, &text).await {
+        if !deliver(&session, &source, stream, out).await {
             return;
         }
     }
     decoded.clear();
     text.clear();
     decoder.finish(&mut decoded);
-    redact(&mut redactor, &decoded, &mut text);
-    if let Some(r) = redactor.as_mut() {
-        r.flush(&mut text);
+    match redactor.as_mut() {
+        Some(r) => {
+            r.push(&decoded, &mut text);
+            r.flush(&mut text);
+        }
+        None => text.push_str(&decoded),
     }
     if deliver(&session, &source, stream, &text).await {
         session.update(|s| s.open_streams -= 1);
     }
 }
 
-/// The redaction stage: `decoded` with every allowed secret's value replaced, into `out`.
-fn redact(redactor: &mut Option<Redactor>, decoded: &str, out: &mut String) {
+/// The redaction stage: `decoded` with every allowed secret's value replaced (in `out`),
+/// or `decoded` itself when the session has no secrets to redact.
+fn redacted<'a>(redactor: &mut Option<Redactor>, decoded: &'a str, out: &'a mut String) -> &'a str {
     match redactor.as_mut() {
-        Some(r) => r.push(decoded, out),
-        None => out.push_str(decoded),
+        Some(r) => {
+            r.push(decoded, out);
+            out
+        }
+        None => decoded,
     }
 }
 

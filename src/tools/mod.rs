@@ -16,7 +16,7 @@ use rmcp::model::{
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer, ServerHandler};
 use serde::Serialize;
-use serde_json::{Map, Value};
+use serde_json::{Map, Value, json};
 use std::str::FromStr;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -26,7 +26,7 @@ use rmcp::model::ProgressNotificationParam;
 use crate::audit::{AuditLine, AuditLog};
 use crate::errors::{ErrorCode, ToolError};
 use crate::limits::{IDLE_MAX_MS, IDLE_MIN_MS, WAIT_PROGRESS_EVERY};
-use crate::output::{Search, Stream};
+use crate::output::{Entry, Search, Stream};
 use crate::session::{ReadFrom, Reason, Sessions, StartRequest, Streams, Target, WaitRequest};
 use catalog::{ToolSpec, catalog};
 use keys::{KEY_NAMES, key_bytes};
@@ -201,7 +201,7 @@ impl TerminalServer {
                     Some(lines) => ReadFrom::Tail(lines as usize),
                     None => ReadFrom::Cursor(args.int("cursor")),
                 };
-                let result = session()?
+                let mut result = session()?
                     .read(
                         from,
                         args.int("max_bytes") as usize,
@@ -209,7 +209,12 @@ impl TerminalServer {
                         args.bool("strip_ansi"),
                     )
                     .await?;
-                ok(result)
+                let records = std::mem::take(&mut result.records);
+                let mut value = ok(result)?;
+                if let Value::Object(fields) = &mut value {
+                    fields.insert("records".into(), records_value(records));
+                }
+                Ok(value)
             }
             "terminal_write" => {
                 let close = args.bool("close_stdin");
@@ -415,6 +420,23 @@ impl TerminalServer {
     }
 }
 
+/// A page's records as JSON, their text moved rather than copied (`to_value` would copy
+/// every string of a page that is up to 64 KiB).
+fn records_value(records: Vec<Entry>) -> Value {
+    Value::Array(
+        records
+            .into_iter()
+            .map(|entry| {
+                let mut record = Map::new();
+                record.insert("cursor".into(), entry.cursor.into());
+                record.insert("stream".into(), json!(entry.stream));
+                record.insert("text".into(), Value::String(entry.text));
+                Value::Object(record)
+            })
+            .collect(),
+    )
+}
+
 /// `{"ok": true}` merged with the fields of `value`.
 fn ok(value: impl Serialize) -> Result<Value, ToolError> {
     let mut fields = match serde_json::to_value(value) {
@@ -430,11 +452,29 @@ fn ok(value: impl Serialize) -> Result<Value, ToolError> {
 /// The result carrying `value` both as structured content and as its JSON text (what
 /// `CallToolResult::structured` makes, with the text written by the fast writer).
 fn structured(value: Value, is_error: bool) -> CallToolResult {
-    let text = crate::json::to_string(&value).unwrap_or_else(|_| value.to_string());
+    let text =
+        crate::json::to_string(&value, size_hint(&value)).unwrap_or_else(|_| value.to_string());
     let mut result = CallToolResult::success(vec![ContentBlock::text(text)]);
     result.structured_content = Some(value);
     result.is_error = Some(is_error);
     result
+}
+
+/// About the length of `value`'s JSON text, from its strings' lengths and a few bytes for
+/// everything else, without looking at the text: room for a page's text made at once.
+fn size_hint(value: &Value) -> usize {
+    match value {
+        Value::String(s) => s.len() + 2,
+        Value::Array(items) => items.iter().map(size_hint).sum::<usize>() + items.len() + 2,
+        Value::Object(fields) => {
+            fields
+                .iter()
+                .map(|(key, value)| key.len() + 4 + size_hint(value))
+                .sum::<usize>()
+                + 2
+        }
+        Value::Null | Value::Bool(_) | Value::Number(_) => 20,
+    }
 }
 
 impl ServerHandler for TerminalServer {
