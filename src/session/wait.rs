@@ -122,31 +122,38 @@ impl Session {
         let mut filter = Filter::new(request.streams, request.strip_ansi);
         let mut scan = request.cursor;
         loop {
-            // One step under the lock: search at most SEARCH_STEP_BYTES of new text.
-            let step = self.inspect(|s| {
+            // One step: at most SEARCH_STEP_BYTES of new text, copied under the lock and
+            // searched outside it (a lazy DFA meeting new states is slow at first).
+            let (page, done, end) = self.inspect(|s| {
                 let end = s.output.end();
                 let done = s.status.is_final() && (s.output_complete || s.output_incomplete);
-                let Some(search) = request.search.as_mut() else {
+                if request.search.is_none() {
                     if request.cursor > end {
                         return Err(read_error(ReadError::Invalid { end }, request.cursor, end));
                     }
-                    scan = end;
-                    return Ok(Step::Idle { done, end });
-                };
-                let page = page_at(s, scan)?;
-                let mut text = String::new();
-                filter.runs(&page.entries, |_, run| text.push_str(run));
-                scan = page.next_cursor;
-                if search.feed(&text, !page.has_more) {
-                    let more = page.has_more;
-                    return Ok(Step::Ended { more, done, end });
+                    return Ok((None, done, end));
                 }
-                Ok(if page.has_more {
-                    Step::More
-                } else {
-                    Step::Idle { done, end }
-                })
+                Ok((Some(page_at(s, scan)?), done, end))
             })?;
+            let step = match (page, request.search.as_mut()) {
+                (Some(page), Some(search)) => {
+                    let mut text = String::new();
+                    filter.runs(&page.entries, |_, run| text.push_str(run));
+                    scan = page.next_cursor;
+                    let more = page.has_more;
+                    if search.feed(&text, !more) {
+                        Step::Ended { more, done, end }
+                    } else if more {
+                        Step::More
+                    } else {
+                        Step::Idle { done, end }
+                    }
+                }
+                _ => {
+                    scan = end;
+                    Step::Idle { done, end }
+                }
+            };
             let step = match (step, request.search.as_ref()) {
                 // A match ended in this step: find it, a page at a time under the lock.
                 (Step::Ended { more, done, end }, Some(search)) => {
