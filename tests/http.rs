@@ -1119,8 +1119,14 @@ async fn live_view_in_chromium_follows_a_pty_screen_and_pipe_output() {
     let server = Server::start(&["--listen", "127.0.0.1:0", "--web"]);
     let (url, _) = sign_in_url(&server.stderr);
     let id = server.open_session().await.unwrap();
+    // Chromium's start and first page can take most of the default 30 s session lifetime
+    // on a loaded machine; the sessions outlive any wait of this test instead.
     let started = server
-        .call(&id, "terminal_start", json!({"command_id": "pty-tui"}))
+        .call(
+            &id,
+            "terminal_start",
+            json!({"command_id": "pty-tui", "timeout_ms": 300_000}),
+        )
         .await;
     let tui = started["structuredContent"]["session_id"]
         .as_str()
@@ -1175,7 +1181,11 @@ async fn live_view_in_chromium_follows_a_pty_screen_and_pipe_output() {
         LIVE_TEXT,
     );
     let started = server
-        .call(&id, "terminal_start", json!({"command_id": "stream"}))
+        .call(
+            &id,
+            "terminal_start",
+            json!({"command_id": "stream", "timeout_ms": 300_000}),
+        )
         .await;
     let stream = started["structuredContent"]["session_id"]
         .as_str()
