@@ -550,24 +550,27 @@ impl McpServer {
     }
 
     pub async fn call(&self, tool: &str, args: &Value) -> Result<ToolResult, String> {
-        let result = self
-            .client()?
-            .call_tool(params(tool, args))
-            .await
-            .map_err(|e| format!("tools/call {tool} failed at the protocol level: {e}"))?;
-        let value = serde_json::to_value(result).map_err(|e| e.to_string())?;
+        let value =
+            serde_json::to_value(self.call_result(tool, args).await?).map_err(|e| e.to_string())?;
         self.saw(&value);
         Ok(value)
+    }
+
+    async fn call_result(
+        &self,
+        tool: &str,
+        args: &Value,
+    ) -> Result<rmcp::model::CallToolResult, String> {
+        self.client()?
+            .call_tool(params(tool, args))
+            .await
+            .map_err(|e| format!("tools/call {tool} failed at the protocol level: {e}"))
     }
 
     /// Call a tool and take its structured content (`Null` when it has none) out of the
     /// result, without the copies of a page's text that `call` makes.
     pub async fn call_structured(&self, tool: &str, args: &Value) -> Result<Value, String> {
-        let mut result = self
-            .client()?
-            .call_tool(params(tool, args))
-            .await
-            .map_err(|e| format!("tools/call {tool} failed at the protocol level: {e}"))?;
+        let mut result = self.call_result(tool, args).await?;
         if self.transport == Transport::Http {
             self.saw(&serde_json::to_value(&result).map_err(|e| e.to_string())?);
         }

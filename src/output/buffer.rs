@@ -36,6 +36,18 @@ pub struct Entry {
     pub text: String,
 }
 
+/// The JSON an entry serializes to, with its text moved instead of copied (a page's text
+/// is up to 64 KiB; `serde_json::to_value` would copy it).
+impl From<Entry> for serde_json::Value {
+    fn from(entry: Entry) -> Self {
+        let mut fields = serde_json::Map::new();
+        fields.insert("cursor".into(), entry.cursor.into());
+        fields.insert("stream".into(), serde_json::json!(entry.stream));
+        fields.insert("text".into(), serde_json::Value::String(entry.text));
+        serde_json::Value::Object(fields)
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Page {
     pub entries: Vec<Entry>,
@@ -545,6 +557,19 @@ fn grow_exact<T>(deque: &mut VecDeque<T>, extra: usize, limit: usize) {
 pub(crate) mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn an_entry_moves_into_the_json_it_serializes_to() {
+        for stream in [Stream::Stdout, Stream::Stderr] {
+            let entry = Entry {
+                cursor: 7,
+                stream,
+                text: "a\"b\n".into(),
+            };
+            let serialized = serde_json::to_value(&entry).unwrap();
+            assert_eq!(serde_json::Value::from(entry), serialized);
+        }
+    }
 
     #[test]
     fn the_stream_bitmap_reaches_only_as_far_as_the_last_stderr_byte() {

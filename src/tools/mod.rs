@@ -16,7 +16,7 @@ use rmcp::model::{
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer, ServerHandler};
 use serde::Serialize;
-use serde_json::{Map, Value, json};
+use serde_json::{Map, Value};
 use std::str::FromStr;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -26,7 +26,7 @@ use rmcp::model::ProgressNotificationParam;
 use crate::audit::{AuditLine, AuditLog};
 use crate::errors::{ErrorCode, ToolError};
 use crate::limits::{IDLE_MAX_MS, IDLE_MIN_MS, WAIT_PROGRESS_EVERY};
-use crate::output::{Entry, Search, Stream};
+use crate::output::{Search, Stream};
 use crate::session::{ReadFrom, Reason, Sessions, StartRequest, Streams, Target, WaitRequest};
 use catalog::{ToolSpec, catalog};
 use keys::{KEY_NAMES, key_bytes};
@@ -212,7 +212,9 @@ impl TerminalServer {
                 let records = std::mem::take(&mut result.records);
                 let mut value = ok(result)?;
                 if let Value::Object(fields) = &mut value {
-                    fields.insert("records".into(), records_value(records));
+                    // Moved in, not copied as `ok` would copy them.
+                    let records = records.into_iter().map(Value::from).collect();
+                    fields.insert("records".into(), Value::Array(records));
                 }
                 Ok(value)
             }
@@ -418,23 +420,6 @@ impl TerminalServer {
             }
         }
     }
-}
-
-/// A page's records as JSON, their text moved rather than copied (`to_value` would copy
-/// every string of a page that is up to 64 KiB).
-fn records_value(records: Vec<Entry>) -> Value {
-    Value::Array(
-        records
-            .into_iter()
-            .map(|entry| {
-                let mut record = Map::new();
-                record.insert("cursor".into(), entry.cursor.into());
-                record.insert("stream".into(), json!(entry.stream));
-                record.insert("text".into(), Value::String(entry.text));
-                Value::Object(record)
-            })
-            .collect(),
-    )
 }
 
 /// `{"ok": true}` merged with the fields of `value`.

@@ -24,6 +24,8 @@ const STORM_READERS: usize = 8;
 const STORM_LINES: u64 = 2_000;
 /// Full buffers of the memory benchmark, and the 4-byte text that fills them.
 const FULL_BUFFERS: usize = 32;
+/// The server's global cap on retained code points (`max_records × buffer_records`).
+const CAP_TOTAL_RECORDS: u64 = 2_097_152;
 /// Lines of 3-byte CJK text the CJK read benchmark reads (13 code points, 37 bytes each).
 const CJK_LINES: u64 = 70_000;
 const CJK_LINE: &str = "中文字符测试中文字符测试\n";
@@ -380,7 +382,8 @@ async fn memory_at_rest(
     config_dir: &Path,
 ) -> Result<Vec<Metric>, String> {
     // 64 retained sessions may hold 32,768 code points each under the global cap.
-    let limits = json!({"max_sessions": 64, "max_records": 64, "buffer_records": 32_768});
+    let limits = json!({"max_sessions": 64, "max_records": 64,
+                        "buffer_records": CAP_TOTAL_RECORDS / 64});
     let mut metrics = on_server(
         (server, root, config_dir),
         "memory",
@@ -402,7 +405,7 @@ async fn memory_at_rest(
         },
     )
     .await?;
-    let records = 2_097_152 / FULL_BUFFERS as u64;
+    let records = CAP_TOTAL_RECORDS / FULL_BUFFERS as u64;
     let limits = json!({"max_sessions": FULL_BUFFERS, "max_records": FULL_BUFFERS,
                         "buffer_bytes": 1_048_576, "buffer_records": records,
                         "retention_seconds": 1});
