@@ -12,18 +12,20 @@ use std::fmt::Display;
 
 use serde::ser::{self, Serialize};
 
-/// The compact JSON text of `value`, as `serde_json::to_vec` writes it.
-pub fn to_vec<T: Serialize + ?Sized>(value: &T, out: &mut Vec<u8>) -> Result<(), Error> {
+/// Append the compact JSON text of `value` to `out`, as `serde_json::to_writer` writes it.
+/// The text is built as a `String` from the first byte (the strings' own text and ASCII),
+/// so nothing validates it as UTF-8 afterwards: for a page of CJK text that validation
+/// cost more than the escaping.
+pub fn write<T: Serialize + ?Sized>(value: &T, out: &mut String) -> Result<(), Error> {
     value.serialize(&mut Writer { out })
 }
 
 /// The compact JSON text of `value`, as `serde_json::to_string` writes it, in a string
 /// made with room for `capacity` bytes.
 pub fn to_string<T: Serialize + ?Sized>(value: &T, capacity: usize) -> Result<String, Error> {
-    let mut out = Vec::with_capacity(capacity);
-    to_vec(value, &mut out)?;
-    // Only valid UTF-8 was written: the strings' own bytes, and ASCII.
-    String::from_utf8(out).map_err(|e| Error(e.to_string()))
+    let mut out = String::with_capacity(capacity);
+    write(value, &mut out)?;
+    Ok(out)
 }
 
 #[derive(Debug)]
@@ -44,91 +46,98 @@ impl ser::Error for Error {
 }
 
 struct Writer<'a> {
-    out: &'a mut Vec<u8>,
+    out: &'a mut String,
 }
 
 impl Writer<'_> {
-    fn raw(&mut self, bytes: &[u8]) -> Result<(), Error> {
-        self.out.extend_from_slice(bytes);
+    fn raw(&mut self, text: &str) -> Result<(), Error> {
+        self.out.push_str(text);
         Ok(())
     }
 
     /// A number, formatted by serde_json itself.
     fn number<T: Serialize>(&mut self, n: T) -> Result<(), Error> {
-        serde_json::to_writer(&mut *self.out, &n).map_err(|e| Error(e.to_string()))
+        let text = serde_json::to_string(&n).map_err(|e| Error(e.to_string()))?;
+        self.raw(&text)
     }
 }
 
 const LOW: u64 = 0x0101_0101_0101_0101;
 const HIGH: u64 = 0x8080_8080_8080_8080;
 
-/// Whether any of the eight bytes of `word` needs an escape: is below 0x20, or is `"` or
-/// `\` (the classic "has a zero byte" test, exact as a yes/no answer).
-fn needs_escape(word: u64) -> bool {
+/// The eight bytes of `word` that need an escape (below 0x20, `"` or `\\`), each flagged
+/// at its bit 7 by the classic "has a zero byte" test. The lowest flag is exact (a false
+/// flag can only follow a true one, where a borrow ran on), so it says where the first
+/// escape is, and zero says there is none.
+fn escapes(word: u64) -> u64 {
     let has_zero = |x: u64| x.wrapping_sub(LOW) & !x;
     let below_space = word.wrapping_sub(LOW * 0x20) & !word;
     let quote = has_zero(word ^ (LOW * u64::from(b'"')));
     let backslash = has_zero(word ^ (LOW * u64::from(b'\\')));
-    (below_space | quote | backslash) & HIGH != 0
+    (below_space | quote | backslash) & HIGH
 }
 
 /// The escape of a byte that needs one (a control character's ends in its hex digits).
-fn escape_of(byte: u8) -> Option<&'static [u8]> {
+fn escape_of(byte: u8) -> Option<&'static str> {
     Some(match byte {
-        b'"' => b"\\\"",
-        b'\\' => b"\\\\",
-        b'\n' => b"\\n",
-        b'\r' => b"\\r",
-        b'\t' => b"\\t",
-        0x08 => b"\\b",
-        0x0c => b"\\f",
-        0..0x20 => b"\\u00",
+        b'"' => "\\\"",
+        b'\\' => "\\\\",
+        b'\n' => "\\n",
+        b'\r' => "\\r",
+        b'\t' => "\\t",
+        0x08 => "\\b",
+        0x0c => "\\f",
+        0..0x20 => "\\u00",
         _ => return None,
     })
 }
 
-/// `s` as a JSON string, escaped exactly as serde_json escapes it.
-fn write_str(out: &mut Vec<u8>, s: &str) {
+/// `s` as a JSON string, escaped exactly as serde_json escapes it. Plain text is looked
+/// at a word at a time and copied in runs; a word holding an escape goes straight to it.
+fn write_str(out: &mut String, s: &str) {
     const HEX: &[u8; 16] = b"0123456789abcdef";
     let bytes = s.as_bytes();
     out.reserve(bytes.len() + 2);
-    out.push(b'"');
-    let mut run = 0; // start of the bytes not yet copied
+    out.push('"');
+    let mut run = 0; // start of the text not yet copied
     let mut at = 0;
     while at < bytes.len() {
         if let Some(chunk) = bytes.get(at..at + 8) {
-            let word = u64::from_le_bytes(chunk.try_into().expect("eight bytes"));
-            if !needs_escape(word) {
+            let flags = escapes(u64::from_le_bytes(chunk.try_into().expect("eight bytes")));
+            if flags == 0 {
                 at += 8;
                 continue;
             }
+            at += flags.trailing_zeros() as usize / 8;
         }
         let byte = bytes[at];
         if let Some(escape) = escape_of(byte) {
-            out.extend_from_slice(&bytes[run..at]);
-            out.extend_from_slice(escape);
+            // Escaped bytes are ASCII: `run` and `at` are code point boundaries.
+            out.push_str(&s[run..at]);
+            out.push_str(escape);
             if byte < 0x20 && escape.len() == 4 {
-                out.extend_from_slice(&[HEX[usize::from(byte >> 4)], HEX[usize::from(byte & 15)]]);
+                out.push(char::from(HEX[usize::from(byte >> 4)]));
+                out.push(char::from(HEX[usize::from(byte & 15)]));
             }
             run = at + 1;
         }
         at += 1;
     }
-    out.extend_from_slice(&bytes[run..]);
-    out.push(b'"');
+    out.push_str(&s[run..]);
+    out.push('"');
 }
 
 /// An array or object being written; `close` ends it (a variant's wrapping object too).
 struct Compound<'w, 'a> {
     writer: &'w mut Writer<'a>,
     first: bool,
-    close: &'static [u8],
+    close: &'static str,
 }
 
 impl Compound<'_, '_> {
     fn comma(&mut self) {
         if !std::mem::replace(&mut self.first, false) {
-            self.writer.out.push(b',');
+            self.writer.out.push(',');
         }
     }
 
@@ -140,7 +149,7 @@ impl Compound<'_, '_> {
     fn field<T: Serialize + ?Sized>(&mut self, key: &str, value: &T) -> Result<(), Error> {
         self.comma();
         write_str(self.writer.out, key);
-        self.writer.out.push(b':');
+        self.writer.out.push(':');
         value.serialize(&mut *self.writer)
     }
 
@@ -150,8 +159,8 @@ impl Compound<'_, '_> {
 }
 
 impl<'w, 'a> Writer<'a> {
-    fn open(&'w mut self, open: &[u8], close: &'static [u8]) -> Compound<'w, 'a> {
-        self.out.extend_from_slice(open);
+    fn open(&'w mut self, open: &str, close: &'static str) -> Compound<'w, 'a> {
+        self.out.push_str(open);
         Compound {
             writer: self,
             first: true,
@@ -161,9 +170,9 @@ impl<'w, 'a> Writer<'a> {
 
     /// `{"variant":` before a variant's content.
     fn variant(&mut self, variant: &str) {
-        self.out.push(b'{');
+        self.out.push('{');
         write_str(self.out, variant);
-        self.out.push(b':');
+        self.out.push(':');
     }
 }
 
@@ -179,7 +188,7 @@ impl<'w, 'a> ser::Serializer for &'w mut Writer<'a> {
     type SerializeStructVariant = Compound<'w, 'a>;
 
     fn serialize_bool(self, v: bool) -> Result<(), Error> {
-        self.raw(if v { b"true" } else { b"false" })
+        self.raw(if v { "true" } else { "false" })
     }
     fn serialize_i8(self, v: i8) -> Result<(), Error> {
         self.number(v)
@@ -234,16 +243,16 @@ impl<'w, 'a> ser::Serializer for &'w mut Writer<'a> {
         seq.end()
     }
     fn serialize_none(self) -> Result<(), Error> {
-        self.raw(b"null")
+        self.raw("null")
     }
     fn serialize_some<T: Serialize + ?Sized>(self, value: &T) -> Result<(), Error> {
         value.serialize(self)
     }
     fn serialize_unit(self) -> Result<(), Error> {
-        self.raw(b"null")
+        self.raw("null")
     }
     fn serialize_unit_struct(self, _name: &'static str) -> Result<(), Error> {
-        self.raw(b"null")
+        self.raw("null")
     }
     fn serialize_unit_variant(
         self,
@@ -270,10 +279,10 @@ impl<'w, 'a> ser::Serializer for &'w mut Writer<'a> {
     ) -> Result<(), Error> {
         self.variant(variant);
         value.serialize(&mut *self)?;
-        self.raw(b"}")
+        self.raw("}")
     }
     fn serialize_seq(self, _len: Option<usize>) -> Result<Compound<'w, 'a>, Error> {
-        Ok(self.open(b"[", b"]"))
+        Ok(self.open("[", "]"))
     }
     fn serialize_tuple(self, len: usize) -> Result<Compound<'w, 'a>, Error> {
         self.serialize_seq(Some(len))
@@ -293,13 +302,13 @@ impl<'w, 'a> ser::Serializer for &'w mut Writer<'a> {
         _len: usize,
     ) -> Result<Compound<'w, 'a>, Error> {
         self.variant(variant);
-        Ok(self.open(b"[", b"]}"))
+        Ok(self.open("[", "]}"))
     }
     fn serialize_map(self, _len: Option<usize>) -> Result<Compound<'w, 'a>, Error> {
-        Ok(self.open(b"{", b"}"))
+        Ok(self.open("{", "}"))
     }
     fn serialize_struct(self, _name: &'static str, _len: usize) -> Result<Compound<'w, 'a>, Error> {
-        Ok(self.open(b"{", b"}"))
+        Ok(self.open("{", "}"))
     }
     fn serialize_struct_variant(
         self,
@@ -309,7 +318,7 @@ impl<'w, 'a> ser::Serializer for &'w mut Writer<'a> {
         _len: usize,
     ) -> Result<Compound<'w, 'a>, Error> {
         self.variant(variant);
-        Ok(self.open(b"{", b"}}"))
+        Ok(self.open("{", "}}"))
     }
 }
 
@@ -365,7 +374,7 @@ impl ser::SerializeMap for Compound<'_, '_> {
         key.serialize(KeyWriter {
             out: &mut *self.writer.out,
         })?;
-        self.writer.out.push(b':');
+        self.writer.out.push(':');
         Ok(())
     }
     fn serialize_value<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), Error> {
@@ -408,7 +417,7 @@ impl ser::SerializeStructVariant for Compound<'_, '_> {
 
 /// Writes a map key as serde_json does: a string as it is, an integer or a bool quoted.
 struct KeyWriter<'a> {
-    out: &'a mut Vec<u8>,
+    out: &'a mut String,
 }
 
 impl KeyWriter<'_> {

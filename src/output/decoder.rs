@@ -20,7 +20,8 @@ impl Utf8Decoder {
         };
         self.carry.clear();
         loop {
-            match std::str::from_utf8(bytes) {
+            // simdutf8: the standard library's check is a byte at a time outside ASCII.
+            match simdutf8::compat::from_utf8(bytes) {
                 Ok(text) => {
                     out.push_str(text);
                     return;
@@ -28,7 +29,7 @@ impl Utf8Decoder {
                 Err(e) => {
                     let (valid, rest) = bytes.split_at(e.valid_up_to());
                     // `valid_up_to` guarantees this prefix is UTF-8.
-                    out.push_str(std::str::from_utf8(valid).unwrap_or_default());
+                    out.push_str(simdutf8::basic::from_utf8(valid).unwrap_or_default());
                     match e.error_len() {
                         Some(invalid) => {
                             out.push(char::REPLACEMENT_CHARACTER);
