@@ -17,7 +17,24 @@ use tokio::sync::{Mutex, mpsc};
 use tokio_util::sync::PollSender;
 
 use crate::json;
-use crate::limits::REPLY_QUEUE_MAX;
+use crate::limits::{REPLY_QUEUE_MAX, STDIO_PIPE_BYTES};
+
+/// Ask for `STDIO_PIPE_BYTES` of room in stdin and stdout, where they are pipes with less,
+/// halving the request while the system refuses it: a whole answer then goes out in one
+/// write. Nothing changes for a terminal or a file, or where the system allows no more.
+pub fn widen_pipes() {
+    use nix::fcntl::{FcntlArg, fcntl};
+    use std::os::fd::AsFd;
+    for fd in [io::stdin().as_fd(), io::stdout().as_fd()] {
+        let Ok(now) = fcntl(fd, FcntlArg::F_GETPIPE_SZ) else {
+            continue; // not a pipe
+        };
+        let mut size = STDIO_PIPE_BYTES;
+        while size > now as usize && fcntl(fd, FcntlArg::F_SETPIPE_SZ(size as i32)).is_err() {
+            size /= 2;
+        }
+    }
+}
 
 pub struct Stdio {
     /// rmcp's reader; what it answers by itself (a message of the wrong shape) goes
@@ -64,11 +81,11 @@ impl Transport<RoleServer> for Stdio {
     ) -> impl Future<Output = Result<(), io::Error>> + Send + 'static {
         let (write, last_len) = (self.write.clone(), self.last_len.clone());
         async move {
-            let mut line = Vec::with_capacity(last_len.load(Ordering::Relaxed) + 1);
-            json::to_vec(&item, &mut line).map_err(io::Error::other)?;
-            line.push(b'\n');
+            let mut line = String::with_capacity(last_len.load(Ordering::Relaxed) + 1);
+            json::write(&item, &mut line).map_err(io::Error::other)?;
+            line.push('\n');
             last_len.store(line.len(), Ordering::Relaxed);
-            write.lock().await.write_all(&line).await
+            write.lock().await.write_all(line.as_bytes()).await
         }
     }
 
