@@ -18,8 +18,6 @@ use std::collections::HashSet;
 use std::io::{self, Read};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::net::UnixStream;
-use std::os::unix::process::CommandExt;
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::policy::TAG_VAR;
@@ -58,32 +56,49 @@ pub struct Guardian {
 
 impl Guardian {
     /// Start the guardian of `instance` by re-executing this binary. Call it before any
-    /// thread exists.
+    /// session can start.
+    ///
+    /// With `posix_spawn`, not `fork`: the child shares the parent's memory until its
+    /// `exec` (no page tables copied), it is put in a POSIX session of its own before the
+    /// `exec` (`POSIX_SPAWN_SETSID`), and the parent waits for no more than that. This is
+    /// on the way to the server's first answer.
     pub fn start(instance: &str) -> io::Result<Guardian> {
+        use std::ffi::CString;
+        use std::os::unix::ffi::OsStrExt;
+
+        use nix::fcntl::OFlag;
+        use nix::spawn::{PosixSpawnAttr, PosixSpawnFileActions, PosixSpawnFlags, posix_spawn};
+        use nix::sys::stat::Mode;
+
+        let c_string = |bytes: &[u8]| {
+            CString::new(bytes).map_err(|_| io::Error::other("a NUL byte in an argument"))
+        };
         let (ours, theirs) = UnixStream::pair()?;
-        let theirs_fd = theirs.as_raw_fd();
-        let mut command = Command::new("/proc/self/exe");
-        command
-            .arg0("mcp-terminal")
-            .args(["guardian", "--instance", instance])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null());
-        // SAFETY: dup2, fcntl and setsid are async-signal-safe and touch no parent memory.
-        unsafe {
-            command.pre_exec(move || {
-                if theirs_fd == WATCH_FD {
-                    // dup2 onto itself would keep close-on-exec set.
-                    if libc::fcntl(WATCH_FD, libc::F_SETFD, 0) == -1 {
-                        return Err(io::Error::last_os_error());
-                    }
-                } else if libc::dup2(theirs_fd, WATCH_FD) == -1 {
-                    return Err(io::Error::last_os_error());
-                }
-                nix::unistd::setsid().map(drop).map_err(io::Error::from)
-            });
-        }
+        // `dup2` onto its own number would keep close-on-exec set: move it off first.
+        let theirs: OwnedFd = if theirs.as_raw_fd() == WATCH_FD {
+            OwnedFd::from(theirs).try_clone()?
+        } else {
+            theirs.into()
+        };
+        let mut actions = PosixSpawnFileActions::init()?;
+        actions.add_open(0, c"/dev/null", OFlag::O_RDONLY, Mode::empty())?;
+        actions.add_open(1, c"/dev/null", OFlag::O_WRONLY, Mode::empty())?;
+        actions.add_dup2(theirs.as_raw_fd(), WATCH_FD)?;
+        let mut attr = PosixSpawnAttr::init()?;
+        attr.set_flags(PosixSpawnFlags::from_bits_retain(libc::c_int::from(
+            libc::POSIX_SPAWN_SETSID,
+        )))?;
+        let args = [
+            c"mcp-terminal".to_owned(),
+            c"guardian".to_owned(),
+            c"--instance".to_owned(),
+            c_string(instance.as_bytes())?,
+        ];
+        let env = std::env::vars_os()
+            .map(|(key, value)| c_string(&[key.as_bytes(), b"=", value.as_bytes()].concat()))
+            .collect::<io::Result<Vec<_>>>()?;
         // Collected by the reaper, or by `finish`.
-        let pid = command.spawn()?.id() as i32;
+        let pid = posix_spawn(c"/proc/self/exe", &actions, &attr, &args, &env)?.as_raw();
         drop(theirs);
         Ok(Guardian { watch: ours, pid })
     }
@@ -240,6 +255,7 @@ fn kill_if_tagged(pid: i32, needle: &[u8]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::process::Command;
 
     fn spawn_tagged(tag: &str) -> std::process::Child {
         Command::new("/bin/sleep")
