@@ -15,7 +15,7 @@ use mcp_terminal::{
 };
 
 use config::Config;
-use process::{Guardian, Reaper};
+use process::{LazyGuardian, Reaper};
 use session::Sessions;
 use tools::TerminalServer;
 
@@ -361,24 +361,17 @@ fn serve(config: Config, transport: Serve) -> Result<(), String> {
     init_logging();
     // A log that cannot be opened is a config error, reported before anything starts.
     let audit = open_audit(&config)?;
-    // Before the runtime: the guardian is started while this process has one thread.
     let instance = process::new_instance();
-    let guardian = match Guardian::start(&instance) {
-        Ok(guardian) => Some(guardian),
-        Err(e) => {
-            tracing::warn!(
-                "cannot start the guardian ({e}); if this server is killed, processes that \
-                 left their session's group may outlive it"
-            );
-            None
-        }
-    };
+    // Started before the first spawn of a session's process, not here: off the way to the
+    // first answer.
+    let guardian = Arc::new(LazyGuardian::new(instance.clone()));
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .map_err(|e| format!("cannot start the runtime: {e}"))?;
     runtime.block_on(async {
         let reaper = Reaper::start().map_err(|e| format!("cannot watch child processes: {e}"))?;
+        reaper.guard_spawns(guardian.clone());
         // The one set of terminal sessions every MCP session of this server shares.
         let sessions = Arc::new(Sessions::new(Arc::new(config), reaper, instance.clone()));
         match transport {
@@ -392,10 +385,7 @@ fn serve(config: Config, transport: Serve) -> Result<(), String> {
         }
     })?;
     // Descendants that left their session's group (escaped daemons) end here too.
-    match guardian {
-        Some(guardian) => guardian.finish(&instance),
-        None => drop(process::sweep(&instance)),
-    }
+    guardian.finish();
     // Pending blocking reads of stdin, or HTTP connections that outlived the shutdown
     // flush, must not hold the process open.
     std::process::exit(0);

@@ -2,10 +2,11 @@
 //!
 //! Every process of a session carries an environment tag, `MCP_TERMINAL_SESSION=<server
 //! instance>-<session id>`, inherited by whatever it starts, so it can be found wherever it
-//! was reparented and whatever group or POSIX session it moved to. At start-up, before the
-//! async runtime exists, the server re-executes its own binary as a small guardian in a
+//! was reparented and whatever group or POSIX session it moved to. Before the first process
+//! of a session is spawned, the server re-executes its own binary as a small guardian in a
 //! POSIX session of its own (so signals to the server's group or terminal miss it), joined to
-//! the server by a socket pair. The guardian blocks on its end; when the server is gone (a
+//! the server by a socket pair. A server that never starts a session never starts one: it is
+//! not on the way to the server's first answer. The guardian blocks on its end; when the server is gone (a
 //! clean exit, a crash, `kill -9`, the OOM killer) the kernel closes the server's end, and the
 //! guardian kills every process carrying this server's tag, then exits. A clean shutdown
 //! sweeps in the server too and waits for the guardian to finish, so none is left behind.
@@ -18,6 +19,7 @@ use std::collections::HashSet;
 use std::io::{self, Read};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::net::UnixStream;
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use crate::policy::TAG_VAR;
@@ -55,13 +57,12 @@ pub struct Guardian {
 }
 
 impl Guardian {
-    /// Start the guardian of `instance` by re-executing this binary. Call it before any
-    /// session can start.
+    /// Start the guardian of `instance` by re-executing this binary.
     ///
     /// With `posix_spawn`, not `fork`: the child shares the parent's memory until its
-    /// `exec` (no page tables copied), it is put in a POSIX session of its own before the
-    /// `exec` (`POSIX_SPAWN_SETSID`), and the parent waits for no more than that. This is
-    /// on the way to the server's first answer.
+    /// `exec` (no page tables copied; safe from any thread), it is put in a POSIX session
+    /// of its own before the `exec` (`POSIX_SPAWN_SETSID`) with no signal blocked, and the
+    /// caller waits for no more than that.
     pub fn start(instance: &str) -> io::Result<Guardian> {
         use std::ffi::CString;
         use std::os::unix::ffi::OsStrExt;
@@ -85,9 +86,9 @@ impl Guardian {
         actions.add_open(1, c"/dev/null", OFlag::O_WRONLY, Mode::empty())?;
         actions.add_dup2(theirs.as_raw_fd(), WATCH_FD)?;
         let mut attr = PosixSpawnAttr::init()?;
-        attr.set_flags(PosixSpawnFlags::from_bits_retain(libc::c_int::from(
-            libc::POSIX_SPAWN_SETSID,
-        )))?;
+        let setsid = PosixSpawnFlags::from_bits_retain(libc::c_int::from(libc::POSIX_SPAWN_SETSID));
+        attr.set_flags(setsid | PosixSpawnFlags::POSIX_SPAWN_SETSIGMASK)?;
+        attr.set_sigmask(&nix::sys::signal::SigSet::empty())?;
         let args = [
             c"mcp-terminal".to_owned(),
             c"guardian".to_owned(),
@@ -105,7 +106,7 @@ impl Guardian {
 
     /// After a clean shutdown: end what is left of `instance`'s sessions here, then let the
     /// guardian make its own pass and wait until it has exited.
-    pub fn finish(self, instance: &str) {
+    pub fn finish(&self, instance: &str) {
         let mut ended = sweep(instance);
         let _ = self.watch.shutdown(std::net::Shutdown::Write);
         let _ = self.watch.set_read_timeout(Some(GUARDIAN_EXIT_WAIT));
@@ -114,6 +115,47 @@ impl Guardian {
         while matches!(watch.read(&mut buf), Ok(n) if n > 0) {}
         ended.insert(self.pid);
         reap_children(&ended, GUARDIAN_EXIT_WAIT);
+    }
+}
+
+/// The guardian of a server instance, started when it is first needed (`ensure`, before
+/// each spawn of a session's process) and then kept.
+pub struct LazyGuardian {
+    instance: String,
+    started: OnceLock<Option<Guardian>>,
+}
+
+impl LazyGuardian {
+    pub fn new(instance: String) -> LazyGuardian {
+        LazyGuardian {
+            instance,
+            started: OnceLock::new(),
+        }
+    }
+
+    /// Start the guardian unless it was started (or could not be: that is logged once, and
+    /// the server serves on without it). Blocks until it has started.
+    pub fn ensure(&self) {
+        self.started
+            .get_or_init(|| match Guardian::start(&self.instance) {
+                Ok(guardian) => Some(guardian),
+                Err(e) => {
+                    tracing::warn!(
+                        "cannot start the guardian ({e}); if this server is killed, processes \
+                     that left their session's group may outlive it"
+                    );
+                    None
+                }
+            });
+    }
+
+    /// After a clean shutdown: `Guardian::finish` if the guardian was started, else the
+    /// sweep alone.
+    pub fn finish(&self) {
+        match self.started.get() {
+            Some(Some(guardian)) => guardian.finish(&self.instance),
+            _ => drop(sweep(&self.instance)),
+        }
     }
 }
 

@@ -7,7 +7,7 @@ mod pty;
 mod reaper;
 mod spawn;
 
-pub use guardian::{Guardian, new_instance, run_guardian, session_tag, sweep};
+pub use guardian::{Guardian, LazyGuardian, new_instance, run_guardian, session_tag, sweep};
 pub use pty::{LineControls, PtyChild, PtyMaster, spawn_pty};
 pub use reaper::{Exit, ExitReceiver, Reaper};
 pub use spawn::{PipeChild, SpawnError, SpawnSpec, can_enter, spawn_pipes};

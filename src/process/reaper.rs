@@ -21,7 +21,7 @@
 use std::collections::{HashMap, HashSet};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, RwLock, Weak, mpsc};
+use std::sync::{Arc, Mutex, OnceLock, RwLock, Weak, mpsc};
 
 use nix::errno::Errno;
 use nix::sys::wait::{Id, WaitPidFlag, WaitStatus, waitid, waitpid};
@@ -29,6 +29,7 @@ use nix::unistd::Pid;
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::oneshot;
 
+use super::guardian::LazyGuardian;
 use crate::limits::{SPAWN_DEADLINE, SPAWNERS_MAX};
 
 /// How a process ended.
@@ -78,6 +79,8 @@ pub struct Reaper {
     /// Where the child of each spawn still running reports its PID, by spawn.
     in_flight: Mutex<HashMap<u64, Arc<OwnedFd>>>,
     spawn_ids: AtomicU64,
+    /// Started before each spawn, when set (`guard_spawns`).
+    guardian: OnceLock<Arc<LazyGuardian>>,
     me: Weak<Reaper>,
 }
 
@@ -102,6 +105,7 @@ impl Reaper {
             idle: Arc::new(AtomicUsize::new(0)),
             in_flight: Mutex::default(),
             spawn_ids: AtomicU64::new(0),
+            guardian: OnceLock::new(),
             me: me.clone(),
         });
         reaper.start_spawner()?;
@@ -115,6 +119,12 @@ impl Reaper {
             }
         });
         Ok(reaper)
+    }
+
+    /// Have `guardian` running before every spawn from now on: nothing of a session may
+    /// run unguarded.
+    pub fn guard_spawns(&self, guardian: Arc<LazyGuardian>) {
+        let _ = self.guardian.set(guardian);
     }
 
     /// One more spawner thread. It never ends while the server runs (see the module doc).
@@ -156,6 +166,9 @@ impl Reaper {
             if done.is_closed() {
                 // The start gave up while this waited: it starts nothing.
                 return;
+            }
+            if let Some(guardian) = reaper.guardian.get() {
+                guardian.ensure();
             }
             let spawned = {
                 let _spawning = reaper.spawning.read().unwrap_or_else(|e| e.into_inner());
