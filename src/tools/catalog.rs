@@ -629,9 +629,14 @@ pub const SIGNALS: &[&str] = &[
     "SIGSTOP", "SIGTSTP", "SIGWINCH",
 ];
 
-/// Success fields plus the error object: every result, ok or not, fits this schema.
+/// Success fields plus the error object: every result, ok or not, fits this schema. Built
+/// by moving values into maps: `json!` copies every value it is given through serde, which
+/// made building the catalog a third of a millisecond on the way to the first answer.
 fn envelope(success: Value) -> Map<String, Value> {
-    let mut properties = success.as_object().cloned().unwrap_or_default();
+    let mut properties = match success {
+        Value::Object(properties) => properties,
+        _ => Map::new(),
+    };
     properties.insert("ok".into(), json!({"type": "boolean"}));
     properties.insert(
         "error".into(),
@@ -645,8 +650,11 @@ fn envelope(success: Value) -> Map<String, Value> {
             "required": ["code", "message"],
         }),
     );
-    let schema = json!({"type": "object", "properties": properties, "required": ["ok"]});
-    schema.as_object().cloned().unwrap_or_default()
+    let mut schema = Map::new();
+    schema.insert("type".into(), "object".into());
+    schema.insert("properties".into(), Value::Object(properties));
+    schema.insert("required".into(), json!(["ok"]));
+    schema
 }
 
 /// What writing input returns (terminal_write, terminal_keys).

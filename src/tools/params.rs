@@ -183,21 +183,18 @@ pub fn input_schema(params: &[Param]) -> Map<String, Value> {
         .iter()
         .map(|p| (p.name.to_owned(), p.schema()))
         .collect();
-    let required: Vec<&str> = params
+    let required: Vec<Value> = params
         .iter()
         .filter(|p| p.required)
-        .map(|p| p.name)
+        .map(|p| p.name.into())
         .collect();
-    let schema = json!({
-        "type": "object",
-        "properties": properties,
-        "required": required,
-        "additionalProperties": false,
-    });
-    match schema {
-        Value::Object(map) => map,
-        _ => unreachable!("built as an object"),
-    }
+    // Moved in, not through `json!`, which would copy the properties through serde.
+    let mut schema = Map::new();
+    schema.insert("type".into(), "object".into());
+    schema.insert("properties".into(), Value::Object(properties));
+    schema.insert("required".into(), Value::Array(required));
+    schema.insert("additionalProperties".into(), false.into());
+    schema
 }
 
 /// Arguments that passed their declarations; accessors fall back to declared defaults.
