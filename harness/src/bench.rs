@@ -24,6 +24,7 @@ use serde_json::{Value, json};
 
 use crate::client::{McpServer, Transport};
 use crate::evidence;
+use crate::raw::RawServer;
 use crate::scenario::Launch;
 
 mod suite;
@@ -358,6 +359,15 @@ const DESCRIPTIONS: &[(&str, &str)] = &[
          which matches only in the summary line after the 1,000,000 code points",
     ),
     (
+        "client_decode",
+        "answers as the server wrote them (read on raw pipes from a server on the \
+         throughput config): terminal_read of `flood-1m` from cursor 0 with max_bytes 65536, \
+         and tools/list; each decoded in-process as the rmcp client's stdio codec decodes \
+         every message (the newline search, a UTF-8 check, then serde_json into \
+         `ServerJsonRpcMessage`): the part of a page's time, and of cold start, that is the \
+         client's own work",
+    ),
+    (
         "memory",
         "server VmRSS/VmHWM from /proc/<pid>/status: idle after initialize, with 8 \
          concurrent `long` sessions, after the latency benchmarks; on the throughput server \
@@ -623,6 +633,14 @@ async fn run_all(server: &Path, sizes: Sizes, report: &mut BenchReport) {
                 }
             }
             report.notes.extend(mcp.shutdown().await);
+            let config = config_dir.path().join("flood.json");
+            let samples = sizes.wait_passes * 10;
+            let b = measure(
+                "client_decode",
+                client_decode(server, &root, &config, samples),
+            )
+            .await;
+            report.benchmarks.push(b);
         }
     }
 
@@ -1129,6 +1147,78 @@ async fn flood_session(mcp: &McpServer) -> Result<(String, Duration), String> {
         return Err(format!("the flood was truncated: {status}"));
     }
     Ok((sid, start_to_exit))
+}
+
+/// A real page answer of `flood-1m` and a real tools/list answer, taken on raw pipes from
+/// a server on `config`, each decoded `samples` times as rmcp's stdio codec decodes a line.
+async fn client_decode(
+    server: &Path,
+    root: &Path,
+    config: &Path,
+    samples: usize,
+) -> Result<Vec<Metric>, String> {
+    let args = ["--config".to_string(), config.display().to_string()];
+    let mut raw = RawServer::spawn(server, &args, root)?;
+    raw.initialize().await?;
+    let call = |id: u64, name: &str, arguments: Value| {
+        json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+               "params": {"name": name, "arguments": arguments}})
+        .to_string()
+    };
+    raw.send_line(&call(
+        1,
+        "terminal_start",
+        json!({"command_id": FLOOD_PROFILE}),
+    ))
+    .await?;
+    let started = raw.read_json(Duration::from_secs(30)).await?;
+    let sid = started
+        .pointer("/result/structuredContent/session_id")
+        .and_then(Value::as_str)
+        .ok_or_else(|| format!("terminal_start failed: {started}"))?
+        .to_owned();
+    let wait = json!({"session_id": sid, "timeout_ms": 30_000});
+    raw.send_line(&call(2, "terminal_wait", wait)).await?;
+    let waited = raw.read_json(Duration::from_secs(40)).await?;
+    if waited.pointer("/result/structuredContent/outcome") != Some(&json!("exited")) {
+        return Err(format!("the flood did not exit: {waited}"));
+    }
+    let read = json!({"session_id": sid, "cursor": 0, "max_bytes": 65_536});
+    raw.send_line(&call(3, "terminal_read", read)).await?;
+    let page = raw.read_line(Duration::from_secs(30)).await?;
+    raw.send_line(r#"{"jsonrpc":"2.0","id":4,"method":"tools/list"}"#)
+        .await?;
+    let tools = raw.read_line(Duration::from_secs(30)).await?;
+    let page_ms = decode_times(&page, samples)?;
+    let tools_ms = decode_times(&tools, samples)?;
+    Ok(vec![
+        Metric::value("page_answer_bytes", "bytes", page.len() as f64),
+        Metric::distribution("page_answer_decode", "ms", &page_ms),
+        Metric::value("tools_list_answer_bytes", "bytes", tools.len() as f64),
+        Metric::distribution("tools_list_answer_decode", "ms", &tools_ms),
+    ])
+}
+
+/// `samples` times: what rmcp's `JsonRpcMessageCodec::decode` does with a buffer holding
+/// `line` and its newline.
+fn decode_times(line: &str, samples: usize) -> Result<Vec<f64>, String> {
+    let mut bytes = line.as_bytes().to_vec();
+    bytes.push(b'\n');
+    let mut times = Vec::with_capacity(samples);
+    for _ in 0..samples {
+        let began = Instant::now();
+        let end = bytes
+            .iter()
+            .position(|b| *b == b'\n')
+            .unwrap_or(bytes.len());
+        let body = &bytes[..end];
+        std::str::from_utf8(body).map_err(|e| e.to_string())?;
+        let message: rmcp::model::ServerJsonRpcMessage =
+            serde_json::from_slice(body).map_err(|e| format!("rmcp cannot decode it: {e}"))?;
+        times.push(ms(began.elapsed()));
+        drop(std::hint::black_box(message));
+    }
+    Ok(times)
 }
 
 async fn read_throughput(

@@ -111,14 +111,21 @@ impl RawServer {
 
     /// Read the next stdout line as JSON, within `within`.
     pub async fn read_json(&mut self, within: Duration) -> Result<Value, String> {
+        let line = self.read_line(within).await?;
+        serde_json::from_str(&line)
+            .map_err(|e| format!("stdout carried a line that is not JSON ({e}): {line:?}"))
+    }
+
+    /// Read the next stdout line as the server wrote it (without its line end), within
+    /// `within`.
+    pub async fn read_line(&mut self, within: Duration) -> Result<String, String> {
         let mut line = String::new();
         let stdout = self.stdout.as_mut().ok_or("stdout is already closed")?;
         match tokio::time::timeout(within, stdout.read_line(&mut line)).await {
             Err(_) => Err(format!("no stdout line within {} ms", within.as_millis())),
             Ok(Err(e)) => Err(format!("reading stdout failed: {e}")),
             Ok(Ok(0)) => Err("stdout closed".into()),
-            Ok(Ok(_)) => serde_json::from_str(line.trim_end_matches(['\n', '\r']))
-                .map_err(|e| format!("stdout carried a line that is not JSON ({e}): {line:?}")),
+            Ok(Ok(_)) => Ok(line.trim_end_matches(['\n', '\r']).to_owned()),
         }
     }
 
