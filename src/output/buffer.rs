@@ -291,7 +291,11 @@ impl OutputBuffer {
                 mark += MARK_CHARS;
             }
         }
-        grow_exact(&mut self.text, text.len(), self.max_bytes);
+        // Never room for more than retention can hold: `max_bytes`, or `max_records` code
+        // points of 4 bytes each when that is less. A ring's whole capacity is touched as
+        // text flows through it, so room it can never fill would still cost memory.
+        let most_bytes = self.max_bytes.min(self.max_records.saturating_mul(4));
+        grow_exact(&mut self.text, text.len(), most_bytes);
         self.text.extend(text.as_bytes());
         if stream == Stream::Stderr {
             let last_word = (self.end_byte() - 1) / 64;
@@ -566,6 +570,26 @@ pub(crate) mod tests {
             };
             let serialized = serde_json::to_value(&entry).unwrap();
             assert_eq!(serde_json::Value::from(entry), serialized);
+        }
+    }
+
+    /// With `max_records` binding before `max_bytes`, doubling went past what retention can
+    /// ever hold (up to twice it), and a ring's whole room is touched as text flows through.
+    #[test]
+    fn the_ring_never_grows_past_what_retention_can_hold() {
+        let records = 65_536;
+        for piece in [40_000, 65_536, 4_096, 1] {
+            let mut b = OutputBuffer::new(1 << 20, records);
+            let text = "😀".repeat(piece / 4 + 1);
+            while b.end() < 2 * records as u64 {
+                b.append(Stream::Stdout, &text);
+            }
+            assert_eq!(b.end() - b.base(), records as u64);
+            assert!(
+                b.text.capacity() <= 4 * records,
+                "pieces of {piece} bytes: room for {} bytes",
+                b.text.capacity()
+            );
         }
     }
 
