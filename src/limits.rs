@@ -5,11 +5,12 @@ use std::time::Duration;
 
 /// A JSON-RPC line over this many bytes (newline included) is refused unread.
 pub const MAX_FRAME_BYTES: usize = 1024 * 1024;
-/// The room asked for in the stdin and stdout pipes (when they are pipes): a page of
-/// output is about 130 KB of JSON, twice the default 64 KiB, so in a default pipe every
-/// page went out in two writes with a wait for the client between them. 1 MiB is the
-/// most an unprivileged process may ask for by default (`/proc/sys/fs/pipe-max-size`).
-pub const STDIO_PIPE_BYTES: usize = 1024 * 1024;
+/// The room asked for in the stdout pipe (when it is one): a page of output is about
+/// 134 KB of JSON, twice the default 64 KiB, so in a default pipe every page went out in
+/// two writes with a wait for the client between them. No more than that: a pipe's room
+/// counts against its user's pipe quota (`/proc/sys/fs/pipe-user-pages-soft`, 64 MiB by
+/// default), past which the kernel gives that user's new pipes 8 KiB.
+pub const STDOUT_PIPE_BYTES: usize = 256 * 1024;
 /// Error replies to malformed lines that may wait for stdout; while they do, stdin is not read.
 pub const REPLY_QUEUE_MAX: usize = 16;
 /// Requests the service holds unanswered before no more input is read (a client that

@@ -401,7 +401,7 @@ fn open_audit(config: &Config) -> Result<Option<Arc<audit::AuditLog>>, String> {
 async fn run(sessions: Arc<Sessions>, audit: Option<Arc<audit::AuditLog>>) -> Result<(), String> {
     let mut sigterm = signal(SignalKind::terminate()).map_err(|e| e.to_string())?;
     let mut sigint = signal(SignalKind::interrupt()).map_err(|e| e.to_string())?;
-    stdio::widen_pipes();
+    stdio::widen_stdout();
     let (stdin, stdout) = rmcp::transport::io::stdio_pipes();
     let framing::Guarded {
         service_in,

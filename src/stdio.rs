@@ -17,22 +17,22 @@ use tokio::sync::{Mutex, mpsc};
 use tokio_util::sync::PollSender;
 
 use crate::json;
-use crate::limits::{REPLY_QUEUE_MAX, STDIO_PIPE_BYTES};
+use crate::limits::{REPLY_QUEUE_MAX, STDOUT_PIPE_BYTES};
 
-/// Ask for `STDIO_PIPE_BYTES` of room in stdin and stdout, where they are pipes with less,
-/// halving the request while the system refuses it: a whole answer then goes out in one
-/// write. Nothing changes for a terminal or a file, or where the system allows no more.
-pub fn widen_pipes() {
+/// Ask for `STDOUT_PIPE_BYTES` of room in stdout, where it is a pipe with less, halving
+/// the request while the system refuses it: a page's answer then goes out in one write.
+/// Nothing changes for a terminal or a file, or where the system allows no more. (Stdin
+/// carries requests, which are small.)
+pub fn widen_stdout() {
     use nix::fcntl::{FcntlArg, fcntl};
     use std::os::fd::AsFd;
-    for fd in [io::stdin().as_fd(), io::stdout().as_fd()] {
-        let Ok(now) = fcntl(fd, FcntlArg::F_GETPIPE_SZ) else {
-            continue; // not a pipe
-        };
-        let mut size = STDIO_PIPE_BYTES;
-        while size > now as usize && fcntl(fd, FcntlArg::F_SETPIPE_SZ(size as i32)).is_err() {
-            size /= 2;
-        }
+    let fd = io::stdout();
+    let Ok(now) = fcntl(fd.as_fd(), FcntlArg::F_GETPIPE_SZ) else {
+        return; // not a pipe
+    };
+    let mut size = STDOUT_PIPE_BYTES;
+    while size > now as usize && fcntl(fd.as_fd(), FcntlArg::F_SETPIPE_SZ(size as i32)).is_err() {
+        size /= 2;
     }
 }
 

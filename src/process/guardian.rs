@@ -134,7 +134,9 @@ impl LazyGuardian {
     }
 
     /// Start the guardian unless it was started (or could not be: that is logged once, and
-    /// the server serves on without it). Blocks until it has started.
+    /// the server serves on without it). Blocks until it has started, and so do concurrent
+    /// callers: should the exec of this binary hang (its file system stopped answering),
+    /// every spawn waits and fails at its deadline rather than run unguarded.
     pub fn ensure(&self) {
         self.started
             .get_or_init(|| match Guardian::start(&self.instance) {
@@ -192,6 +194,7 @@ pub fn run_guardian(instance: &str) -> Result<(), String> {
             "guardian: `{instance}` is not a server instance ({INSTANCE_DIGITS} hex digits)"
         ));
     }
+    close_above_watch();
     // SAFETY: fstat writes one stat struct to the pointer, which outlives the call.
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
     let rc = unsafe { libc::fstat(WATCH_FD, &mut st) };
@@ -216,6 +219,32 @@ pub fn run_guardian(instance: &str) -> Result<(), String> {
         );
     }
     Ok(())
+}
+
+/// Close every descriptor above the watch socket. The server spawns the guardian from a
+/// spawner thread while other threads run, so it may inherit a descriptor another thread
+/// has not marked close-on-exec yet (a terminal just opened), and must not hold it open
+/// for the server's whole life.
+fn close_above_watch() {
+    let first = WATCH_FD as libc::c_uint + 1;
+    // SAFETY: close_range takes integers and touches no memory.
+    if unsafe { libc::close_range(first, libc::c_uint::MAX, 0) } == 0 {
+        return;
+    }
+    // Kernels before 5.9: one descriptor at a time.
+    let Ok(entries) = std::fs::read_dir("/proc/self/fd") else {
+        return;
+    };
+    let fds: Vec<RawFd> = entries
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse().ok())
+        .filter(|fd| *fd > WATCH_FD)
+        .collect();
+    for fd in fds {
+        // SAFETY: closing a descriptor number touches no memory; nothing in this process
+        // owns these (the directory's own is closed already, and fails harmlessly).
+        unsafe { libc::close(fd) };
+    }
 }
 
 /// Kill every live process tagged by `instance` (never this process), pass after pass

@@ -167,11 +167,13 @@ impl Reaper {
                 // The start gave up while this waited: it starts nothing.
                 return;
             }
-            if let Some(guardian) = reaper.guardian.get() {
-                guardian.ensure();
-            }
             let spawned = {
                 let _spawning = reaper.spawning.read().unwrap_or_else(|e| e.into_inner());
+                // Under the spawn lock too: `posix_spawn` reaps a guardian whose exec
+                // failed, as `Command::spawn` does a session's child.
+                if let Some(guardian) = reaper.guardian.get() {
+                    guardian.ensure();
+                }
                 spawn().map(|(value, pid)| {
                     let (tx, rx) = oneshot::channel();
                     reaper.table().waiting.insert(pid, tx);

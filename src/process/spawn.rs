@@ -96,8 +96,9 @@ pub(super) fn command(spec: &SpawnSpec) -> std::io::Result<(Command, OwnedFd)> {
         .envs(spec.env.iter().map(|(k, v)| (k, v)));
     let cwd = spec.cwd.as_raw_fd();
     let server = std::process::id() as libc::pid_t;
-    // SAFETY: fchdir, prctl and getppid are async-signal-safe (so is `reset_signals`); the descriptor outlives the
-    // spawn (the spec owns it) and is closed in the child at exec (CLOEXEC).
+    // SAFETY: fchdir, prctl, getppid and close_range are async-signal-safe (so is
+    // `reset_signals`); the descriptor outlives the spawn (the spec owns it) and is closed
+    // in the child at exec (CLOEXEC).
     unsafe {
         command.pre_exec(move || {
             reset_signals();
@@ -121,6 +122,10 @@ pub(super) fn command(spec: &SpawnSpec) -> std::io::Result<(Command, OwnedFd)> {
             if libc::getppid() != server {
                 return Err(std::io::Error::from_raw_os_error(libc::ESRCH));
             }
+            // Only the stdio it was given reaches the program: a descriptor another thread
+            // had just opened and not yet marked close-on-exec (a terminal's two ends, in
+            // the moment between `openpty` and `set_cloexec`) is closed at the exec.
+            libc::close_range(3, libc::c_uint::MAX, libc::CLOSE_RANGE_CLOEXEC as _);
             Ok(())
         });
     }
