@@ -6,7 +6,7 @@
 //! at every byte of a string through a table, one at a time, which made escaping the
 //! largest cost of a page. Here only the bytes that need an escape (`"`, `\` and control
 //! characters) stop the copy. Everything that is not a string is written as serde_json
-//! writes it (numbers through serde_json itself).
+//! writes it (floats through serde_json itself).
 
 use std::fmt::Display;
 
@@ -55,8 +55,14 @@ impl Writer<'_> {
         Ok(())
     }
 
-    /// A number, formatted by serde_json itself.
-    fn number<T: Serialize>(&mut self, n: T) -> Result<(), Error> {
+    /// An integer: its decimal digits, as serde_json writes it, straight into the text.
+    fn integer(&mut self, n: impl Display) -> Result<(), Error> {
+        use std::fmt::Write as _;
+        write!(self.out, "{n}").map_err(|e| Error(e.to_string()))
+    }
+
+    /// A float, formatted by serde_json itself (its shortest form is not `Display`'s).
+    fn float<T: Serialize>(&mut self, n: T) -> Result<(), Error> {
         let text = serde_json::to_string(&n).map_err(|e| Error(e.to_string()))?;
         self.raw(&text)
     }
@@ -191,40 +197,40 @@ impl<'w, 'a> ser::Serializer for &'w mut Writer<'a> {
         self.raw(if v { "true" } else { "false" })
     }
     fn serialize_i8(self, v: i8) -> Result<(), Error> {
-        self.number(v)
+        self.integer(v)
     }
     fn serialize_i16(self, v: i16) -> Result<(), Error> {
-        self.number(v)
+        self.integer(v)
     }
     fn serialize_i32(self, v: i32) -> Result<(), Error> {
-        self.number(v)
+        self.integer(v)
     }
     fn serialize_i64(self, v: i64) -> Result<(), Error> {
-        self.number(v)
+        self.integer(v)
     }
     fn serialize_i128(self, v: i128) -> Result<(), Error> {
-        self.number(v)
+        self.integer(v)
     }
     fn serialize_u8(self, v: u8) -> Result<(), Error> {
-        self.number(v)
+        self.integer(v)
     }
     fn serialize_u16(self, v: u16) -> Result<(), Error> {
-        self.number(v)
+        self.integer(v)
     }
     fn serialize_u32(self, v: u32) -> Result<(), Error> {
-        self.number(v)
+        self.integer(v)
     }
     fn serialize_u64(self, v: u64) -> Result<(), Error> {
-        self.number(v)
+        self.integer(v)
     }
     fn serialize_u128(self, v: u128) -> Result<(), Error> {
-        self.number(v)
+        self.integer(v)
     }
     fn serialize_f32(self, v: f32) -> Result<(), Error> {
-        self.number(v)
+        self.float(v)
     }
     fn serialize_f64(self, v: f64) -> Result<(), Error> {
-        self.number(v)
+        self.float(v)
     }
     fn serialize_char(self, v: char) -> Result<(), Error> {
         write_str(self.out, v.encode_utf8(&mut [0; 4]));

@@ -633,7 +633,7 @@ async fn run_all(server: &Path, sizes: Sizes, report: &mut BenchReport) {
                 }
             }
             report.notes.extend(mcp.shutdown().await);
-            let config = config_dir.path().join("flood.json");
+            let config = config_path(config_dir.path(), "flood");
             let samples = sizes.wait_passes * 10;
             let b = measure(
                 "client_decode",
@@ -696,10 +696,15 @@ async fn start_server(
     limits: Value,
     profiles: Value,
 ) -> Result<McpServer, String> {
-    let path = config_dir.join(format!("{name}.json"));
+    let path = config_path(config_dir, name);
     write_config(server, root, &path, &limits, &profiles).await?;
     let args = ["--config".to_string(), path.display().to_string()];
     McpServer::start_with(Transport::Stdio, server, &args, root, &untapped()).await
+}
+
+/// Where the config of the server named `name` is written.
+fn config_path(config_dir: &Path, name: &str) -> PathBuf {
+    config_dir.join(format!("{name}.json"))
 }
 
 /// How every benchmarked server (and the floor server) is started: without the scenarios'

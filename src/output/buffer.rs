@@ -264,6 +264,13 @@ impl OutputBuffer {
         }
     }
 
+    /// The most text retention can ever hold: `max_bytes`, or `max_records` code points of
+    /// 4 bytes each when that is less. No room is made past it: a ring's whole capacity is
+    /// touched as text flows through it, so room it can never fill would still cost memory.
+    fn most_bytes(&self) -> usize {
+        self.max_bytes.min(self.max_records.saturating_mul(4))
+    }
+
     fn push(&mut self, stream: Stream, text: &str, chars: u64) {
         if text.is_empty() {
             return;
@@ -291,10 +298,7 @@ impl OutputBuffer {
                 mark += MARK_CHARS;
             }
         }
-        // Never room for more than retention can hold: `max_bytes`, or `max_records` code
-        // points of 4 bytes each when that is less. A ring's whole capacity is touched as
-        // text flows through it, so room it can never fill would still cost memory.
-        let most_bytes = self.max_bytes.min(self.max_records.saturating_mul(4));
+        let most_bytes = self.most_bytes();
         grow_exact(&mut self.text, text.len(), most_bytes);
         self.text.extend(text.as_bytes());
         if stream == Stream::Stderr {
@@ -302,7 +306,7 @@ impl OutputBuffer {
             let words = (last_word + 1 - self.first_word) as usize;
             if words > self.stderr_bits.len() {
                 let extra = words - self.stderr_bits.len();
-                grow_exact(&mut self.stderr_bits, extra, self.max_bytes / 64 + 2);
+                grow_exact(&mut self.stderr_bits, extra, most_bytes / 64 + 2);
                 self.stderr_bits.resize(words, 0);
             }
             self.set_stderr(start, self.end_byte());

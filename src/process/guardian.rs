@@ -6,9 +6,9 @@
 //! of a session is spawned, the server re-executes its own binary as a small guardian in a
 //! POSIX session of its own (so signals to the server's group or terminal miss it), joined to
 //! the server by a socket pair. A server that never starts a session never starts one: it is
-//! not on the way to the server's first answer. The guardian blocks on its end; when the server is gone (a
-//! clean exit, a crash, `kill -9`, the OOM killer) the kernel closes the server's end, and the
-//! guardian kills every process carrying this server's tag, then exits. A clean shutdown
+//! not on the way to the server's first answer. The guardian blocks on its end; when the
+//! server is gone (a clean exit, a crash, `kill -9`, the OOM killer) the kernel closes the
+//! server's end, and the guardian kills every process carrying this server's tag, then exits. A clean shutdown
 //! sweeps in the server too and waits for the guardian to finish, so none is left behind.
 //!
 //! A process is only ever signalled through a pidfd opened before its tag is checked, so a
@@ -232,15 +232,7 @@ fn close_above_watch() {
         return;
     }
     // Kernels before 5.9: one descriptor at a time.
-    let Ok(entries) = std::fs::read_dir("/proc/self/fd") else {
-        return;
-    };
-    let fds: Vec<RawFd> = entries
-        .flatten()
-        .filter_map(|e| e.file_name().to_str()?.parse().ok())
-        .filter(|fd| *fd > WATCH_FD)
-        .collect();
-    for fd in fds {
+    for fd in super::open_fds_above(WATCH_FD).unwrap_or_default() {
         // SAFETY: closing a descriptor number touches no memory; nothing in this process
         // owns these (the directory's own is closed already, and fails harmlessly).
         unsafe { libc::close(fd) };

@@ -24,19 +24,28 @@ pub fn cloexec_inherited_fds() {
         return;
     }
     // Kernels before 5.11: set the flag one descriptor at a time.
-    let Ok(entries) = std::fs::read_dir("/proc/self/fd") else {
+    let Some(fds) = open_fds_above(2) else {
         tracing::warn!("cannot list open descriptors; inherited ones may reach children");
         return;
     };
-    let fds: Vec<i32> = entries
-        .flatten()
-        .filter_map(|e| e.file_name().to_str()?.parse().ok())
-        .filter(|fd| *fd > 2)
-        .collect();
     for fd in fds {
         // SAFETY: F_SETFD on a descriptor number touches no memory; a closed one fails.
         unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) };
     }
+}
+
+/// This process's open descriptors above `fd`, from `/proc/self/fd` (for kernels without
+/// `close_range`); the listing's own descriptor is among them, closed by the time they are
+/// returned. `None` when they cannot be listed.
+fn open_fds_above(fd: i32) -> Option<Vec<i32>> {
+    let entries = std::fs::read_dir("/proc/self/fd").ok()?;
+    Some(
+        entries
+            .flatten()
+            .filter_map(|e| e.file_name().to_str()?.parse().ok())
+            .filter(|open| *open > fd)
+            .collect(),
+    )
 }
 
 /// Whether our child `pid` has already ended (a zombie, or already reaped), without

@@ -200,14 +200,16 @@ async fn read_output(
     decoded.clear();
     text.clear();
     decoder.finish(&mut decoded);
-    match redactor.as_mut() {
+    let out = match redactor.as_mut() {
+        // What the redactor still holds back ends here too.
         Some(r) => {
             r.push(&decoded, &mut text);
             r.flush(&mut text);
+            &text
         }
-        None => text.push_str(&decoded),
-    }
-    if deliver(&session, &source, stream, &text).await {
+        None => &decoded,
+    };
+    if deliver(&session, &source, stream, out).await {
         session.update(|s| s.open_streams -= 1);
     }
 }

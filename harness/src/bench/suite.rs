@@ -433,10 +433,17 @@ async fn memory_at_rest(
                 retained += bytes;
             }
             let full = rss_kib(mcp)?;
-            tokio::time::sleep(Duration::from_millis(1500)).await;
-            let list = call(mcp, "terminal_list", json!({})).await?;
-            if field_u64(&list, "retained")? != 0 {
-                return Err(format!("sessions outlived their retention: {list}"));
+            // Retention is 1 s: measure once the server has forgotten every session.
+            let began = Instant::now();
+            loop {
+                let list = call(mcp, "terminal_list", json!({})).await?;
+                if field_u64(&list, "retained")? == 0 {
+                    break;
+                }
+                if began.elapsed() > Duration::from_secs(10) {
+                    return Err(format!("sessions outlived their retention: {list}"));
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
             }
             let expired = rss_kib(mcp)?;
             let retained_kib = retained as f64 / 1024.0;
