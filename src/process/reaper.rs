@@ -20,7 +20,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::os::fd::{AsRawFd, OwnedFd};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicIsize, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock, Weak, mpsc};
 
 use nix::errno::Errno;
@@ -74,8 +74,10 @@ pub struct Reaper {
     /// Where spawners take jobs from, one spawner waiting at a time.
     queue: Arc<Mutex<mpsc::Receiver<Job>>>,
     spawners: AtomicUsize,
-    /// Spawners waiting for a job.
-    idle: Arc<AtomicUsize>,
+    /// Spawners free for a job, less the jobs queued for them. A job is counted when it
+    /// is sent, not when a spawner wakes for it: two jobs sent before a spawner wakes must
+    /// not both count on that one spawner.
+    free: Arc<AtomicIsize>,
     /// Where the child of each spawn still running reports its PID, by spawn.
     in_flight: Mutex<HashMap<u64, Arc<OwnedFd>>>,
     spawn_ids: AtomicU64,
@@ -102,7 +104,7 @@ impl Reaper {
             jobs: Mutex::new(jobs),
             queue: Arc::new(Mutex::new(queue)),
             spawners: AtomicUsize::new(0),
-            idle: Arc::new(AtomicUsize::new(0)),
+            free: Arc::new(AtomicIsize::new(0)),
             in_flight: Mutex::default(),
             spawn_ids: AtomicU64::new(0),
             guardian: OnceLock::new(),
@@ -129,23 +131,22 @@ impl Reaper {
 
     /// One more spawner thread. It never ends while the server runs (see the module doc).
     fn start_spawner(&self) -> std::io::Result<()> {
-        let (queue, idle) = (self.queue.clone(), self.idle.clone());
+        let (queue, free) = (self.queue.clone(), self.free.clone());
         self.spawners.fetch_add(1, Ordering::SeqCst);
-        idle.fetch_add(1, Ordering::SeqCst);
+        free.fetch_add(1, Ordering::SeqCst);
         let started = std::thread::Builder::new()
             .name("spawner".into())
             .spawn(move || {
                 loop {
                     let job = queue.lock().unwrap_or_else(|e| e.into_inner()).recv();
                     let Ok(job) = job else { return };
-                    idle.fetch_sub(1, Ordering::SeqCst);
                     job();
-                    idle.fetch_add(1, Ordering::SeqCst);
+                    free.fetch_add(1, Ordering::SeqCst);
                 }
             });
         if started.is_err() {
             self.spawners.fetch_sub(1, Ordering::SeqCst);
-            self.idle.fetch_sub(1, Ordering::SeqCst);
+            self.free.fetch_sub(1, Ordering::SeqCst);
         }
         started.map(drop)
     }
@@ -197,9 +198,8 @@ impl Reaper {
             .unwrap_or_else(|e| e.into_inner())
             .send(job)
             .map_err(|_| gone())?;
-        if self.idle.load(Ordering::SeqCst) == 0
-            && self.spawners.load(Ordering::SeqCst) < SPAWNERS_MAX
-        {
+        let was_free = self.free.fetch_sub(1, Ordering::SeqCst) > 0;
+        if !was_free && self.spawners.load(Ordering::SeqCst) < SPAWNERS_MAX {
             // Every spawner is busy (one may be stuck): this job must not wait behind it.
             if let Err(e) = self.start_spawner() {
                 tracing::warn!("cannot start another spawner thread: {e}");
@@ -474,15 +474,19 @@ mod tests {
                     Ok(())
                 });
             }
-            let stuck_reaper = reaper.clone();
-            let stuck = tokio::spawn(async move {
-                let spawn = move || {
-                    let child = command.spawn()?;
-                    let pid = child.id() as i32;
-                    Ok((child, pid))
-                };
-                stuck_reaper.spawn_registered(spawn, forked).await.map(drop)
-            });
+            let spawn = move || {
+                let child = command.spawn()?;
+                let pid = child.id() as i32;
+                Ok((child, pid))
+            };
+            let mut stuck = std::pin::pin!(reaper.spawn_registered(spawn, forked));
+            // Polled once, the stuck spawn's job is sent; the next is sent at once, before
+            // a spawner can have woken for the first.
+            std::future::poll_fn(|cx| {
+                assert!(stuck.as_mut().poll(cx).is_pending());
+                std::task::Poll::Ready(())
+            })
+            .await;
 
             // Meanwhile another spawn runs, and its leader's end is delivered.
             let other = reaper.spawn_registered(
@@ -495,14 +499,20 @@ mod tests {
                 nix::unistd::pipe().unwrap().0,
             );
             let other = tokio::time::timeout(Duration::from_secs(60), other);
-            let ((), _, exit) = other.await.expect("not held up").unwrap();
+            let spawned = other.await.expect("not held up");
+            // Held up behind the stuck spawn, it would fail at the same deadline.
+            let ((), _, exit) = spawned.expect("spawned beside the stuck spawn");
             let ended = tokio::time::timeout(Duration::from_secs(60), exit);
             let (status, _zombie) = ended.await.expect("delivered").unwrap();
             assert_eq!(status, Exit::Code(4));
-            assert!(!stuck.is_finished(), "the stuck spawn is still stuck");
+            std::future::poll_fn(|cx| {
+                assert!(stuck.as_mut().poll(cx).is_pending(), "still stuck");
+                std::task::Poll::Ready(())
+            })
+            .await;
 
             // At its deadline the stuck spawn fails, and its child is killed.
-            let failed = stuck.await.unwrap().unwrap_err();
+            let failed = stuck.await.map(drop).unwrap_err();
             assert_eq!(failed.kind(), std::io::ErrorKind::TimedOut);
             // The FIFO has no reader once the child is gone (it dies soon after the signal).
             let flags = OFlag::O_WRONLY | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC;
