@@ -16,6 +16,6 @@ pub use buffer::{Entry, OutputBuffer, Page, ReadError, Stream};
 pub use decoder::Utf8Decoder;
 pub use redact::Redactor;
 pub use screen::{Screen, ScreenView};
-pub use search::Search;
+pub use search::{Leftmost, Search};
 pub use styled::{Colour, Span, Style, StyledScreen};
 pub use tail::{StrippedTailSearch, TailSearch};

@@ -11,14 +11,32 @@
 //! SIMD literal search (the crate's prefilter) skips the text in which no match can
 //! begin, as the crate's own searches do; the DFA steps only from where a literal starts.
 
-use regex::Regex;
+use std::ops::Range;
+
 use regex_automata::hybrid::LazyStateID;
 use regex_automata::hybrid::dfa::{Cache, DFA};
+use regex_automata::meta;
+use regex_automata::nfa::thompson;
 use regex_automata::util::prefilter::Prefilter;
+use regex_automata::util::syntax;
 use regex_automata::{Input, MatchKind, Span};
+use regex_syntax::hir::Hir;
+use regex_syntax::hir::literal::{ExtractKind, Extractor};
+
+/// The size limit on a pattern's compiled form: the `regex` crate's default.
+const NFA_SIZE_LIMIT: usize = 10 * (1 << 20);
+
+/// A match, as byte ranges of the searched text.
+#[derive(Debug, PartialEq)]
+pub struct Leftmost {
+    pub whole: Range<usize>,
+    /// Groups 1.., none where a group took no part.
+    pub groups: Vec<Option<Range<usize>>>,
+}
 
 pub struct Search {
-    regex: Regex,
+    /// For the leftmost match and its groups, once the DFA saw a match end.
+    regex: meta::Regex,
     dfa: DFA,
     cache: Cache,
     state: LazyStateID,
@@ -30,16 +48,32 @@ pub struct Search {
 }
 
 impl Search {
+    /// The pattern is parsed once, and its literal prefixes extracted once, for both the
+    /// DFA and the full regex. Both are built without the `regex` crate's costlier parts
+    /// (a fully compiled DFA, its own literal extraction): a wait or a command's markers
+    /// pay tens of microseconds to start instead of hundreds.
     pub fn new(pattern: &str) -> Result<Search, String> {
-        let regex = Regex::new(pattern).map_err(|e| e.to_string())?;
-        let prefilter = regex_automata::util::syntax::parse(pattern)
-            .ok()
-            .and_then(|hir| Prefilter::from_hir_prefix(MatchKind::LeftmostFirst, &hir))
-            .filter(Prefilter::is_fast);
+        let hir = syntax::parse(pattern).map_err(|e| e.to_string())?;
+        let prefilter = prefix_prefilter(&hir);
+        let limits = thompson::Config::new().nfa_size_limit(Some(NFA_SIZE_LIMIT));
+        let regex = meta::Regex::builder()
+            .configure(
+                meta::Config::new()
+                    .nfa_size_limit(Some(NFA_SIZE_LIMIT))
+                    .auto_prefilter(false)
+                    .prefilter(prefilter.clone())
+                    .dfa(false),
+            )
+            .build_from_hir(&hir)
+            .map_err(|e| e.to_string())?;
+        let nfa = thompson::Compiler::new()
+            .configure(limits.which_captures(thompson::WhichCaptures::None))
+            .build_from_hir(&hir)
+            .map_err(|e| e.to_string())?;
         let dfa = DFA::builder()
             .configure(DFA::config().prefilter(prefilter))
-            .build(pattern)
-            .map_err(|e| dfa_error(&regex, e))?;
+            .build_from_nfa(nfa)
+            .map_err(|e| dfa_error(pattern, e))?;
         let universal_start = dfa.get_nfa().look_set_prefix_any().is_empty();
         let mut cache = dfa.create_cache();
         let state = dfa
@@ -55,8 +89,15 @@ impl Search {
         })
     }
 
-    pub fn regex(&self) -> &Regex {
-        &self.regex
+    /// The leftmost-first match in `text`.
+    pub fn leftmost(&self, text: &str) -> Option<Leftmost> {
+        let mut captures = self.regex.create_captures();
+        self.regex.search_captures(&Input::new(text), &mut captures);
+        let whole = captures.get_match()?.range();
+        let groups = (1..captures.group_len())
+            .map(|group| captures.get_group(group).map(|span| span.range()))
+            .collect();
+        Some(Leftmost { whole, groups })
     }
 
     #[cfg(test)]
@@ -131,9 +172,23 @@ impl Search {
     }
 }
 
+/// The literals a match must begin with, searched for where no match is under way, when
+/// a search for them is fast. As the `regex` crate extracts them, but giving up sooner on
+/// a cross product of classes (a marker's digits would make a thousand literals, cut back
+/// to the same prefix at ten times the cost).
+fn prefix_prefilter(hir: &Hir) -> Option<Prefilter> {
+    let mut prefixes = Extractor::new()
+        .kind(ExtractKind::Prefix)
+        .limit_total(64)
+        .extract(hir);
+    prefixes.optimize_for_prefix_by_preference();
+    let literals = prefixes.literals()?;
+    Prefilter::new(MatchKind::LeftmostFirst, literals).filter(Prefilter::is_fast)
+}
+
 /// Why the DFA of a pattern the full regex accepts cannot be built, with advice.
-fn dfa_error(regex: &Regex, error: regex_automata::hybrid::BuildError) -> String {
-    if regex.as_str().contains("\\b") || regex.as_str().contains("\\B") {
+fn dfa_error(pattern: &str, error: regex_automata::hybrid::BuildError) -> String {
+    if pattern.contains("\\b") || pattern.contains("\\B") {
         "uses a Unicode word boundary (\\b or \\B), which incremental search cannot follow; \
          use the ASCII form (?-u:\\b)"
             .to_owned()
@@ -146,6 +201,7 @@ fn dfa_error(regex: &Regex, error: regex_automata::hybrid::BuildError) -> String
 mod tests {
     use super::*;
     use proptest::prelude::*;
+    use regex::Regex;
 
     fn feed_all(pattern: &str, pieces: &[&str]) -> Option<usize> {
         let mut s = Search::new(pattern).unwrap();
@@ -212,6 +268,20 @@ mod tests {
         "xyz",
     ];
 
+    /// Patterns with groups that may or may not take part, and alternations whose leftmost
+    /// alternative is not the longest.
+    const GROUPED: &[&str] = &[
+        "(a)|(b)",
+        "a(b)?c",
+        "(a+)(b*)",
+        "(?m)^(\\d)$",
+        "(日)(本)?",
+        "a|ab",
+        "(?:ab|a)(c)?",
+        "(\\d+) (\\w)",
+        "x(y)z",
+    ];
+
     proptest! {
         /// However the text is cut, a match is first reported in the piece where the
         /// shortest prefix of the text that holds a match ends.
@@ -242,6 +312,20 @@ mod tests {
                 start = end;
             }
             prop_assert_eq!(found, expected, "pieces ending at {:?}", ends);
+        }
+
+        /// The leftmost match and its groups are the `regex` crate's.
+        #[test]
+        fn the_leftmost_match_and_its_groups_are_the_regex_crates(
+            pattern in proptest::sample::select(GROUPED),
+            text in "[abc1日本\n ]{0,200}",
+        ) {
+            let regex = Regex::new(pattern).unwrap();
+            let expected = regex.captures(&text).map(|c| {
+                let groups = c.iter().skip(1).map(|g| g.map(|m| m.range())).collect::<Vec<_>>();
+                Leftmost { whole: c.get(0).unwrap().range(), groups }
+            });
+            prop_assert_eq!(Search::new(pattern).unwrap().leftmost(&text), expected);
         }
     }
 }

@@ -4,7 +4,6 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use regex::Regex;
 use serde::Serialize;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -14,7 +13,9 @@ use super::io::read_error;
 use super::state::{Snapshot, State};
 use crate::errors::{ErrorCode, ToolError};
 use crate::limits::{PAGE_MAX_ENTRIES, SEARCH_STEP_BYTES};
-use crate::output::{AnsiStripper, Entry, Page, ReadError, Search, Stream, stripper_pair};
+use crate::output::{
+    AnsiStripper, Entry, Leftmost, Page, ReadError, Search, Stream, stripper_pair,
+};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Streams {
@@ -158,7 +159,7 @@ impl Session {
                 // A match ended in this step: find it, a page at a time under the lock.
                 (Step::Ended { more, done, end }, Some(search)) => {
                     let streams = (request.streams, request.strip_ansi);
-                    match self.find(request.cursor, search.regex(), streams)? {
+                    match self.find(request.cursor, search, streams)? {
                         Some(found) => Step::Matched(found),
                         None if more => Step::More,
                         None => Step::Idle { done, end },
@@ -268,7 +269,7 @@ impl Session {
     fn find(
         &self,
         from: u64,
-        regex: &Regex,
+        search: &Search,
         streams: (Streams, bool),
     ) -> Result<Option<Match>, ToolError> {
         let mut cursor = self.inspect(|s| from.max(s.output.base()));
@@ -292,7 +293,7 @@ impl Session {
             }
             Some(page)
         });
-        find_in(&mut pages, from, regex, streams)
+        find_in(&mut pages, from, search, streams)
     }
 }
 
@@ -300,7 +301,7 @@ impl Session {
 fn find_in(
     pages: &mut impl Iterator<Item = Result<Page, ToolError>>,
     from: u64,
-    regex: &Regex,
+    search: &Search,
     (streams, strip): (Streams, bool),
 ) -> Result<Option<Match>, ToolError> {
     let mut filter = Filter::new(streams, strip);
@@ -322,10 +323,9 @@ fn find_in(
         }
     }
 
-    let Some(captures) = regex.captures(&text) else {
+    let Some(Leftmost { whole, groups }) = search.leftmost(&text) else {
         return Ok(None);
     };
-    let whole = captures.get(0).expect("group 0 always takes part");
     let cursor_at = |offset: usize| {
         let mark = marks
             .partition_point(|(o, _)| *o <= offset)
@@ -333,19 +333,18 @@ fn find_in(
         let (start, cursor) = marks.get(mark).copied().unwrap_or((0, from));
         cursor + text[start..offset].chars().count() as u64
     };
-    let start_cursor = cursor_at(whole.start());
-    let end_cursor = match whole.as_str().chars().next_back() {
-        Some(last) => cursor_at(whole.end() - last.len_utf8()) + 1,
+    let start_cursor = cursor_at(whole.start);
+    let end_cursor = match text[whole.clone()].chars().next_back() {
+        Some(last) => cursor_at(whole.end - last.len_utf8()) + 1,
         None => start_cursor,
     };
     Ok(Some(Match {
-        text: whole.as_str().to_owned(),
+        text: text[whole].to_owned(),
         start_cursor,
         end_cursor,
-        groups: captures
-            .iter()
-            .skip(1)
-            .map(|g| g.map(|m| m.as_str().to_owned()))
+        groups: groups
+            .into_iter()
+            .map(|g| g.map(|range| text[range].to_owned()))
             .collect(),
     }))
 }
