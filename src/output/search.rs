@@ -54,16 +54,20 @@ impl Search {
     /// pay tens of microseconds to start instead of hundreds.
     pub fn new(pattern: &str) -> Result<Search, String> {
         let hir = syntax::parse(pattern).map_err(|e| e.to_string())?;
-        let prefilter = prefix_prefilter(&hir);
+        let (prefilter, only_literals) = prefix_prefilter(&hir);
         let limits = thompson::Config::new().nfa_size_limit(Some(NFA_SIZE_LIMIT));
+        let config = meta::Config::new()
+            .nfa_size_limit(Some(NFA_SIZE_LIMIT))
+            .dfa(false);
+        // A pattern that is only literals is left to the regex's own literal search,
+        // which needs no automaton at all; any other is given the prefilter made here.
+        let config = if only_literals {
+            config
+        } else {
+            config.auto_prefilter(false).prefilter(prefilter.clone())
+        };
         let regex = meta::Regex::builder()
-            .configure(
-                meta::Config::new()
-                    .nfa_size_limit(Some(NFA_SIZE_LIMIT))
-                    .auto_prefilter(false)
-                    .prefilter(prefilter.clone())
-                    .dfa(false),
-            )
+            .configure(config)
             .build_from_hir(&hir)
             .map_err(|e| e.to_string())?;
         let nfa = thompson::Compiler::new()
@@ -175,15 +179,20 @@ impl Search {
 /// The literals a match must begin with, searched for where no match is under way, when
 /// a search for them is fast. As the `regex` crate extracts them, but giving up sooner on
 /// a cross product of classes (a marker's digits would make a thousand literals, cut back
-/// to the same prefix at ten times the cost).
-fn prefix_prefilter(hir: &Hir) -> Option<Prefilter> {
+/// to the same prefix at ten times the cost). Also whether every match is one of those
+/// literals.
+fn prefix_prefilter(hir: &Hir) -> (Option<Prefilter>, bool) {
     let mut prefixes = Extractor::new()
         .kind(ExtractKind::Prefix)
         .limit_total(64)
         .extract(hir);
+    let only_literals = prefixes.is_finite() && prefixes.is_exact();
     prefixes.optimize_for_prefix_by_preference();
-    let literals = prefixes.literals()?;
-    Prefilter::new(MatchKind::LeftmostFirst, literals).filter(Prefilter::is_fast)
+    let prefilter = prefixes
+        .literals()
+        .and_then(|literals| Prefilter::new(MatchKind::LeftmostFirst, literals))
+        .filter(Prefilter::is_fast);
+    (prefilter, only_literals)
 }
 
 /// Why the DFA of a pattern the full regex accepts cannot be built, with advice.
