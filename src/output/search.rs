@@ -55,7 +55,6 @@ impl Search {
     pub fn new(pattern: &str) -> Result<Search, String> {
         let hir = syntax::parse(pattern).map_err(|e| e.to_string())?;
         let (prefilter, only_literals) = prefix_prefilter(&hir);
-        let limits = thompson::Config::new().nfa_size_limit(Some(NFA_SIZE_LIMIT));
         let config = meta::Config::new()
             .nfa_size_limit(Some(NFA_SIZE_LIMIT))
             .dfa(false);
@@ -71,7 +70,11 @@ impl Search {
             .build_from_hir(&hir)
             .map_err(|e| e.to_string())?;
         let nfa = thompson::Compiler::new()
-            .configure(limits.which_captures(thompson::WhichCaptures::None))
+            .configure(
+                thompson::Config::new()
+                    .nfa_size_limit(Some(NFA_SIZE_LIMIT))
+                    .which_captures(thompson::WhichCaptures::None),
+            )
             .build_from_hir(&hir)
             .map_err(|e| e.to_string())?;
         let dfa = DFA::builder()

@@ -437,6 +437,12 @@ mod tests {
         });
     }
 
+    /// Poll `future` once: whether it is still pending.
+    async fn pending<F: Future>(mut future: std::pin::Pin<&mut F>) -> bool {
+        std::future::poll_fn(|cx| std::task::Poll::Ready(future.as_mut().poll(cx).is_pending()))
+            .await
+    }
+
     #[test]
     fn a_stuck_spawn_holds_nothing_up() {
         alone("process::reaper::tests::stuck_spawn");
@@ -482,11 +488,7 @@ mod tests {
             let mut stuck = std::pin::pin!(reaper.spawn_registered(spawn, forked));
             // Polled once, the stuck spawn's job is sent; the next is sent at once, before
             // a spawner can have woken for the first.
-            std::future::poll_fn(|cx| {
-                assert!(stuck.as_mut().poll(cx).is_pending());
-                std::task::Poll::Ready(())
-            })
-            .await;
+            assert!(pending(stuck.as_mut()).await);
 
             // Meanwhile another spawn runs, and its leader's end is delivered.
             let other = reaper.spawn_registered(
@@ -505,11 +507,7 @@ mod tests {
             let ended = tokio::time::timeout(Duration::from_secs(60), exit);
             let (status, _zombie) = ended.await.expect("delivered").unwrap();
             assert_eq!(status, Exit::Code(4));
-            std::future::poll_fn(|cx| {
-                assert!(stuck.as_mut().poll(cx).is_pending(), "still stuck");
-                std::task::Poll::Ready(())
-            })
-            .await;
+            assert!(pending(stuck.as_mut()).await, "still stuck");
 
             // At its deadline the stuck spawn fails, and its child is killed.
             let failed = stuck.await.map(drop).unwrap_err();
