@@ -257,7 +257,7 @@ fn memory_metrics(pid: u32, phase: &str) -> Result<Vec<Metric>, String> {
 }
 
 /// Exactly what `flood` writes.
-fn expected_flood() -> String {
+pub(crate) fn expected_flood() -> String {
     let mut text = String::with_capacity(FLOOD_TOTAL as usize + 64);
     for i in 1..=FLOOD_LINES {
         let head = format!("flood {i:08} ");
@@ -334,7 +334,8 @@ const DESCRIPTIONS: &[(&str, &str)] = &[
     (
         "write_echo_latency_ms",
         "`interactive`: terminal_write `line N\\n`, then terminal_wait for `echo: line N` from \
-         the previous next_cursor",
+         the previous next_cursor; `write_to_echo_wait_in_flight` sends both calls at once \
+         (the wait first) on a second `interactive`, from sending them to the match",
     ),
     (
         "exec_roundtrip_ms",
@@ -384,6 +385,21 @@ const DESCRIPTIONS: &[(&str, &str)] = &[
         "a no-op tools/call on the floor server: the round-trip floor",
     ),
     (
+        "floor_pages",
+        "full pages from the floor server's `page` tool (`line` repeated to 65,536 bytes, as \
+         one record of terminal_read's answer, built once and then only serialized by rmcp), \
+         read as the read benchmarks read: as many pages of a flood line as a `flood-1m` \
+         pass takes, and of the CJK line as a `cjk_read` pass; what a minimal rmcp server \
+         doing no work delivers",
+    ),
+    (
+        "canned_pages",
+        "the same pages with no MCP server at all (`harness floor-server --canned`: each \
+         request line answered with bytes prebuilt once, in one write to a widened pipe): \
+         the most the rmcp client takes in through stdio on this machine, the floor of any \
+         page read",
+    ),
+    (
         "first_output",
         "`terminal_start` of `/bin/echo hello` to its output returned by `terminal_read`, \
          beside spawning `/bin/echo hello` in-process and reading its first byte",
@@ -391,7 +407,7 @@ const DESCRIPTIONS: &[(&str, &str)] = &[
     (
         "pty_echo",
         "`terminal_write` of a line to `demo-process interactive` on a PTY until \
-         `terminal_wait` matched its echo",
+         `terminal_wait` matched its echo; `write_to_echo_wait_in_flight` as on pipes",
     ),
     (
         "direct_pipe_floor",
@@ -946,8 +962,12 @@ async fn write_echo(mcp: &McpServer, n: usize) -> Result<Vec<Metric>, String> {
     let ended = end(mcp, &sid).await;
     let samples = result?;
     ended?;
+    let sid = start(mcp, "interactive").await?;
+    let in_flight = echo_in_flight_samples(mcp, &sid, n).await;
+    end(mcp, &sid).await?;
     Ok(vec![
         Metric::distribution("write_to_echo", "ms", &samples.total),
+        Metric::distribution("write_to_echo_wait_in_flight", "ms", &in_flight?),
         Metric::distribution("terminal_write_call", "ms", &samples.write),
         Metric::distribution("terminal_wait_call", "ms", &samples.wait),
     ])
@@ -1052,6 +1072,39 @@ async fn echo_samples(mcp: &McpServer, sid: &str, n: usize) -> Result<EchoSample
         samples.write.push(ms(written));
         samples.wait.push(ms(total - written));
         cursor = field_u64(&matched, "next_cursor")?;
+    }
+    Ok(samples)
+}
+
+/// The same round trip with both calls sent at once: `terminal_wait` for the echo from the
+/// last `next_cursor`, and the `terminal_write` of its line; each sample from sending the
+/// pair to the match. A client that waits while it writes sees this latency.
+async fn echo_in_flight_samples(mcp: &McpServer, sid: &str, n: usize) -> Result<Vec<f64>, String> {
+    let ready = wait_for(mcp, sid, 0, "ready", false).await?;
+    let mut cursor = field_u64(&ready, "next_cursor")?;
+    let mut samples = Vec::with_capacity(n);
+    for i in 1..=n {
+        let want = format!("echo: line {i}");
+        let began = Instant::now();
+        let waiting = mcp.call_in_background(
+            "terminal_wait",
+            &json!({"session_id": sid, "cursor": cursor, "pattern": want, "timeout_ms": 10_000}),
+        )?;
+        call(
+            mcp,
+            "terminal_write",
+            json!({"session_id": sid, "text": format!("line {i}\n")}),
+        )
+        .await?;
+        let answer = waiting.await.map_err(|e| e.to_string())??;
+        samples.push(ms(began.elapsed()));
+        let matched = answer
+            .get("structuredContent")
+            .ok_or_else(|| format!("line {i}: no structured content in {answer}"))?;
+        if matched.pointer("/match/text") != Some(&json!(want)) {
+            return Err(format!("line {i}: unexpected answer {matched}"));
+        }
+        cursor = field_u64(matched, "next_cursor")?;
     }
     Ok(samples)
 }

@@ -1,6 +1,7 @@
 //! The floors the benchmarks compare against, measured in the same run: a minimal rmcp
-//! stdio server with one no-op tool (`harness floor-server`), and what the OS itself costs
-//! for a spawn and for reading a pipe, measured in-process.
+//! stdio server (`harness floor-server`) with a no-op tool and a tool that answers a page of
+//! output without reading any, and what the OS itself costs for a spawn and for reading a
+//! pipe, measured in-process.
 
 use std::io::Read;
 use std::path::Path;
@@ -18,8 +19,36 @@ use serde_json::json;
 
 /// The no-op tool of the floor server.
 pub const NOOP_TOOL: &str = "noop";
+/// The floor server's tool answering `{"line": L}` with a page of `terminal_read`'s shape
+/// whose text is `L` repeated to `PAGE_TEXT_BYTES`: what a page costs the client and rmcp
+/// when the server does no work to find it.
+pub const PAGE_TOOL: &str = "page";
+/// The text bytes of a full page (`terminal_read`'s largest `max_bytes`).
+pub const PAGE_TEXT_BYTES: usize = 65_536;
 
-struct FloorServer;
+/// The page of `line`, built on the first call asking for it and answered as it is after.
+#[derive(Default)]
+struct FloorServer {
+    page: std::sync::Mutex<Option<(String, serde_json::Value)>>,
+}
+
+/// `line` repeated to at most `PAGE_TEXT_BYTES` (cut at a code point), as one record of
+/// `terminal_read`'s answer.
+pub fn page_of(line: &str) -> serde_json::Value {
+    let mut text = String::with_capacity(PAGE_TEXT_BYTES);
+    'fill: while !line.is_empty() {
+        for c in line.chars() {
+            if text.len() + c.len_utf8() > PAGE_TEXT_BYTES {
+                break 'fill;
+            }
+            text.push(c);
+        }
+    }
+    let chars = text.chars().count();
+    json!({"ok": true, "base_cursor": 0, "has_more": true, "next_cursor": chars,
+           "output_complete": true, "output_incomplete": false, "status": "EXITED",
+           "truncated": false, "records": [{"cursor": 0, "stream": "stdout", "text": text}]})
+}
 
 impl ServerHandler for FloorServer {
     fn get_info(&self) -> ServerConfig {
@@ -36,16 +65,38 @@ impl ServerHandler for FloorServer {
             serde_json::Value::Object(map) => Arc::new(map),
             _ => Arc::default(),
         };
-        let tool = Tool::new(NOOP_TOOL, "does nothing", schema);
-        Ok(ListToolsResult::with_all_items(vec![tool]))
+        let page_schema = json!({"type": "object", "properties": {"line": {"type": "string"}},
+                                 "required": ["line"], "additionalProperties": false});
+        let page_schema = match page_schema {
+            serde_json::Value::Object(map) => Arc::new(map),
+            _ => Arc::default(),
+        };
+        Ok(ListToolsResult::with_all_items(vec![
+            Tool::new(NOOP_TOOL, "does nothing", schema),
+            Tool::new(PAGE_TOOL, "answers a page of `line` repeated", page_schema),
+        ]))
     }
 
     async fn call_tool(
         &self,
-        _request: CallToolRequestParams,
+        request: CallToolRequestParams,
         _context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
-        Ok(CallToolResult::structured(json!({"ok": true})).into())
+        if request.name != PAGE_TOOL {
+            return Ok(CallToolResult::structured(json!({"ok": true})).into());
+        }
+        let line = request
+            .arguments
+            .as_ref()
+            .and_then(|a| a.get("line"))
+            .and_then(serde_json::Value::as_str)
+            .ok_or_else(|| ErrorData::invalid_params("`line` (a string) is required", None))?;
+        let mut cached = self.page.lock().unwrap_or_else(|e| e.into_inner());
+        if cached.as_ref().is_none_or(|(l, _)| l != line) {
+            *cached = Some((line.to_owned(), page_of(line)));
+        }
+        let page = cached.as_ref().map(|(_, p)| p.clone()).unwrap_or_default();
+        Ok(CallToolResult::structured(page).into())
     }
 }
 
@@ -56,13 +107,79 @@ pub fn serve() -> Result<(), String> {
         .build()
         .map_err(|e| e.to_string())?;
     runtime.block_on(async {
-        let service = FloorServer
+        let service = FloorServer::default()
             .serve(rmcp::transport::io::stdio())
             .await
             .map_err(|e| e.to_string())?;
         let _ = service.waiting().await;
         Ok(())
     })
+}
+
+/// Serve, on stdio, a floor below any MCP server: no rmcp and no work, each request read
+/// as a line and answered with bytes made once. `initialize` gets a fixed answer, a call of
+/// `page` the page of its `line` as `CallToolResult::structured` would put it (the same
+/// JSON as structured content and as text), anything else with an id an empty result.
+/// Stdout is widened as mcp-terminal widens its own, so a page leaves in one write.
+pub fn serve_canned() -> Result<(), String> {
+    use std::io::{BufRead, Write};
+    widen_stdout();
+    let stdin = std::io::stdin().lock();
+    let mut stdout = std::io::stdout().lock();
+    // The line last asked for, and its answer after the id.
+    let mut page: Option<(String, Vec<u8>)> = None;
+    let mut out = Vec::new();
+    for line in stdin.lines() {
+        let line = line.map_err(|e| e.to_string())?;
+        let Ok(message) = serde_json::from_str::<serde_json::Value>(&line) else {
+            continue;
+        };
+        let Some(id) = message.get("id") else {
+            continue; // a notification
+        };
+        let method = message.get("method").and_then(serde_json::Value::as_str);
+        let asked = message
+            .pointer("/params/arguments/line")
+            .and_then(serde_json::Value::as_str);
+        out.clear();
+        out.extend_from_slice(br#"{"jsonrpc":"2.0","id":"#);
+        out.extend_from_slice(id.to_string().as_bytes());
+        match (method, asked) {
+            (Some("initialize"), _) => {
+                let version = message
+                    .pointer("/params/protocolVersion")
+                    .cloned()
+                    .unwrap_or(json!("2025-06-18"));
+                let result = json!({"protocolVersion": version,
+                                    "capabilities": {"tools": {}},
+                                    "serverInfo": {"name": "floor", "version": "0"}});
+                out.extend_from_slice(format!(r#","result":{result}}}"#).as_bytes());
+            }
+            (Some("tools/call"), Some(asked)) => {
+                if page.as_ref().is_none_or(|(l, _)| l != asked) {
+                    let result = serde_json::to_string(&CallToolResult::structured(page_of(asked)))
+                        .map_err(|e| e.to_string())?;
+                    page = Some((asked.to_owned(), format!(r#","result":{result}}}"#).into()));
+                }
+                out.extend_from_slice(page.as_ref().map_or(&[][..], |(_, a)| a));
+            }
+            _ => out.extend_from_slice(br#","result":{}}"#),
+        }
+        out.push(b'\n');
+        stdout.write_all(&out).map_err(|e| e.to_string())?;
+        stdout.flush().map_err(|e| e.to_string())?;
+    }
+    Ok(())
+}
+
+/// Ask for a megabyte of room in stdout where it is a pipe, halving while refused.
+fn widen_stdout() {
+    use nix::fcntl::{FcntlArg, fcntl};
+    let stdout = std::io::stdout();
+    let mut size = 1 << 20;
+    while size > 65_536 && fcntl(&stdout, FcntlArg::F_SETPIPE_SZ(size)).is_err() {
+        size /= 2;
+    }
 }
 
 /// Spawn `program args` with only its stdout on a pipe; the child and that pipe.
@@ -112,4 +229,30 @@ pub fn direct_pipe_read(program: &Path, args: &[&str]) -> Result<(u64, Duration)
     }
     child.wait().map_err(|e| e.to_string())?;
     Ok((total, began.elapsed()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_page_is_its_line_repeated_to_whole_code_points() {
+        let line = "中文字符测试中文字符测试\n";
+        let page = page_of(line);
+        let text = page.pointer("/records/0/text").and_then(|t| t.as_str());
+        let text = text.expect("a page has one record of text");
+        assert!(text.len() <= PAGE_TEXT_BYTES);
+        assert!(
+            text.len() + 3 > PAGE_TEXT_BYTES,
+            "full to the last code point"
+        );
+        assert!(line.repeat(2000).starts_with(text));
+        assert_eq!(page["next_cursor"], json!(text.chars().count()));
+        assert_eq!(page["has_more"], json!(true));
+        let ascii = page_of("flood 00000001 xxxx\n");
+        assert_eq!(
+            ascii["records"][0]["text"].as_str().map(str::len),
+            Some(PAGE_TEXT_BYTES)
+        );
+    }
 }

@@ -58,9 +58,13 @@ enum Command {
         #[arg(long)]
         server: Option<PathBuf>,
     },
-    /// The benchmarks' floor: a minimal MCP server on stdio with one no-op tool.
+    /// The benchmarks' floor: a minimal MCP server on stdio with a no-op tool and a page
+    /// tool; with `--canned`, no MCP server at all, just prebuilt answers.
     #[command(hide = true)]
-    FloorServer,
+    FloorServer {
+        #[arg(long)]
+        canned: bool,
+    },
     /// Run a bounded mixed workload for some minutes; write its figures as JSON. Fails if
     /// any error no step expected occurred, or the server did not shut down cleanly.
     Soak {
@@ -96,7 +100,12 @@ fn main() -> ExitCode {
         } => Transport::parse(&transport)
             .and_then(|t| verify(&output, &scenarios, server, &scenarios_dir, jobs, t)),
         Command::Report { evidence, output } => write_report(&evidence, &output),
-        Command::FloorServer => harness::floor::serve().map(|()| ExitCode::SUCCESS),
+        Command::FloorServer { canned: false } => {
+            harness::floor::serve().map(|()| ExitCode::SUCCESS)
+        }
+        Command::FloorServer { canned: true } => {
+            harness::floor::serve_canned().map(|()| ExitCode::SUCCESS)
+        }
         Command::Soak {
             minutes,
             output,

@@ -124,6 +124,9 @@ pub(super) async fn run_suite(
     let n = if quick { 5 } else { 50 };
     benchmarks.push(measure("cold_start", cold_start(server, root, config_dir, n)).await);
     benchmarks.push(measure("floor_server", floor_server(n * 4)).await);
+    let passes = if quick { 2 } else { 5 };
+    benchmarks.push(measure("floor_pages", floor_pages(false, passes)).await);
+    benchmarks.push(measure("canned_pages", floor_pages(true, passes)).await);
     let demo = server.with_file_name("demo-process").display().to_string();
     let profiles = json!({
         "echo": {"argv": ["/bin/echo", "hello"]},
@@ -209,6 +212,59 @@ async fn floor_server(n: usize) -> Result<Vec<Metric>, String> {
     Ok(vec![Metric::distribution("noop_call", "ms", &samples)])
 }
 
+/// Full pages answered by the floor server (or, `canned`, by prebuilt bytes without any
+/// MCP server), read as the read benchmarks read ours: as many pages of the flood's line as
+/// a read pass of `flood-1m` takes, and of the CJK line as a pass of `cjk_read`, `passes`
+/// times each.
+async fn floor_pages(canned: bool, passes: usize) -> Result<Vec<Metric>, String> {
+    let harness = std::env::current_exe().map_err(|e| e.to_string())?;
+    let cwd = std::env::temp_dir();
+    let mut args = vec!["floor-server".to_string()];
+    if canned {
+        args.push("--canned".into());
+    }
+    let mut mcp = McpServer::start_exact(&harness, &args, &cwd, &untapped()).await?;
+    let flood = super::expected_flood();
+    let ascii_line = flood
+        .split_inclusive('\n')
+        .next()
+        .unwrap_or("x\n")
+        .to_owned();
+    let cjk_bytes = CJK_LINES * CJK_LINE.len() as u64;
+    let mut metrics = Vec::new();
+    for (name, line, bytes) in [
+        ("ascii_read_rate", ascii_line.as_str(), flood.len() as u64),
+        ("cjk_read_rate", CJK_LINE, cjk_bytes),
+    ] {
+        let pages = bytes.div_ceil(floor::PAGE_TEXT_BYTES as u64);
+        let mut rates = Vec::with_capacity(passes);
+        for _ in 0..passes {
+            let began = Instant::now();
+            let mut read = 0u64;
+            let mut text = String::with_capacity(bytes as usize);
+            for _ in 0..pages {
+                let page = mcp
+                    .call_structured(floor::PAGE_TOOL, &json!({ "line": line }))
+                    .await?;
+                let chunk = page
+                    .pointer("/records/0/text")
+                    .and_then(Value::as_str)
+                    .ok_or_else(|| format!("the floor's page has no text: {page}"))?;
+                if chunk.chars().count() as u64 != field_u64(&page, "next_cursor")? {
+                    return Err("the floor's page miscounts its code points".into());
+                }
+                read += chunk.len() as u64;
+                text.clear();
+                text.push_str(chunk);
+            }
+            rates.push(mb_per_s(read, began.elapsed()));
+        }
+        metrics.push(Metric::distribution(name, "MB/s", &rates));
+    }
+    mcp.shutdown().await;
+    Ok(metrics)
+}
+
 /// `terminal_start` of `/bin/echo hello` to its output read, against spawning it in-process
 /// and reading its first byte.
 async fn first_output(mcp: &McpServer, n: usize) -> Result<Vec<Metric>, String> {
@@ -248,11 +304,13 @@ async fn pty_echo(mcp: &McpServer, n: usize) -> Result<Vec<Metric>, String> {
     let sid = start(mcp, "interactive-pty").await?;
     let samples = echo_samples(mcp, &sid, n).await;
     end(mcp, &sid).await?;
-    Ok(vec![Metric::distribution(
-        "write_to_echo",
-        "ms",
-        &samples?.total,
-    )])
+    let sid = start(mcp, "interactive-pty").await?;
+    let in_flight = super::echo_in_flight_samples(mcp, &sid, n).await;
+    end(mcp, &sid).await?;
+    Ok(vec![
+        Metric::distribution("write_to_echo", "ms", &samples?.total),
+        Metric::distribution("write_to_echo_wait_in_flight", "ms", &in_flight?),
+    ])
 }
 
 /// `demo-process flood 10000` read straight from a pipe, in-process.
@@ -753,6 +811,20 @@ pub(super) fn comparisons(benchmarks: &[Benchmark]) -> Vec<Comparison> {
             Target::RatioAtMost(3.0),
         ),
         (
+            "write→echo round trip, pipes, wait sent with the write",
+            "ms",
+            get("write_echo_latency_ms", "write_to_echo_wait_in_flight"),
+            noop,
+            Target::RatioAtMost(2.0),
+        ),
+        (
+            "write→echo round trip, PTY, wait sent with the write",
+            "ms",
+            get("pty_echo", "write_to_echo_wait_in_flight"),
+            noop,
+            Target::RatioAtMost(3.0),
+        ),
+        (
             "full-page reads, ASCII",
             "MB/s",
             get("read_throughput", "read_rate"),
@@ -764,6 +836,34 @@ pub(super) fn comparisons(benchmarks: &[Benchmark]) -> Vec<Comparison> {
             "MB/s",
             get("cjk_read", "read_rate"),
             pipe,
+            Target::AtLeast(100.0),
+        ),
+        (
+            "the same ASCII pages, prebuilt answers (no server)",
+            "MB/s",
+            get("canned_pages", "ascii_read_rate"),
+            None,
+            Target::AtLeast(200.0),
+        ),
+        (
+            "the same CJK pages, prebuilt answers (no server)",
+            "MB/s",
+            get("canned_pages", "cjk_read_rate"),
+            None,
+            Target::AtLeast(100.0),
+        ),
+        (
+            "the same ASCII pages, minimal rmcp server",
+            "MB/s",
+            get("floor_pages", "ascii_read_rate"),
+            None,
+            Target::AtLeast(200.0),
+        ),
+        (
+            "the same CJK pages, minimal rmcp server",
+            "MB/s",
+            get("floor_pages", "cjk_read_rate"),
+            None,
             Target::AtLeast(100.0),
         ),
         (
