@@ -1599,9 +1599,13 @@ pub fn markdown(report: &BenchReport) -> String {
     out.push_str("\n## Against the floors\n\n");
     out.push_str(
         "Each workload beside its floor measured in the same run (a minimal rmcp stdio \
-         server with one no-op tool, built in the harness; the OS spawning a program or \
-         reading a pipe in-process), as a ratio, and its target. Absolute numbers on a \
-         shared machine move by tens of percent between runs; the ratios much less.\n\n",
+         server with a no-op tool, built in the harness; the OS spawning a program or \
+         reading a pipe in-process), as a ratio, and its target. Page reads are also shown \
+         against the same pages from that floor server (`floor_pages`: built once, only \
+         serialized) and as prebuilt answer bytes with no MCP server at all \
+         (`canned_pages`): the most the rmcp client takes in on this machine, so a read \
+         target above that floor is beyond any server here. Absolute numbers on a shared \
+         machine move by tens of percent between runs; the ratios much less.\n\n",
     );
     out.push_str(&comparison_rows(report, true));
     out.push_str("\n## Results\n\n");

@@ -120,7 +120,8 @@ pub fn serve() -> Result<(), String> {
 /// as a line and answered with bytes made once. `initialize` gets a fixed answer, a call of
 /// `page` the page of its `line` as `CallToolResult::structured` would put it (the same
 /// JSON as structured content and as text), anything else with an id an empty result.
-/// Stdout is widened as mcp-terminal widens its own, so a page leaves in one write.
+/// Stdout is widened (to 1 MiB where allowed) so a page leaves in one write, as it does
+/// from mcp-terminal.
 pub fn serve_canned() -> Result<(), String> {
     use std::io::{BufRead, Write};
     widen_stdout();
