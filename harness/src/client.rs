@@ -695,6 +695,17 @@ impl McpServer {
         Ok(json!({ "tools": tools }))
     }
 
+    /// How many tools `tools/list` answered, as the client took them in (no copy as JSON):
+    /// what a client starting up pays for the list.
+    pub async fn count_tools(&self) -> Result<usize, String> {
+        let tools = self
+            .client()?
+            .list_all_tools()
+            .await
+            .map_err(|e| format!("tools/list failed: {e}"))?;
+        Ok(tools.len())
+    }
+
     /// The InitializeResult the client received.
     pub fn server_info(&self) -> Result<Value, String> {
         let info = self

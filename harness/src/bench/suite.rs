@@ -185,7 +185,9 @@ async fn cold_start(
         ] {
             let began = Instant::now();
             let mut mcp = McpServer::start_exact(program, args, root, &untapped()).await?;
-            mcp.list_tools().await?;
+            if mcp.count_tools().await? == 0 {
+                return Err(format!("{} listed no tools", program.display()));
+            }
             samples.push(ms(began.elapsed()));
             mcp.shutdown().await;
         }
