@@ -687,23 +687,20 @@ impl McpServer {
     }
 
     pub async fn list_tools(&self) -> Result<Value, String> {
-        let tools = self
-            .client()?
+        Ok(json!({ "tools": self.tools().await? }))
+    }
+
+    async fn tools(&self) -> Result<Vec<rmcp::model::Tool>, String> {
+        self.client()?
             .list_all_tools()
             .await
-            .map_err(|e| format!("tools/list failed: {e}"))?;
-        Ok(json!({ "tools": tools }))
+            .map_err(|e| format!("tools/list failed: {e}"))
     }
 
     /// How many tools `tools/list` answered, as the client took them in (no copy as JSON):
     /// what a client starting up pays for the list.
     pub async fn count_tools(&self) -> Result<usize, String> {
-        let tools = self
-            .client()?
-            .list_all_tools()
-            .await
-            .map_err(|e| format!("tools/list failed: {e}"))?;
-        Ok(tools.len())
+        Ok(self.tools().await?.len())
     }
 
     /// The InitializeResult the client received.

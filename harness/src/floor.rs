@@ -60,17 +60,15 @@ impl ServerHandler for FloorServer {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
-        let schema = json!({"type": "object", "properties": {}, "additionalProperties": false});
-        let schema = match schema {
+        let object = |schema: serde_json::Value| match schema {
             serde_json::Value::Object(map) => Arc::new(map),
             _ => Arc::default(),
         };
-        let page_schema = json!({"type": "object", "properties": {"line": {"type": "string"}},
-                                 "required": ["line"], "additionalProperties": false});
-        let page_schema = match page_schema {
-            serde_json::Value::Object(map) => Arc::new(map),
-            _ => Arc::default(),
-        };
+        let schema = object(json!({"type": "object", "properties": {},
+                                   "additionalProperties": false}));
+        let page_schema = object(json!({"type": "object",
+                                        "properties": {"line": {"type": "string"}},
+                                        "required": ["line"], "additionalProperties": false}));
         Ok(ListToolsResult::with_all_items(vec![
             Tool::new(NOOP_TOOL, "does nothing", schema),
             Tool::new(PAGE_TOOL, "answers a page of `line` repeated", page_schema),

@@ -112,6 +112,19 @@ impl Search {
         self.stepped
     }
 
+    /// Search on as if nothing had been fed yet: after a match the DFA reported that the
+    /// full regex did not confirm (its text evicted meanwhile, or the look-around at the
+    /// end of the text fed then undone by what followed), so that later matches are
+    /// reported too. Past its first match a leftmost-first DFA would otherwise stay dead.
+    pub fn restart(&mut self) {
+        if let Ok(start) = self
+            .dfa
+            .start_state_forward(&mut self.cache, &Input::new(""))
+        {
+            self.state = start;
+        }
+    }
+
     /// Feed the next piece of text; true once a match has ended within what was fed.
     /// `at_end`: nothing follows this piece yet, so a match may end exactly at its end.
     pub fn feed(&mut self, text: &str, at_end: bool) -> bool {
@@ -212,6 +225,18 @@ fn dfa_error(pattern: &str, error: regex_automata::hybrid::BuildError) -> String
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_restart_reports_the_matches_after_an_unconfirmed_one() {
+        let mut search = Search::new("ab+").unwrap();
+        assert!(search.feed("xxab ", false));
+        assert!(
+            !search.feed("yyab ", false),
+            "past a match the DFA stays dead"
+        );
+        search.restart();
+        assert!(search.feed("zzab ", false));
+    }
     use proptest::prelude::*;
     use regex::Regex;
 

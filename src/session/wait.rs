@@ -155,14 +155,21 @@ impl Session {
                     Step::Idle { done, end }
                 }
             };
-            let step = match (step, request.search.as_ref()) {
+            let step = match (step, request.search.as_mut()) {
                 // A match ended in this step: find it, a page at a time under the lock.
                 (Step::Ended { more, done, end }, Some(search)) => {
                     let streams = (request.streams, request.strip_ansi);
                     match self.find(request.cursor, search, streams)? {
                         Some(found) => Step::Matched(found),
-                        None if more => Step::More,
-                        None => Step::Idle { done, end },
+                        None => {
+                            // Not a match after all (see `Search::restart`): look on.
+                            search.restart();
+                            if more {
+                                Step::More
+                            } else {
+                                Step::Idle { done, end }
+                            }
+                        }
                     }
                 }
                 (step, _) => step,
@@ -265,14 +272,16 @@ impl Session {
     /// The leftmost match in the retained output from `from`, searched as the wait
     /// searches (`streams`: which streams, and whether escape sequences are stripped).
     /// The text is copied out a page per lock and matched outside the lock; a record
-    /// evicted before it was copied makes the match's start unknowable (an error).
+    /// evicted before it was copied makes the match's start unknowable (an error). So does
+    /// finding nothing once `from` itself was evicted: the match the DFA saw began there.
     fn find(
         &self,
         from: u64,
         search: &Search,
         streams: (Streams, bool),
     ) -> Result<Option<Match>, ToolError> {
-        let mut cursor = self.inspect(|s| from.max(s.output.base()));
+        let base = self.inspect(|s| s.output.base());
+        let mut cursor = from.max(base);
         let mut pages = std::iter::from_fn(|| {
             let page = self.inspect(|s| {
                 let end = s.output.end();
@@ -293,7 +302,14 @@ impl Session {
             }
             Some(page)
         });
-        find_in(&mut pages, from, search, streams)
+        let found = find_in(&mut pages, from, search, streams)?;
+        if found.is_none() && from < base {
+            return Err(self.inspect(|s| {
+                let base = s.output.base();
+                read_error(ReadError::Expired { base }, from, s.output.end())
+            }));
+        }
+        Ok(found)
     }
 }
 
@@ -400,6 +416,32 @@ mod tests {
             other => panic!("not cancelled: {:?}", other.map(|r| r.map(|w| w.outcome))),
         }
         assert!(searched.load(Ordering::Relaxed) < backlog as u64);
+    }
+
+    /// A match whose start was evicted between the search that saw it end and the look
+    /// for where it begins is reported as expired output, not as no match (the search
+    /// that saw it would wait on for nothing).
+    #[test]
+    fn a_match_evicted_before_it_was_found_is_expired_output() {
+        let mut output = OutputBuffer::new(16, 16);
+        output.append(Stream::Stdout, &format!("ab{}", "x".repeat(20)));
+        assert!(output.base() > 0);
+        let state = State::new(Input::Closed, output, 1);
+        let identity = (Mode::Pipe, 1, std::time::SystemTime::now());
+        let session = Session::new("s".into(), "c".into(), identity, state, None, None);
+        let search = Search::new("ab").unwrap();
+        match session.find(0, &search, (Streams::Any, false)) {
+            Err(e) => {
+                assert_eq!(e.code, ErrorCode::CursorExpired);
+                assert_eq!(e.extra["base_cursor"], serde_json::json!(6));
+            }
+            Ok(found) => panic!("expected CURSOR_EXPIRED, got {found:?}"),
+        }
+        // From the retained output on, there is simply nothing to find.
+        assert!(matches!(
+            session.find(6, &search, (Streams::Any, false)),
+            Ok(None)
+        ));
     }
 
     fn entry(cursor: u64, stream: Stream, text: &str) -> Entry {
