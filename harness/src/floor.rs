@@ -36,13 +36,11 @@ struct FloorServer {
 /// `terminal_read`'s answer.
 pub fn page_of(line: &str) -> serde_json::Value {
     let mut text = String::with_capacity(PAGE_TEXT_BYTES);
-    'fill: while !line.is_empty() {
-        for c in line.chars() {
-            if text.len() + c.len_utf8() > PAGE_TEXT_BYTES {
-                break 'fill;
-            }
-            text.push(c);
+    for c in line.chars().cycle() {
+        if text.len() + c.len_utf8() > PAGE_TEXT_BYTES {
+            break;
         }
+        text.push(c);
     }
     let chars = text.chars().count();
     json!({"ok": true, "base_cursor": 0, "has_more": true, "next_cursor": chars,
@@ -160,7 +158,9 @@ pub fn serve_canned() -> Result<(), String> {
                         .map_err(|e| e.to_string())?;
                     page = Some((asked.to_owned(), format!(r#","result":{result}}}"#).into()));
                 }
-                out.extend_from_slice(page.as_ref().map_or(&[][..], |(_, a)| a));
+                if let Some((_, answer)) = &page {
+                    out.extend_from_slice(answer);
+                }
             }
             _ => out.extend_from_slice(br#","result":{}}"#),
         }

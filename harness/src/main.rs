@@ -100,12 +100,12 @@ fn main() -> ExitCode {
         } => Transport::parse(&transport)
             .and_then(|t| verify(&output, &scenarios, server, &scenarios_dir, jobs, t)),
         Command::Report { evidence, output } => write_report(&evidence, &output),
-        Command::FloorServer { canned: false } => {
-            harness::floor::serve().map(|()| ExitCode::SUCCESS)
+        Command::FloorServer { canned } => if canned {
+            harness::floor::serve_canned()
+        } else {
+            harness::floor::serve()
         }
-        Command::FloorServer { canned: true } => {
-            harness::floor::serve_canned().map(|()| ExitCode::SUCCESS)
-        }
+        .map(|()| ExitCode::SUCCESS),
         Command::Soak {
             minutes,
             output,

@@ -225,6 +225,8 @@ fn dfa_error(pattern: &str, error: regex_automata::hybrid::BuildError) -> String
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+    use regex::Regex;
 
     #[test]
     fn a_restart_reports_the_matches_after_an_unconfirmed_one() {
@@ -237,8 +239,6 @@ mod tests {
         search.restart();
         assert!(search.feed("zzab ", false));
     }
-    use proptest::prelude::*;
-    use regex::Regex;
 
     fn feed_all(pattern: &str, pieces: &[&str]) -> Option<usize> {
         let mut s = Search::new(pattern).unwrap();
