@@ -66,13 +66,23 @@ pub const READ_CHUNK_BYTES: usize = 64 * 1024;
 pub const SECRET_NAME_MAX_CHARS: usize = 64;
 pub const SECRET_MIN_BYTES: usize = 4;
 pub const SECRET_MAX_BYTES: usize = 4096;
-/// Output that may be the start of a secret's value is held back at most this long.
-pub const REDACT_HOLD_MAX: Duration = Duration::from_millis(50);
+/// In a session whose profile allows secrets, a partial line of output is held back until
+/// its newline, until no more of it came for `REDACT_HOLD_QUIET`, or for `REDACT_HOLD_MAX`
+/// in all, whichever is first (a value printed in pieces each at most the quiet time apart
+/// is redacted, within the total); and at most `REDACT_HOLD_MAX_BYTES` of it.
+pub const REDACT_HOLD_QUIET: Duration = Duration::from_millis(50);
+pub const REDACT_HOLD_MAX: Duration = Duration::from_secs(1);
+pub const REDACT_HOLD_MAX_BYTES: usize = 64 * 1024;
 
 /// An asciicast recording is flushed this long after its first unflushed event, and
 /// capped at this size.
 pub const RECORDING_FLUSH_EVERY: Duration = Duration::from_millis(100);
 pub const RECORDING_MAX_BYTES: u64 = 64 * 1024 * 1024;
+
+/// Pieces of output queued for a session's emulator and recording before its readers wait.
+pub const SINK_QUEUE: usize = 16;
+/// How long `terminal_screen` waits for the emulator to catch up with the output.
+pub const SCREEN_CATCH_UP: Duration = Duration::from_secs(2);
 
 /// Client-supplied environment variables per start.
 pub const MAX_CLIENT_ENV: usize = 32;
@@ -128,7 +138,18 @@ pub const SHELL_IDLE_TIMEOUT_MS: u64 = 300_000;
 /// and how long an interrupted shell may take to answer again before it is terminated.
 pub const EXEC_DEFAULT_TIMEOUT_MS: u64 = 30_000;
 pub const EXEC_LINE_BYTES: usize = 512;
-pub const EXEC_INTERRUPT_SETTLE: Duration = Duration::from_secs(5);
+pub const EXEC_INTERRUPT_SETTLE: Duration = Duration::from_secs(1);
+/// `terminal_exec.max_bytes`: bytes of a command's output returned (head and tail), range
+/// and default (as `terminal_run`'s).
+pub const EXEC_MIN_BYTES: u64 = 64;
+/// How long typing a command into a shell may take (a shell reads what it is given at
+/// once; a 1 MiB command line takes well under a second).
+pub const EXEC_TYPING_TIMEOUT: Duration = Duration::from_secs(10);
+/// A terminal shell's integration: how long it may take to answer, and how much of the
+/// shell's output is held meanwhile (past either, the integration is given up: commands
+/// are wrapped, and what the shell printed is shown).
+pub const INSTALL_WITHIN: Duration = Duration::from_secs(10);
+pub const INSTALL_HELD_MAX_BYTES: usize = 64 * 1024;
 
 /// `terminal_run.max_bytes`: bytes of each stream's tail returned, range and default.
 pub const RUN_MIN_BYTES: u64 = 4;

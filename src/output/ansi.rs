@@ -49,6 +49,18 @@ pub fn stripper_pair() -> [AnsiStripper; 2] {
     [AnsiStripper::default(), AnsiStripper::default()]
 }
 
+/// Remove escape sequences from the text of `entries` (one stripper per stream, so a
+/// sequence split by the other stream's output is still one sequence), dropping entries
+/// left empty.
+pub fn strip_entries(entries: &mut Vec<super::Entry>) {
+    let mut strippers = stripper_pair();
+    entries.retain_mut(|e| {
+        let stripper = &mut strippers[e.stream as usize];
+        e.text = e.text.chars().filter(|c| stripper.keep(*c)).collect();
+        !e.text.is_empty()
+    });
+}
+
 #[cfg(test)]
 mod tests {
     use proptest::prelude::*;

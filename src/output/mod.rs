@@ -5,17 +5,21 @@
 mod ansi;
 mod buffer;
 mod decoder;
+mod headtail;
 mod redact;
 mod screen;
 mod search;
+mod shape;
 mod styled;
 mod tail;
 
-pub use ansi::{AnsiStripper, stripper_pair};
+pub use ansi::{AnsiStripper, strip_entries, stripper_pair};
 pub use buffer::{Entry, OutputBuffer, Page, ReadError, Stream};
 pub use decoder::Utf8Decoder;
+pub use headtail::{HeadTail, Kept, Omitted};
 pub use redact::Redactor;
 pub use screen::{Screen, ScreenView};
 pub use search::{Leftmost, Search};
+pub use shape::{Shape, Shaper};
 pub use styled::{Colour, Span, Style, StyledScreen};
 pub use tail::{StrippedTailSearch, TailSearch};

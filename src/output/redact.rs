@@ -3,70 +3,29 @@
 //! recording, also when a value arrives split across reads.
 //!
 //! Matching is one Aho–Corasick automaton over all values (leftmost-longest, so of two
-//! values that overlap the one starting first wins, and of two starting together the longer),
-//! in time linear in the text. What may still become a value — the longest end of the text
-//! that is a proper prefix of some value, tracked per value with a KMP automaton so it too
-//! costs constant time per byte — is held back until the next piece decides it, or until
-//! `flush` gives up waiting (the caller flushes after at most 50 ms).
+//! values that overlap the one starting first wins, and of two starting together the
+//! longer), in time linear in the text.
+//!
+//! What is held back does not depend on the text: values never hold a newline, so every
+//! complete line is decided and released at once, and the trailing partial line — whatever
+//! it holds — waits until its newline comes or the caller gives up waiting (`flush`). A
+//! hold-back that depended on whether the text could begin a value would tell anyone who
+//! times the output which prefixes are right.
 
 use aho_corasick::{AhoCorasick, MatchKind};
+
+use crate::limits::REDACT_HOLD_MAX_BYTES;
 
 pub struct Redactor {
     automaton: AhoCorasick,
     markers: Vec<String>,
-    prefixes: Vec<Prefix>,
-    /// Text held back: it may be the start of a value.
+    /// The partial line held back.
     pending: String,
-}
-
-/// The longest end of the text seen so far that is a proper prefix of one value (KMP).
-struct Prefix {
-    value: Vec<u8>,
-    /// `failure[i]`: length of the longest proper border of `value[..=i]`.
-    failure: Vec<usize>,
-    matched: usize,
-}
-
-impl Prefix {
-    fn new(value: &str) -> Self {
-        let value = value.as_bytes().to_vec();
-        let mut failure = vec![0; value.len()];
-        let mut k = 0;
-        for i in 1..value.len() {
-            while k > 0 && value[i] != value[k] {
-                k = failure[k - 1];
-            }
-            if value[i] == value[k] {
-                k += 1;
-            }
-            failure[i] = k;
-        }
-        Prefix {
-            value,
-            failure,
-            matched: 0,
-        }
-    }
-
-    fn feed(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            while self.matched > 0 && self.value[self.matched] != b {
-                self.matched = self.failure[self.matched - 1];
-            }
-            if self.value[self.matched] == b {
-                self.matched += 1;
-            }
-            // A whole value is not a prefix still waiting to be decided.
-            if self.matched == self.value.len() {
-                self.matched = self.failure[self.matched - 1];
-            }
-        }
-    }
 }
 
 impl Redactor {
     /// A redactor for `(name, value)` pairs; `None` when there is nothing to redact.
-    /// Values are non-empty (the config guarantees at least 4 bytes).
+    /// Values are non-empty and hold no newline (the config guarantees both).
     pub fn new(secrets: &[(String, String)]) -> Option<Redactor> {
         if secrets.is_empty() {
             return None;
@@ -81,70 +40,49 @@ impl Redactor {
                 .iter()
                 .map(|(name, _)| format!("[secret:{name}]"))
                 .collect(),
-            prefixes: secrets
-                .iter()
-                .map(|(_, value)| Prefix::new(value))
-                .collect(),
             pending: String::new(),
         })
     }
 
-    /// Whether text is held back, waiting to be decided.
+    /// Whether a partial line is held back.
     pub fn holding(&self) -> bool {
         !self.pending.is_empty()
     }
 
-    /// Redact the next piece of the stream, appending what is decided to `out`.
+    /// Redact the next piece of the stream, appending every complete line to `out`. A
+    /// partial line longer than `REDACT_HOLD_MAX_BYTES` is released too (a bound on memory
+    /// that, like the rest, looks only at sizes).
     pub fn push(&mut self, text: &str, out: &mut String) {
         if text.is_empty() {
             return;
         }
-        for prefix in &mut self.prefixes {
-            prefix.feed(text.as_bytes());
+        self.pending.push_str(text);
+        if self.pending.len() > REDACT_HOLD_MAX_BYTES {
+            self.flush(out);
+            return;
         }
-        let mut buffer = std::mem::take(&mut self.pending);
-        buffer.push_str(text);
-        let held = self
-            .prefixes
-            .iter()
-            .map(|p| p.matched)
-            .max()
-            .unwrap_or(0)
-            .min(buffer.len());
-        // A value that may continue past the end starts at `undecided` or later (it is a
-        // char boundary: values are UTF-8 and begin with a leading byte); every match
-        // starting before it is final.
-        let undecided = buffer.len() - held;
-        let rest = self.replace(&buffer, undecided, out);
-        self.pending = buffer[rest..].to_owned();
+        if let Some(newline) = text.rfind('\n') {
+            let decided = self.pending.len() - (text.len() - newline - 1);
+            self.replace(&self.pending[..decided], out);
+            self.pending.drain(..decided);
+        }
     }
 
-    /// Give up waiting: emit what is held back, replacing only whole values in it.
+    /// Give up waiting: release the partial line, with the whole values in it replaced.
     pub fn flush(&mut self, out: &mut String) {
-        let buffer = std::mem::take(&mut self.pending);
-        let rest = self.replace(&buffer, buffer.len(), out);
-        out.push_str(&buffer[rest..]);
-        for prefix in &mut self.prefixes {
-            prefix.matched = 0;
-        }
+        let pending = std::mem::take(&mut self.pending);
+        self.replace(&pending, out);
     }
 
-    /// Replace the matches in `text` that start before `decided`, appending the text
-    /// before `decided` (or the end of the last match) to `out`; returns where the
-    /// undecided rest begins.
-    fn replace(&self, text: &str, decided: usize, out: &mut String) -> usize {
+    /// Append `text` to `out` with every value replaced by its marker.
+    fn replace(&self, text: &str, out: &mut String) {
         let mut at = 0;
         for found in self.automaton.find_iter(text) {
-            if found.start() >= decided {
-                break;
-            }
             out.push_str(&text[at..found.start()]);
             out.push_str(&self.markers[found.pattern().as_usize()]);
             at = found.end();
         }
-        let rest = decided.max(at);
-        out.push_str(&text[at..rest]);
-        rest
+        out.push_str(&text[at..]);
     }
 }
 
@@ -193,11 +131,37 @@ mod tests {
         );
         let mut r = Redactor::new(&s).unwrap();
         let mut out = String::new();
-        r.push("say hun", &mut out);
-        assert_eq!(out, "say ", "a possible prefix is held back");
+        r.push("a\nsay hun", &mut out);
+        assert_eq!(out, "a\n", "the partial line is held back");
         assert!(r.holding());
-        r.push("gry", &mut out);
-        assert_eq!(out, "say hungry", "and released once it cannot be a value");
+        r.push("gry\nb", &mut out);
+        assert_eq!(out, "a\nsay hungry\n", "and released with its newline");
+        assert!(r.holding());
+    }
+
+    /// What is held back is the partial line, whatever it holds: a prefix of a value and
+    /// text that could never be one wait alike.
+    #[test]
+    fn the_hold_back_does_not_depend_on_the_text() {
+        let s = secrets(&["hunter2secret"]);
+        for candidate in ["h", "hu", "x", "hunter2secre", "zzzz"] {
+            let mut r = Redactor::new(&s).unwrap();
+            let mut out = String::new();
+            r.push(candidate, &mut out);
+            assert_eq!(out, "", "{candidate}");
+            assert!(r.holding(), "{candidate}");
+        }
+    }
+
+    #[test]
+    fn a_partial_line_over_the_bound_is_released() {
+        let s = secrets(&["hunter2"]);
+        let mut r = Redactor::new(&s).unwrap();
+        let mut out = String::new();
+        r.push(&"x".repeat(REDACT_HOLD_MAX_BYTES), &mut out);
+        assert!(out.is_empty());
+        r.push("yhunter2", &mut out);
+        assert!(out.ends_with("y[secret:S0]"));
         assert!(!r.holding());
     }
 
@@ -217,9 +181,9 @@ mod tests {
         r.push("abc secret", &mut out);
         r.flush(&mut out);
         assert_eq!(out, "abc secret");
-        r.push("value", &mut out);
+        r.push("value\n", &mut out);
         assert_eq!(
-            out, "abc secretvalue",
+            out, "abc secretvalue\n",
             "a value cut by a flush is not matched"
         );
     }

@@ -3,6 +3,7 @@
 //! touches raw file descriptors; nothing here knows about sessions or MCP.
 
 mod guardian;
+pub mod procfs;
 mod pty;
 mod reaper;
 mod spawn;
@@ -101,14 +102,8 @@ impl SessionGroups {
     pub fn scan(sid: i32) -> SessionGroups {
         #[cfg(test)]
         SCANS.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        let Ok(entries) = std::fs::read_dir("/proc") else {
-            return SessionGroups::leader_only(sid);
-        };
         let mut others = Vec::new();
-        for pid in entries
-            .flatten()
-            .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
-        {
+        for pid in procfs::pids() {
             if let Some((group, session)) = group_and_session(pid)
                 && session == sid
                 && group != sid
@@ -151,14 +146,7 @@ impl SessionGroups {
 
 /// The process group and POSIX session of `pid`, from /proc; None if it does not exist.
 fn group_and_session(pid: i32) -> Option<(i32, i32)> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // After the parenthesised command name: state ppid pgrp session ...
-    let (_, fields) = stat.rsplit_once(')')?;
-    let mut fields = fields
-        .split_whitespace()
-        .skip(2)
-        .map(|f| f.parse::<i32>().ok());
-    Some((fields.next()??, fields.next()??))
+    procfs::stat(pid).map(|s| (s.pgrp, s.session))
 }
 
 /// Signal the whole process group led by `pgid`. A group that no longer exists is fine.

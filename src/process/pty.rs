@@ -134,6 +134,12 @@ pub async fn spawn_pty(
     }
 }
 
+impl std::os::fd::AsRawFd for PtyMaster {
+    fn as_raw_fd(&self) -> std::os::fd::RawFd {
+        self.fd.get_ref().as_raw_fd()
+    }
+}
+
 impl PtyMaster {
     /// Read what the terminal produced; `Ok(0)` once every slave is closed (EIO).
     pub async fn read(&self, buf: &mut [u8]) -> io::Result<usize> {
@@ -198,6 +204,19 @@ impl PtyMaster {
         tcgetattr(self.fd.get_ref()).is_ok_and(|t| {
             t.local_flags.contains(LocalFlags::ICANON) && !t.local_flags.contains(LocalFlags::ECHO)
         })
+    }
+
+    /// Whether the terminal echoes what is typed.
+    pub fn echoes(&self) -> bool {
+        use nix::sys::termios::{LocalFlags, tcgetattr};
+        tcgetattr(self.fd.get_ref()).is_ok_and(|t| t.local_flags.contains(LocalFlags::ECHO))
+    }
+
+    /// The terminal's foreground process group.
+    pub fn foreground(&self) -> Option<i32> {
+        nix::unistd::tcgetpgrp(self.fd.get_ref())
+            .ok()
+            .map(|pgid| pgid.as_raw())
     }
 
     /// Set the window size; the kernel sends SIGWINCH to the terminal's foreground group.

@@ -357,9 +357,7 @@ mod tests {
     use super::*;
 
     fn state(pid: i32) -> Option<String> {
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-        let (_, rest) = stat.rsplit_once(')')?;
-        rest.split_whitespace().next().map(str::to_owned)
+        super::super::procfs::stat(pid).map(|s| s.state.to_string())
     }
 
     /// The reaper takes every child of its process, so a test of it runs alone in a

@@ -10,22 +10,25 @@
 //! - the pipe or terminal refused the bytes (the reader is gone): stdin is closed.
 
 use std::sync::Arc;
-use std::time::SystemTime;
 
 use tokio::net::unix::pipe;
 use tokio_util::sync::CancellationToken;
 
 use super::Session;
+use super::sink::Feed;
 use crate::config::Mode;
 use crate::errors::{ErrorCode, ToolError};
-use crate::limits::WRITE_DRAIN_TIMEOUT;
+use crate::limits::{EXEC_TYPING_TIMEOUT, WRITE_DRAIN_TIMEOUT};
 use crate::process::{LineControls, PtyMaster};
 
-/// Whether a session takes input, and where it goes.
+/// Whether a session takes input, and where it goes. `partial_line`: what was written ends
+/// in the middle of a line (on a terminal: its line discipline may hold typed text not yet
+/// sent to the program, and ending input then takes two EOF characters).
 pub enum Input {
-    Pipe(Arc<pipe::Sender>),
-    /// `partial_line`: the terminal's line discipline may hold typed text not yet sent to
-    /// the program (then ending input takes two EOF characters).
+    Pipe {
+        pipe: Arc<pipe::Sender>,
+        partial_line: bool,
+    },
     Pty {
         master: Arc<PtyMaster>,
         partial_line: bool,
@@ -39,6 +42,13 @@ pub enum Input {
 }
 
 impl Input {
+    pub fn pipe(pipe: Arc<pipe::Sender>) -> Self {
+        Input::Pipe {
+            pipe,
+            partial_line: false,
+        }
+    }
+
     pub fn pty(master: Arc<PtyMaster>) -> Self {
         Input::Pty {
             master,
@@ -48,8 +58,16 @@ impl Input {
 
     pub fn is_closed(&self) -> bool {
         match self {
-            Input::Pipe(_) | Input::Pty { .. } => false,
+            Input::Pipe { .. } | Input::Pty { .. } => false,
             Input::Closed | Input::Uncertain => true,
+        }
+    }
+
+    /// What was written ends in the middle of a line.
+    pub fn partial_line(&self) -> bool {
+        match self {
+            Input::Pipe { partial_line, .. } | Input::Pty { partial_line, .. } => *partial_line,
+            Input::Closed | Input::Uncertain => false,
         }
     }
 
@@ -66,7 +84,7 @@ impl Input {
 
     fn check(&self) -> Result<(), ToolError> {
         match self {
-            Input::Pipe(_) | Input::Pty { .. } => Ok(()),
+            Input::Pipe { .. } | Input::Pty { .. } => Ok(()),
             Input::Closed => Err(stdin_closed()),
             Input::Uncertain => Err(uncertain()),
         }
@@ -78,8 +96,9 @@ impl Input {
 pub(super) enum Typed<'a> {
     /// Text or keys: recorded as they are.
     Input,
-    /// The wrapper `terminal_exec` writes for this command line: recorded as the command
-    /// line and Enter, as a person would have typed it.
+    /// What `terminal_exec` types for this command line: recorded as the command line and
+    /// Enter, as a person would have typed it. The shell takes it at once, so it may take
+    /// longer than other input to drain.
     Command(&'a str),
     /// The value of this secret: recorded by name only.
     Secret(&'a str),
@@ -220,7 +239,7 @@ impl Session {
         };
         // Another write, or the session's end, may have closed stdin meanwhile.
         let (sink, bytes) = self.inspect(|s| match &s.input {
-            Input::Pipe(pipe) => Ok((Sink::Pipe(pipe.clone()), bytes.to_vec())),
+            Input::Pipe { pipe, .. } => Ok((Sink::Pipe(pipe.clone()), bytes.to_vec())),
             Input::Pty {
                 master,
                 partial_line,
@@ -241,22 +260,28 @@ impl Session {
             Input::Uncertain => Err(uncertain()),
         })?;
         let mut written = 0;
+        let bound = match typed {
+            Typed::Command(_) => EXEC_TYPING_TIMEOUT,
+            Typed::Input | Typed::Secret(_) => WRITE_DRAIN_TIMEOUT,
+        };
         let outcome = tokio::select! {
-            done = tokio::time::timeout(WRITE_DRAIN_TIMEOUT, sink.write_all(&bytes, &mut written)) => Some(done),
+            done = tokio::time::timeout(bound, sink.write_all(&bytes, &mut written)) => Some(done),
             () = cancel.cancelled() => None,
         };
         let is_pty = matches!(sink, Sink::Pty(_));
+        let sent = &bytes[..written];
+        if let (Some(feed), false) = (&self.sink, sent.is_empty()) {
+            let enter = if is_pty { "\r" } else { "\n" };
+            feed.send(match typed {
+                Typed::Input => Feed::Input(String::from_utf8_lossy(sent).into_owned()),
+                Typed::Command(line) => Feed::Input(format!("{line}{enter}")),
+                Typed::Secret(name) => Feed::Secret(name.to_owned()),
+            })
+            .await;
+        }
         // The session's end may have closed the input meanwhile: never reopen it.
         self.update(|s| {
-            s.last_activity = SystemTime::now();
-            let sent = &bytes[..written];
-            if let (Some(recording), false) = (&self.recording, sent.is_empty()) {
-                match typed {
-                    Typed::Input => recording.input(sent),
-                    Typed::Command(line) => recording.input(format!("{line}\n").as_bytes()),
-                    Typed::Secret(name) => recording.secret(name),
-                }
-            }
+            s.touched();
             let result = match outcome {
                 Some(Ok(Ok(()))) if !is_pty && close => {
                     s.input.close();
@@ -280,31 +305,30 @@ impl Session {
                     Err(uncertain())
                 }
             };
-            if let Input::Pty {
-                master,
-                partial_line,
-            } = &mut s.input
-            {
-                *partial_line = typed_partial_line(*partial_line, sent, &master.line_controls());
+            match &mut s.input {
+                Input::Pty {
+                    master,
+                    partial_line,
+                } => {
+                    *partial_line =
+                        typed_partial_line(*partial_line, sent, &master.line_controls());
+                }
+                Input::Pipe { partial_line, .. } => {
+                    if let Some(last) = sent.last() {
+                        *partial_line = *last != b'\n';
+                    }
+                }
+                Input::Closed | Input::Uncertain => {}
             }
             result.map(|()| s.input.is_closed())
         })
     }
 
     fn check_writable(&self) -> Result<(), ToolError> {
-        self.inspect(|s| {
-            if s.status.is_final() {
-                return Err(ToolError::new(
-                    ErrorCode::SessionNotRunning,
-                    format!(
-                        "the session is {}; it takes no input. Read its output, or start a \
-                         new session",
-                        s.status.as_str()
-                    ),
-                ));
-            }
-            s.input.check()
-        })
+        if self.status().is_final() {
+            return Err(self.not_running());
+        }
+        self.inspect(|s| s.input.check())
     }
 }
 

@@ -9,7 +9,7 @@ use super::Session;
 use super::state::Status;
 use crate::errors::{ErrorCode, ToolError};
 use crate::limits::{PAGE_MAX_ENTRIES, SEARCH_STEP_BYTES};
-use crate::output::{Entry, ReadError, StrippedTailSearch, TailSearch, stripper_pair};
+use crate::output::{Entry, ReadError, StrippedTailSearch, TailSearch, strip_entries};
 
 #[derive(Debug, Serialize)]
 pub struct ReadResult {
@@ -45,43 +45,35 @@ impl Session {
         if !wait.is_zero() {
             // Anything but "exactly at the end of output that may still grow" answers now.
             let cursor = self.read_start(from, strip).await;
-            self.wait_until(deadline, |s| {
-                s.output.end() != cursor || s.output_complete || s.output_incomplete
-            })
-            .await;
+            self.wait_until(deadline, |s| s.output().end() != cursor || s.output_ended())
+                .await;
         }
         let start = self.read_start(from, strip).await;
         let mut result = self.inspect(|s| {
             // A tail start evicted since it was found: the lines still retained.
+            let output = s.output();
             let cursor = match from {
                 ReadFrom::Cursor(cursor) => cursor,
-                ReadFrom::Tail(_) => start.max(s.output.base()),
+                ReadFrom::Tail(_) => start.max(output.base()),
             };
-            let page = s
-                .output
+            let page = output
                 .read(cursor, max_bytes, PAGE_MAX_ENTRIES)
-                .map_err(|e| read_error(e, cursor, s.output.end()))?;
+                .map_err(|e| read_error(e, cursor, output.end()))?;
+            let snapshot = s.settled_flags();
             Ok::<_, ToolError>(ReadResult {
                 records: page.entries,
-                base_cursor: s.output.base(),
+                base_cursor: output.base(),
                 next_cursor: page.next_cursor,
-                truncated: s.output.truncated(),
+                truncated: output.truncated(),
                 has_more: page.has_more,
-                status: s.status,
-                output_complete: s.output_complete,
-                output_incomplete: s.output_incomplete,
+                status: s.status(),
+                output_complete: snapshot.0,
+                output_incomplete: snapshot.1,
             })
         })?;
         self.acknowledge(result.next_cursor);
         if strip {
-            // One stripper per stream: a sequence split by the other stream's output is
-            // still one sequence.
-            let mut strippers = stripper_pair();
-            result.records.retain_mut(|e| {
-                let stripper = &mut strippers[e.stream as usize];
-                e.text = e.text.chars().filter(|c| stripper.keep(*c)).collect();
-                !e.text.is_empty()
-            });
+            strip_entries(&mut result.records);
         }
         Ok(result)
     }
@@ -97,10 +89,10 @@ impl Session {
             ReadFrom::Tail(lines) => lines,
         };
         if strip {
-            let mut search = self.inspect(|s| StrippedTailSearch::new(&s.output, lines));
+            let mut search = self.inspect(|s| StrippedTailSearch::new(s.output(), lines));
             while let Some(cursor) = search.next_page() {
                 let page =
-                    self.inspect(|s| s.output.read(cursor, SEARCH_STEP_BYTES, PAGE_MAX_ENTRIES));
+                    self.inspect(|s| s.output().read(cursor, SEARCH_STEP_BYTES, PAGE_MAX_ENTRIES));
                 match page {
                     Ok(page) => search.feed(&page),
                     Err(ReadError::Expired { base }) => search.evicted(base),
@@ -108,11 +100,11 @@ impl Session {
                 }
                 tokio::task::yield_now().await;
             }
-            return self.inspect(|s| search.start(s.output.base()));
+            return self.inspect(|s| search.start(s.output().base()));
         }
-        let mut search = self.inspect(|s| TailSearch::new(&s.output, lines));
+        let mut search = self.inspect(|s| TailSearch::new(s.output(), lines));
         loop {
-            if let Some(cursor) = self.inspect(|s| search.step(&s.output, SEARCH_STEP_BYTES)) {
+            if let Some(cursor) = self.inspect(|s| search.step(s.output(), SEARCH_STEP_BYTES)) {
                 return cursor;
             }
             tokio::task::yield_now().await;

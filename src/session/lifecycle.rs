@@ -1,24 +1,24 @@
 //! Starting the tasks behind a session, watching its exit, ending it on request.
 
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use nix::sys::signal::Signal;
-use tokio::io::AsyncReadExt;
-use tokio::net::unix::pipe;
+use tokio::sync::mpsc;
 use tokio::time::Instant;
 
+use super::ingest::{Reader, Source};
 use super::input::Input;
 use super::recording::{Header, Recording};
+use super::shell::{Track, install_line, new_nonce};
+use super::sink::Sink;
 use super::state::{Reason, State, Status};
-use super::{Session, Snapshot, return_memory};
+use super::{Identity, Origin, Parts, Session, Snapshot, return_memory};
 use crate::config::Mode;
-use crate::limits::{DRAIN_DEADLINE, KILL_CONFIRM, READ_CHUNK_BYTES, REDACT_HOLD_MAX};
-use crate::output::{OutputBuffer, Redactor, Screen, Stream, Utf8Decoder};
-use crate::process::{
-    Exit, ExitReceiver, PipeChild, PtyChild, PtyMaster, SessionGroups, has_exited,
-};
+use crate::limits::{DRAIN_DEADLINE, INSTALL_WITHIN, KILL_CONFIRM};
+use crate::output::{OutputBuffer, Redactor, Screen, Shape, Stream};
+use crate::process::{Exit, ExitReceiver, PipeChild, PtyChild, SessionGroups, has_exited};
 
 pub struct NewSession {
     pub id: String,
@@ -26,13 +26,20 @@ pub struct NewSession {
     pub buffer: OutputBuffer,
     /// `on_full: "pause"` rather than eviction of unread output.
     pub pause: bool,
-    pub timeout: Duration,
+    /// How long the session may run at most (`None`: as long as it is used).
+    pub timeout: Option<Duration>,
     /// End the session when no tool call named it for this long.
     pub idle_timeout: Option<Duration>,
     /// `(name, value)` of every secret the profile allows: redacted from the output.
     pub redact: Vec<(String, String)>,
     /// Record the session as an asciicast file.
     pub record: Option<RecordTo>,
+    /// The profile is a POSIX shell (`terminal_exec` runs commands in it).
+    pub shell: bool,
+    /// Capture each stream whole, from the start (`terminal_run`).
+    pub capture: Option<(Shape, usize)>,
+    /// What the live view shows of how it was started.
+    pub origin: Origin,
 }
 
 /// Where and how a session is recorded.
@@ -55,22 +62,7 @@ pub enum Spawned {
     },
 }
 
-/// Where a reader task reads from.
-enum Source {
-    Pipe(pipe::Receiver),
-    Pty(Arc<PtyMaster>),
-}
-
-impl Source {
-    async fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        match self {
-            Source::Pipe(pipe) => pipe.read(buf).await,
-            Source::Pty(master) => master.read(buf).await,
-        }
-    }
-}
-
-/// Wrap a spawned child in a session and start its readers and supervisor.
+/// Wrap a spawned child in a session and start its readers, its sink and its supervisor.
 pub fn launch(new: NewSession, spawned: Spawned) -> Arc<Session> {
     let created_at = SystemTime::now();
     // Pipe sessions are recorded as an 80×24 terminal.
@@ -97,7 +89,7 @@ pub fn launch(new: NewSession, spawned: Spawned) -> Arc<Session> {
             child.pid,
             child.exit,
             Mode::Pipe,
-            Input::Pipe(Arc::new(child.stdin)),
+            Input::pipe(Arc::new(child.stdin)),
             None,
             None,
             vec![
@@ -118,30 +110,83 @@ pub fn launch(new: NewSession, spawned: Spawned) -> Arc<Session> {
                 Mode::Pty,
                 Input::pty(master.clone()),
                 Some(master.clone()),
-                Some(Screen::new(rows, cols, emulator_cells)),
+                Some(Arc::new(Mutex::new(Screen::new(
+                    rows,
+                    cols,
+                    emulator_cells,
+                )))),
                 vec![(Source::Pty(master), Stream::Stdout)],
             )
         }
     };
-    let mut state = State::new(input, new.buffer, sources.len() as u8);
-    state.screen = screen;
-    state.pause = new.pause;
+    let nonce = new.shell.then(new_nonce);
+    let track = nonce.clone().map(|nonce| match mode {
+        Mode::Pipe => Track::wrapped(nonce),
+        Mode::Pty => Track::installing(nonce),
+    });
+    let state = State::new(input, new.buffer, sources.len() as u8)
+        .with_pause(new.pause)
+        .with_shell(track);
+    let sink = Sink::start(screen.clone(), recording.clone(), terminal.clone());
+    let mut controls = [None, None];
+    let mut receivers = Vec::new();
+    for (_, stream) in &sources {
+        let (tx, rx) = mpsc::unbounded_channel();
+        controls[*stream as usize] = Some(tx);
+        receivers.push(rx);
+    }
     let session = Arc::new(Session::new(
-        new.id,
-        new.command_id,
-        (mode, pid, created_at),
+        Identity {
+            id: new.id,
+            command_id: new.command_id,
+            mode,
+            pid,
+            created_at,
+            origin: new.origin,
+        },
         state,
-        terminal,
-        recording,
+        Parts {
+            terminal,
+            screen,
+            recording,
+            sink,
+            controls,
+        },
     ));
+    if let Some((shape, max_bytes)) = new.capture {
+        let mut captures = session.captures();
+        captures.arm(Stream::Stdout, shape, max_bytes, true);
+        captures.arm(Stream::Stderr, shape, max_bytes, true);
+    }
+    let install_until = Instant::now() + INSTALL_WITHIN;
     let readers = sources
         .into_iter()
-        .map(|(source, stream)| {
-            let redactor = Redactor::new(&new.redact);
-            tokio::spawn(read_output(session.clone(), source, stream, redactor))
+        .zip(receivers)
+        .map(|((source, stream), controls)| {
+            let mut reader = Reader::new(
+                session.clone(),
+                (source, stream),
+                Redactor::new(&new.redact),
+                controls,
+            );
+            if let (Some(nonce), Stream::Stdout) = (&nonce, stream) {
+                reader = reader.with_marks(nonce);
+                if mode == Mode::Pty {
+                    reader = reader.installing(install_until);
+                }
+            }
+            tokio::spawn(reader.run())
         })
         .collect();
     *session.readers.lock().unwrap_or_else(|e| e.into_inner()) = readers;
+    if let (Some(nonce), Mode::Pty) = (&nonce, mode) {
+        let installer = session.clone();
+        let line = format!("{}\n", install_line(nonce));
+        tokio::spawn(async move {
+            let never = tokio_util::sync::CancellationToken::new();
+            let _ = installer.send(line.as_bytes(), false, &never).await;
+        });
+    }
     tokio::spawn(supervise(
         session.clone(),
         exit,
@@ -151,108 +196,12 @@ pub fn launch(new: NewSession, spawned: Spawned) -> Arc<Session> {
     session
 }
 
-/// Decode one source, redact it, and deliver it (`deliver`) until EOF. A read error ends
-/// the source like EOF.
-async fn read_output(
-    session: Arc<Session>,
-    mut source: Source,
-    stream: Stream,
-    mut redactor: Option<Redactor>,
-) {
-    let mut bytes = vec![0u8; READ_CHUNK_BYTES];
-    let mut decoder = Utf8Decoder::default();
-    let mut decoded = String::new();
-    let mut text = String::new();
-    // Since when the redactor holds back a possible start of a secret's value.
-    let mut held_since: Option<Instant> = None;
-    loop {
-        let read = match held_since {
-            Some(since) => tokio::select! {
-                read = source.read(&mut bytes) => Some(read),
-                () = tokio::time::sleep_until(since + REDACT_HOLD_MAX) => None,
-            },
-            None => Some(source.read(&mut bytes).await),
-        };
-        decoded.clear();
-        text.clear();
-        let out = match read {
-            Some(Ok(0) | Err(_)) => break,
-            Some(Ok(n)) => {
-                decoder.push(&bytes[..n], &mut decoded);
-                redacted(&mut redactor, &decoded, &mut text)
-            }
-            // Nothing decided the held-back text in time: it is output as it is.
-            None => {
-                if let Some(r) = redactor.as_mut() {
-                    r.flush(&mut text);
-                }
-                &text
-            }
-        };
-        held_since = match redactor.as_ref() {
-            Some(r) if r.holding() => held_since.or_else(|| Some(Instant::now())),
-            _ => None,
-        };
-        if !deliver(&session, &source, stream, out).await {
-            return;
-        }
-    }
-    decoded.clear();
-    text.clear();
-    decoder.finish(&mut decoded);
-    let out = match redactor.as_mut() {
-        // What the redactor still holds back ends here too.
-        Some(r) => {
-            r.push(&decoded, &mut text);
-            r.flush(&mut text);
-            &text
-        }
-        None => &decoded,
-    };
-    if deliver(&session, &source, stream, out).await {
-        session.update(|s| s.open_streams -= 1);
-    }
-}
-
-/// The redaction stage: `decoded` with every allowed secret's value replaced (in `out`),
-/// or `decoded` itself when the session has no secrets to redact.
-fn redacted<'a>(redactor: &mut Option<Redactor>, decoded: &'a str, out: &'a mut String) -> &'a str {
-    match redactor.as_mut() {
-        Some(r) => {
-            r.push(decoded, out);
-            out
-        }
-        None => decoded,
-    }
-}
-
-/// Output text (already redacted) enters the screen, answering the program's terminal
-/// queries, and the buffer; with `on_full: "pause"` what does not fit waits (`hold`).
-/// False when the session was discarded meanwhile.
-async fn deliver(session: &Session, source: &Source, stream: Stream, text: &str) -> bool {
-    if text.is_empty() {
-        return true;
-    }
-    let (replies, taken) = session.update(|s| {
-        let replies = s.screen.as_mut().map(|screen| screen.feed(text.as_bytes()));
-        // Under the state lock, so the recording keeps the buffer's order of the streams.
-        if let Some(recording) = &session.recording {
-            recording.output(text);
-        }
-        (replies.unwrap_or_default(), s.store(stream, text))
-    });
-    if let (Source::Pty(master), false) = (source, replies.is_empty()) {
-        master.try_write(&replies);
-    }
-    session.hold(stream, &text[taken..]).await
-}
-
 /// Wait for the leader's exit (ending the session at its timeout), then make it final:
 /// kill what remains of its process group and drain the pipes.
 async fn supervise(
     session: Arc<Session>,
     mut exit: ExitReceiver,
-    timeout: Duration,
+    timeout: Option<Duration>,
     idle_timeout: Option<Duration>,
 ) {
     let exit = tokio::select! {
@@ -261,7 +210,7 @@ async fn supervise(
             tracing::info!(session = %session.id, "{why}");
             let ending = session.clone();
             tokio::spawn(async move {
-                ending.terminate(Reason::Timeout, crate::limits::GRACE_DEFAULT_MS).await;
+                ending.end(Reason::Timeout, Some(why), crate::limits::GRACE_DEFAULT_MS).await;
             });
             exit.await
         }
@@ -279,25 +228,19 @@ async fn supervise(
     };
     let status = match exit {
         Ok(exit) => session.update(|s| {
-            s.exit = Some(exit);
-            let status = if s.reason.is_some() {
-                Status::Terminated
-            } else {
-                Status::Exited
-            };
-            s.finish(status);
-            s.status
+            s.exited(exit);
+            s.status()
         }),
         // The reaper is gone: nothing can tell us how the process ends.
         Err(_) => session.update(|s| {
             s.finish(Status::Failed);
-            s.status
+            s.status()
         }),
     };
-    // Descendants left in the session must not linger or hold the pipes open.
+    // Descendants left in the session must not linger or hold the pipes.
     session.groups().await.signal(&[Signal::SIGKILL]);
     drop(leader);
-    session.update(|s| s.input.close());
+    session.update(|s| s.close_input());
     tracing::info!(session = %session.id, pid = session.pid, status = status.as_str(), "process ended");
 
     let drained = session.drain().await;
@@ -312,20 +255,21 @@ async fn supervise(
         }
         tracing::warn!(session = %session.id, "output incomplete: a pipe stayed open past the drain deadline");
     }
-    session.update(|s| {
-        s.output_complete = drained;
-        s.output_incomplete = !drained;
-    });
-    if let Some(recording) = &session.recording {
-        recording.close(&closing);
+    if let Some(sink) = &session.sink {
+        sink.close(closing).await;
     }
+    session.update(|s| s.output_settled(drained));
     // The readers and their read buffers are gone.
     return_memory();
 }
 
 /// Completes when the session has run for `timeout`, or (with `idle_timeout`) when no
 /// tool call has named it for that long; says which.
-async fn expiry(session: &Session, timeout: Duration, idle_timeout: Option<Duration>) -> String {
+async fn expiry(
+    session: &Session,
+    timeout: Option<Duration>,
+    idle_timeout: Option<Duration>,
+) -> String {
     let idle = async {
         let Some(idle) = idle_timeout else {
             return std::future::pending().await;
@@ -334,7 +278,7 @@ async fn expiry(session: &Session, timeout: Duration, idle_timeout: Option<Durat
             let due = session.named_at() + idle;
             if Instant::now() < due {
                 tokio::time::sleep_until(due).await;
-            } else if session.shell.try_lock().is_err() {
+            } else if session.exec_running() {
                 // A command running in the shell is not idleness.
                 session.touch();
             } else {
@@ -342,43 +286,25 @@ async fn expiry(session: &Session, timeout: Duration, idle_timeout: Option<Durat
             }
         }
     };
+    let lifetime = async {
+        match timeout {
+            Some(timeout) => tokio::time::sleep(timeout).await,
+            None => std::future::pending().await,
+        }
+    };
     tokio::select! {
-        () = tokio::time::sleep(timeout) => format!("timeout after {} ms", timeout.as_millis()),
+        () = lifetime => format!(
+            "its timeout_ms of {} ms passed",
+            timeout.unwrap_or_default().as_millis()
+        ),
         () = idle => format!(
-            "idle timeout: no tool call named the session for {} ms",
+            "no tool call named it for its idle_timeout_ms of {} ms",
             idle_timeout.unwrap_or_default().as_millis()
         ),
     }
 }
 
 impl Session {
-    /// Wait until a reader can store `rest` (a client acknowledged output, making room),
-    /// storing it as it fits; meanwhile the reader reads nothing, so the child blocks in
-    /// its `write`. False when the record was discarded first (the rest is dropped).
-    async fn hold(&self, stream: Stream, mut rest: &str) -> bool {
-        while !rest.is_empty() {
-            // Stored and acknowledged read under one lock: an acknowledgement that comes
-            // after this store changes `acknowledged` from `seen`, so none is missed.
-            let (taken, seen, discarded) = self.update(|s| {
-                if s.discarded {
-                    s.holding[stream as usize] = false;
-                    (0, s.acknowledged, true)
-                } else {
-                    (s.store(stream, rest), s.acknowledged, false)
-                }
-            });
-            if discarded {
-                return false;
-            }
-            rest = &rest[taken..];
-            if !rest.is_empty() {
-                self.wait_for(|s| s.acknowledged != seen || s.discarded)
-                    .await;
-            }
-        }
-        true
-    }
-
     /// Wait for the readers to reach EOF after the process ended: true if they did within
     /// the drain deadline. Time a reader spends paused does not count: its output waits
     /// for the client, not for an escaped descendant.
@@ -386,15 +312,16 @@ impl Session {
         loop {
             let deadline = Instant::now() + DRAIN_DEADLINE;
             if !self
-                .wait_until(deadline, |s| s.open_streams == 0 || s.paused())
+                .wait_until(deadline, |s| s.open_streams() == 0 || s.paused())
                 .await
             {
                 return false;
             }
-            if self.inspect(|s| s.open_streams == 0) {
+            if self.inspect(|s| s.open_streams() == 0) {
                 return true;
             }
-            self.wait_for(|s| s.open_streams == 0 || !s.paused()).await;
+            self.wait_for(|s| s.open_streams() == 0 || !s.paused())
+                .await;
         }
     }
 
@@ -402,34 +329,28 @@ impl Session {
     /// be evicted, and a reader holding output stores it and reads on. Every result that
     /// returns a `next_cursor` (or an end cursor) acknowledges it.
     pub fn acknowledge(&self, cursor: u64) {
-        if self.inspect(|s| s.pause && cursor > s.acknowledged) {
-            self.update(|s| s.acknowledged = s.acknowledged.max(cursor));
+        if self.inspect(|s| s.pause() && cursor > s.acknowledged()) {
+            self.update(|s| s.acknowledge(cursor));
         }
     }
 
     /// The record is gone: readers holding output drop it and end.
     pub(super) fn discard(&self) {
-        self.update(|s| s.discarded = true);
+        self.update(|s| s.discard());
     }
 
     /// End the session: SIGTERM to the group, `grace_ms`, SIGKILL, confirm. Idempotent:
     /// a final session is returned unchanged, and a second caller waits for the first.
     pub async fn terminate(&self, reason: Reason, grace_ms: u64) -> Snapshot {
+        self.end(reason, None, grace_ms).await
+    }
+
+    /// `terminate`, saying why in words (kept for errors about the final session).
+    async fn end(&self, reason: Reason, why: Option<String>, grace_ms: u64) -> Snapshot {
         // A process that already ended on its own (not yet recorded by the supervisor)
         // ended without controller action: it stays EXITED, not TERMINATED.
         let exited = has_exited(self.pid);
-        let first = self.update(|s| match s.status {
-            Status::Running if !exited => {
-                s.status = Status::Terminating;
-                s.reason = Some(reason);
-                true
-            }
-            Status::Running
-            | Status::Terminating
-            | Status::Exited
-            | Status::Terminated
-            | Status::Failed => false,
-        });
+        let first = !exited && self.update(|s| s.begin_ending(reason, why));
         let grace = Duration::from_millis(grace_ms);
         if !first {
             self.wait_final(grace + KILL_CONFIRM).await;
@@ -470,7 +391,7 @@ impl Session {
     async fn settled_snapshot(&self) -> Snapshot {
         let settle = DRAIN_DEADLINE + DRAIN_DEADLINE;
         self.wait_until(Instant::now() + settle, |s| {
-            !s.status.is_final() || s.output_complete || s.output_incomplete || s.paused()
+            !s.status().is_final() || s.output_ended() || s.paused()
         })
         .await;
         self.snapshot()
@@ -530,10 +451,13 @@ mod tests {
             command_id: "c".into(),
             buffer: OutputBuffer::new(1 << 16, 1024),
             pause: false,
-            timeout: Duration::from_secs(600),
+            timeout: Some(Duration::from_secs(600)),
             idle_timeout: None,
             redact: Vec::new(),
             record: None,
+            shell: false,
+            capture: None,
+            origin: Origin::default(),
         };
         launch(new, Spawned::Pipes(child))
     }
@@ -557,12 +481,7 @@ mod tests {
     /// Wait until `pid` has ended: it holds the session's pipes, so this follows soon
     /// after the output is complete.
     async fn ended(pid: i32) {
-        let dead = || {
-            std::fs::read_to_string(format!("/proc/{pid}/stat")).map_or(true, |stat| {
-                stat.rsplit_once(')')
-                    .is_some_and(|(_, s)| s.starts_with(" Z"))
-            })
-        };
+        let dead = || crate::process::procfs::stat(pid).is_none_or(|s| s.state == 'Z');
         let waited = tokio::time::timeout(Duration::from_secs(60), async {
             while !dead() {
                 tokio::task::yield_now().await;
@@ -602,10 +521,9 @@ mod tests {
             let session = start(&reaper, "sleep 1000 & echo \"job $!\"; read line").await;
             let job = job_pid(&session).await;
             let before = scans();
-            session.update(|s| s.input.close());
-            let complete = session.wait_until(Instant::now() + Duration::from_secs(60), |s| {
-                s.output_complete
-            });
+            session.update(|s| s.close_input());
+            let complete =
+                session.wait_until(Instant::now() + Duration::from_secs(60), |s| s.settled());
             assert!(complete.await, "the leader ended on EOF");
             assert_eq!(session.snapshot().status, Status::Exited);
             assert_eq!(scans() - before, 1);

@@ -8,11 +8,11 @@ use std::time::Duration;
 
 use super::lifecycle::{NewSession, RecordTo, Spawned, launch};
 use super::state::Reason;
-use super::{Session, Snapshot};
+use super::{Origin, Session, Snapshot};
 use crate::config::{Config, Mode, OnFull, Shell};
 use crate::errors::{ErrorCode, ToolError};
 use crate::limits::{MAX_CLIENT_ENV, MAX_ENV_ENTRY_BYTES, SHUTDOWN_GRACE, SPAWN_DEADLINE};
-use crate::output::OutputBuffer;
+use crate::output::{OutputBuffer, Shape};
 use crate::policy::{BASE_ENV, TAG_VAR, denied_env_name, resolve_cwd};
 use crate::process::{Reaper, SpawnError, SpawnSpec, session_tag, spawn_pipes, spawn_pty};
 
@@ -26,6 +26,9 @@ pub struct StartRequest {
     pub cwd: Option<String>,
     pub env: BTreeMap<String, String>,
     pub timeout_ms: Option<u64>,
+    /// Capture each stream whole as it arrives, shaped so, within this many bytes each
+    /// (`terminal_run`).
+    pub capture: Option<(Shape, usize)>,
 }
 
 pub struct Sessions {
@@ -190,9 +193,18 @@ impl Sessions {
         let id = new_session_id();
         // Last, so neither the profile nor the client can change it.
         env.insert(TAG_VAR.into(), session_tag(&self.instance, &id));
-        let timeout_ms = request
-            .timeout_ms
-            .unwrap_or(config.limits.default_timeout_ms);
+        // A shell lives as long as it is used (its idle timeout ends it); anything else
+        // for the default timeout unless the client asks otherwise.
+        let timeout_ms = match (request.timeout_ms, profile.shell) {
+            (Some(ms), _) => Some(ms),
+            (None, Some(Shell::Posix)) => None,
+            (None, None) => Some(config.limits.default_timeout_ms),
+        };
+        let origin = Origin {
+            argv: profile.argv.clone(),
+            cwd: cwd.path.display().to_string(),
+            env_names: request.env.keys().cloned().collect(),
+        };
 
         // The limits are checked and a place reserved under the admission lock; the spawn,
         // which may block, runs after it is released.
@@ -237,8 +249,11 @@ impl Sessions {
                 command_id: request.command_id.clone(),
                 buffer: OutputBuffer::new(config.limits.buffer_bytes, config.limits.buffer_records),
                 pause: profile.on_full == OnFull::Pause,
-                timeout: Duration::from_millis(timeout_ms),
+                timeout: timeout_ms.map(Duration::from_millis),
                 idle_timeout: profile.idle_timeout_ms.map(Duration::from_millis),
+                shell: profile.shell.is_some(),
+                capture: request.capture,
+                origin,
                 redact: profile
                     .allowed_secrets
                     .iter()
@@ -338,7 +353,6 @@ impl Sessions {
         let us = |d: std::time::Duration| u64::try_from(d.as_micros()).unwrap_or(u64::MAX);
         tracing::info!(
             longest_lock_hold_us = us(locks.longest),
-            longest_lock_hold_cpu_us = us(locks.longest_cpu),
             lock_holds_over_1ms = locks.over_a_millisecond,
             "session state locks"
         );

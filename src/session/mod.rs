@@ -1,41 +1,60 @@
 //! Sessions: one started process, its output and its lifecycle.
 //!
-//! Flow at a glance: `Sessions::start` spawns the profile's argv and creates a `Session`;
-//! two reader tasks decode the child's stdout/stderr into the output buffer; a supervisor
-//! task waits for the exit (or the session timeout), kills what is left of the process
+//! Flow at a glance: `Sessions::start` spawns the profile's argv and `launch` creates a
+//! `Session`; a reader task per stream (`ingest`) decodes the child's output, takes out the
+//! shell integration's marks, redacts secrets and delivers the text to the buffer, to the
+//! capture of a running command and to the sink thread (`sink`: emulator and recording); a
+//! supervisor task waits for the exit (or a timeout), kills what is left of the process
 //! group, drains the pipes within a deadline and marks the output complete or incomplete.
-//! Every state change wakes waiters through one watch channel, so reads that wait are
-//! woken by events, never by polling.
+//! Every state change wakes waiters through one watch channel, so reads that wait are woken
+//! by events, never by polling.
+//!
+//! Where things live: `state` (what the lock guards, and its operations), `ingest` (the
+//! readers), `input` (writes), `io` (reads by cursor), `wait` (`terminal_wait`), `shell`
+//! (the persistent shell and `terminal_exec`), `run` (`terminal_run`), `capture` (a
+//! command's output as it arrives), `terminal` (screen, resize, signals), `view` (what the
+//! live view reads), `lifecycle` (start, supervise, terminate), `manager` (the table).
 
-mod exec;
+mod capture;
+mod ingest;
 mod input;
 mod io;
 mod lifecycle;
 mod manager;
+mod pages;
 mod recording;
 mod run;
+mod shell;
+mod sink;
 mod state;
 mod terminal;
 mod view;
 mod wait;
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime};
 
-use tokio::sync::watch;
+use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 pub use io::ReadFrom;
 pub use manager::{Sessions, StartRequest};
+pub use run::RunResult;
+pub use shell::{Command, ExecRequest, ExecResult, OnTimeout};
 pub use state::{Reason, Snapshot, Status};
 pub use terminal::Target;
 pub use wait::{Streams, WaitRequest};
 
 use crate::config::Mode;
+use crate::output::Screen;
 use crate::process::{PtyMaster, SessionGroups};
-use state::{Identity, State};
+use capture::Captures;
+use ingest::Control;
+use recording::Recording;
+use sink::Sink;
+use state::State;
 
 pub struct Session {
     pub id: String,
@@ -43,74 +62,106 @@ pub struct Session {
     pub mode: Mode,
     pub pid: i32,
     created_at: SystemTime,
+    origin: Origin,
+    /// The session's state. The rule of this lock: only `State`'s own operations run under
+    /// it (each O(1) or bounded by one read's text; no I/O, no emulator, no scan of the
+    /// buffer), and only through `inspect` (look) and `update` (change, then wake every
+    /// waiter). Nothing else can reach the state, so nothing else can forget to wake.
     state: Mutex<State>,
     changed: watch::Sender<()>,
     /// Held through a write: writes to one session are serialised.
     writing: tokio::sync::Mutex<()>,
-    /// The terminal of a PTY session (for resizing).
+    /// The terminal of a PTY session.
     terminal: Option<Arc<PtyMaster>>,
+    /// A PTY session's emulator, fed by the sink thread (its own lock: `terminal_screen`
+    /// never waits for the state, nor the state for the emulator).
+    screen: Option<Arc<Mutex<Screen>>>,
     readers: Mutex<Vec<JoinHandle<()>>>,
-    /// Held by a running `terminal_exec`: one command at a time per shell.
-    shell: tokio::sync::Mutex<exec::ShellState>,
+    /// Requests to the reader of each stream.
+    controls: [Option<mpsc::UnboundedSender<Control>>; 2],
+    /// What the running command (or a one-shot run) printed, kept as it arrives.
+    captures: Mutex<Captures>,
+    /// The emulator and the recording, fed off the async workers.
+    sink: Option<Sink>,
+    /// Held by a reader from storing a piece to queueing it for the sink, so the sink sees
+    /// the buffer's order of the streams.
+    order: tokio::sync::Mutex<()>,
+    /// Held by a running `terminal_exec` call: one at a time per shell.
+    exec: tokio::sync::Mutex<shell::Calls>,
     /// When a tool call last named this session (for `idle_timeout_ms`).
     named_at: Mutex<Instant>,
     /// The asciicast recording, when the owner records this profile.
-    recording: Option<Arc<recording::Recording>>,
+    recording: Option<Arc<Recording>>,
     /// The process groups to signal, found once when termination first needs them.
     groups: tokio::sync::OnceCell<SessionGroups>,
     /// Declared last, so dropped after everything above.
     _returns_memory: ReturnMemory,
 }
 
+/// How a session was started, as the live view shows it (never an environment value).
+#[derive(Debug, Clone, Default)]
+pub struct Origin {
+    pub argv: Vec<String>,
+    pub cwd: String,
+    /// Names of the variables the client set.
+    pub env_names: Vec<String>,
+}
+
+/// Who a new session is.
+struct Identity {
+    id: String,
+    command_id: String,
+    mode: Mode,
+    pid: i32,
+    created_at: SystemTime,
+    origin: Origin,
+}
+
+/// What a new session is made of, besides its state.
+struct Parts {
+    terminal: Option<Arc<PtyMaster>>,
+    screen: Option<Arc<Mutex<Screen>>>,
+    recording: Option<Arc<Recording>>,
+    sink: Option<Sink>,
+    controls: [Option<mpsc::UnboundedSender<Control>>; 2],
+}
+
 /// How long session state locks were held, over every session of this server: each step
-/// taken under the lock is bounded (a page, a search step), and this is how the bound is
-/// checked on a real run (the shutdown log line reports it). Both the time that passed
-/// (which on a loaded machine includes the holder being preempted) and the CPU time the
-/// holder spent (the work done under the lock).
+/// taken under the lock is bounded, and this is how the bound is checked on a real run (the
+/// shutdown log line reports it). On a loaded machine it includes the holder being
+/// preempted.
 pub struct LockHolds {
     longest_ns: AtomicU64,
-    longest_cpu_ns: AtomicU64,
     over_a_millisecond: AtomicU64,
 }
 
 pub static LOCK_HOLDS: LockHolds = LockHolds {
     longest_ns: AtomicU64::new(0),
-    longest_cpu_ns: AtomicU64::new(0),
     over_a_millisecond: AtomicU64::new(0),
 };
 
 /// Summary of the lock holds so far.
 pub struct LockSummary {
     pub longest: Duration,
-    pub longest_cpu: Duration,
-    /// Holds that took more than 1 ms of time (not of CPU).
+    /// Holds that took more than 1 ms.
     pub over_a_millisecond: u64,
 }
 
 impl LockHolds {
-    fn note(&self, held: Duration, cpu: Duration) {
-        let ns = |d: Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
-        self.longest_ns.fetch_max(ns(held), Ordering::Relaxed);
-        self.longest_cpu_ns.fetch_max(ns(cpu), Ordering::Relaxed);
+    fn note(&self, held: Duration) {
+        let ns = u64::try_from(held.as_nanos()).unwrap_or(u64::MAX);
+        self.longest_ns.fetch_max(ns, Ordering::Relaxed);
         if held > Duration::from_millis(1) {
             self.over_a_millisecond.fetch_add(1, Ordering::Relaxed);
         }
     }
 
     pub fn summary(&self) -> LockSummary {
-        let load = |a: &AtomicU64| Duration::from_nanos(a.load(Ordering::Relaxed));
         LockSummary {
-            longest: load(&self.longest_ns),
-            longest_cpu: load(&self.longest_cpu_ns),
+            longest: Duration::from_nanos(self.longest_ns.load(Ordering::Relaxed)),
             over_a_millisecond: self.over_a_millisecond.load(Ordering::Relaxed),
         }
     }
-}
-
-/// CPU time of the calling thread.
-fn thread_cpu_time() -> Duration {
-    nix::time::clock_gettime(nix::time::ClockId::CLOCK_THREAD_CPUTIME_ID)
-        .map_or(Duration::ZERO, Duration::from)
 }
 
 /// Dropped after the rest of a session (its output buffer, screen): returns the freed heap.
@@ -134,68 +185,93 @@ fn return_memory() {
 
 impl Session {
     /// A session over `state`, its readers and supervisor not yet started.
-    fn new(
-        id: String,
-        command_id: String,
-        (mode, pid, created_at): (Mode, i32, SystemTime),
-        state: State,
-        terminal: Option<Arc<PtyMaster>>,
-        recording: Option<Arc<recording::Recording>>,
-    ) -> Self {
+    fn new(identity: Identity, state: State, parts: Parts) -> Self {
         Session {
-            id,
-            command_id,
-            mode,
-            pid,
-            created_at,
+            id: identity.id,
+            command_id: identity.command_id,
+            mode: identity.mode,
+            pid: identity.pid,
+            created_at: identity.created_at,
+            origin: identity.origin,
             state: Mutex::new(state),
             changed: watch::Sender::new(()),
             writing: tokio::sync::Mutex::new(()),
-            terminal,
+            terminal: parts.terminal,
+            screen: parts.screen,
             readers: Mutex::new(Vec::new()),
-            shell: tokio::sync::Mutex::default(),
+            controls: parts.controls,
+            captures: Mutex::default(),
+            sink: parts.sink,
+            order: tokio::sync::Mutex::new(()),
+            exec: tokio::sync::Mutex::default(),
             named_at: Mutex::new(Instant::now()),
-            recording,
+            recording: parts.recording,
             groups: tokio::sync::OnceCell::new(),
             _returns_memory: ReturnMemory,
         }
     }
 
+    /// A session over `state` alone, with no process behind it (for tests of the parts
+    /// that only look at the state).
+    #[cfg(test)]
+    fn bare(state: State) -> Self {
+        let identity = Identity {
+            id: "s".into(),
+            command_id: "c".into(),
+            mode: Mode::Pipe,
+            pid: 1,
+            created_at: SystemTime::now(),
+            origin: Origin::default(),
+        };
+        let parts = Parts {
+            terminal: None,
+            screen: None,
+            recording: None,
+            sink: None,
+            controls: [None, None],
+        };
+        Session::new(identity, state, parts)
+    }
+
     /// Apply a change to the state and wake every waiter.
     fn update<R>(&self, change: impl FnOnce(&mut State) -> R) -> R {
-        let result = self.locked(change);
+        let began = std::time::Instant::now();
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let result = change(&mut state);
+        drop(state);
+        LOCK_HOLDS.note(began.elapsed());
         self.changed.send_replace(());
         result
     }
 
     /// Look at the state without waking anyone.
     fn inspect<R>(&self, look: impl FnOnce(&State) -> R) -> R {
-        self.locked(|s| look(s))
+        let began = std::time::Instant::now();
+        let state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let result = look(&state);
+        drop(state);
+        LOCK_HOLDS.note(began.elapsed());
+        result
     }
 
-    /// Run `work` under the state lock, noting how long the lock was held.
-    fn locked<R>(&self, work: impl FnOnce(&mut State) -> R) -> R {
-        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        let (began, cpu_began) = (std::time::Instant::now(), thread_cpu_time());
-        let result = work(&mut state);
-        let (held, cpu) = (began.elapsed(), thread_cpu_time().saturating_sub(cpu_began));
-        drop(state);
-        LOCK_HOLDS.note(held, cpu);
-        result
+    /// The captures of the running command's output (their own lock, taken by the readers
+    /// for each piece they deliver).
+    fn captures(&self) -> MutexGuard<'_, Captures> {
+        self.captures.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     pub fn snapshot(&self) -> Snapshot {
         let hidden = self.terminal.as_ref().is_some_and(|t| t.input_hidden());
         self.inspect(|s| {
-            let mut snapshot = state::snapshot(&self.identity(), s);
-            snapshot.input_hidden = hidden && !s.status.is_final();
+            let mut snapshot = state::snapshot(&self.names(), s);
+            snapshot.input_hidden = hidden && !s.status().is_final();
             snapshot.recording = self.recording.as_ref().map(|r| r.name().to_owned());
             snapshot
         })
     }
 
-    fn identity(&self) -> Identity<'_> {
-        Identity {
+    fn names(&self) -> state::Names<'_> {
+        state::Names {
             session_id: &self.id,
             command_id: &self.command_id,
             mode: self.mode,
@@ -205,7 +281,7 @@ impl Session {
     }
 
     pub fn status(&self) -> Status {
-        self.inspect(|s| s.status)
+        self.inspect(|s| s.status())
     }
 
     /// Wait until `done` holds or `deadline` passes; true if it holds.
@@ -233,7 +309,7 @@ impl Session {
     }
 
     async fn wait_final(&self, within: Duration) -> bool {
-        self.wait_until(Instant::now() + within, |s| s.status.is_final())
+        self.wait_until(Instant::now() + within, |s| s.status().is_final())
             .await
     }
 
@@ -248,6 +324,16 @@ impl Session {
 
     /// Final and past its retention period.
     fn expired(&self, retention: Duration) -> bool {
-        self.inspect(|s| s.final_at.is_some_and(|at| at.elapsed() >= retention))
+        self.inspect(|s| s.final_since().is_some_and(|at| at.elapsed() >= retention))
+    }
+
+    /// A `terminal_exec` call is waiting, or a command it typed still runs: not idleness.
+    fn exec_running(&self) -> bool {
+        self.exec.try_lock().is_err()
+            || self.inspect(|s| {
+                s.shell()
+                    .and_then(|shell| shell.current())
+                    .is_some_and(|c| c.ended.is_none())
+            })
     }
 }

@@ -2,9 +2,9 @@
 //! event — `[seconds, "o", text]` output (already redacted), `"i"` input, `"r"` a resize,
 //! `"m"` a marker (a secret's name in place of its value, the end of the session).
 //!
-//! Events are buffered and flushed at most `RECORDING_FLUSH_EVERY` after the first
-//! unflushed one (by a task woken by that event, not a polling timer) and at the end, so a
-//! killed server leaves a valid file up to its last flush. A file is capped at
+//! Events are buffered; the session's sink thread (`sink.rs`), which writes them, flushes at
+//! most `RECORDING_FLUSH_EVERY` after the first unflushed one and at the end, so a killed
+//! server leaves a valid file up to its last flush. A file is capped at
 //! `RECORDING_MAX_BYTES`: a `recording truncated` marker ends it and the session goes on
 //! unrecorded. A write failure is reported once on stderr and stops only the recording.
 
@@ -16,9 +16,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use serde_json::json;
-use tokio::sync::Notify;
 
-use crate::limits::{RECORDING_FLUSH_EVERY, RECORDING_MAX_BYTES};
+use crate::limits::RECORDING_MAX_BYTES;
 
 /// What the header says of the session.
 pub struct Header<'a> {
@@ -36,7 +35,6 @@ pub struct Recording {
     path: PathBuf,
     started: Instant,
     file: Mutex<Writer>,
-    unflushed: Notify,
 }
 
 struct Writer {
@@ -103,10 +101,9 @@ impl Recording {
         Some(Recording::writing(name, path, out, line.len() as u64 + 1))
     }
 
-    /// A recording that goes on writing to `out` (`bytes` already written), with its
-    /// flushing task.
+    /// A recording that goes on writing to `out` (`bytes` already written).
     fn writing(name: String, path: PathBuf, out: BufWriter<File>, bytes: u64) -> Arc<Recording> {
-        let recording = Arc::new(Recording {
+        Arc::new(Recording {
             name,
             path,
             started: Instant::now(),
@@ -115,10 +112,7 @@ impl Recording {
                 bytes,
                 dirty: false,
             }),
-            unflushed: Notify::new(),
-        });
-        tokio::spawn(flush_after_events(recording.clone()));
-        recording
+        })
     }
 
     /// The file name (in `recordings_dir`).
@@ -150,8 +144,6 @@ impl Recording {
         if let Some(mut out) = w.out.take() {
             self.finish(&mut out);
         }
-        drop(w);
-        self.unflushed.notify_one();
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Writer> {
@@ -188,14 +180,15 @@ impl Recording {
             return;
         }
         w.bytes += line.len() as u64 + 1;
-        if !w.dirty {
-            w.dirty = true;
-            drop(guard);
-            self.unflushed.notify_one();
-        }
+        w.dirty = true;
     }
 
-    fn flush(&self) {
+    /// Events were written since the last flush.
+    pub fn dirty(&self) -> bool {
+        self.lock().dirty
+    }
+
+    pub fn flush(&self) {
         let mut w = self.lock();
         w.dirty = false;
         if let Some(out) = w.out.as_mut()
@@ -217,21 +210,9 @@ impl Recording {
         tracing::warn!(file = %self.path.display(), "writing the recording failed; it stops here and the session goes on");
     }
 
+    #[cfg(test)]
     fn closed(&self) -> bool {
         self.lock().out.is_none()
-    }
-}
-
-/// Flush a recording `RECORDING_FLUSH_EVERY` after each first unflushed event, until it
-/// is closed (`close` wakes it one last time).
-async fn flush_after_events(recording: Arc<Recording>) {
-    loop {
-        recording.unflushed.notified().await;
-        if recording.closed() {
-            return;
-        }
-        tokio::time::sleep(RECORDING_FLUSH_EVERY).await;
-        recording.flush();
     }
 }
 
@@ -260,8 +241,8 @@ mod tests {
             .collect()
     }
 
-    #[tokio::test]
-    async fn events_follow_the_header_and_the_file_is_private() {
+    #[test]
+    fn events_follow_the_header_and_the_file_is_private() {
         let dir = tempfile::tempdir().unwrap();
         let argv = vec!["/bin/prog".to_owned(), "arg".to_owned()];
         let at = UNIX_EPOCH + std::time::Duration::from_secs(1_764_583_628);
@@ -302,8 +283,8 @@ mod tests {
         assert!(lines[1..].iter().all(|e| e[0].as_f64().is_some()));
     }
 
-    #[tokio::test]
-    async fn a_file_at_its_cap_ends_with_a_marker_and_the_rest_is_not_recorded() {
+    #[test]
+    fn a_file_at_its_cap_ends_with_a_marker_and_the_rest_is_not_recorded() {
         let dir = tempfile::tempdir().unwrap();
         let argv = vec!["/bin/prog".to_owned()];
         let r = Recording::create(dir.path(), &header(&argv, SystemTime::now())).unwrap();
@@ -328,8 +309,8 @@ mod tests {
     }
 
     /// A full disk (`/dev/full` fails every write) ends the recording, not the caller.
-    #[tokio::test]
-    async fn a_failing_disk_stops_only_the_recording() {
+    #[test]
+    fn a_failing_disk_stops_only_the_recording() {
         let full = std::fs::OpenOptions::new()
             .write(true)
             .open("/dev/full")
@@ -349,8 +330,8 @@ mod tests {
         assert!(r.closed());
     }
 
-    #[tokio::test]
-    async fn a_recording_that_cannot_be_created_leaves_the_session_unrecorded() {
+    #[test]
+    fn a_recording_that_cannot_be_created_leaves_the_session_unrecorded() {
         let argv = vec!["/bin/prog".to_owned()];
         let missing = Path::new("/nonexistent/recordings");
         assert!(Recording::create(missing, &header(&argv, SystemTime::now())).is_none());

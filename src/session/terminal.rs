@@ -4,8 +4,9 @@
 use nix::sys::signal::Signal;
 
 use super::Session;
+use super::sink::Feed;
 use crate::errors::{ErrorCode, ToolError};
-use crate::limits::CAP_TOTAL_EMULATOR_CELLS;
+use crate::limits::{CAP_TOTAL_EMULATOR_CELLS, SCREEN_CATCH_UP};
 use crate::output::{Screen, ScreenView};
 use crate::process::{signal_group, signal_process};
 
@@ -29,12 +30,14 @@ impl Session {
     }
 
     /// Set the window size of the terminal and of its emulator; the program gets SIGWINCH.
-    pub fn resize(&self, rows: u16, cols: u16) -> Result<(), ToolError> {
-        let terminal = self.terminal.as_ref().ok_or_else(|| self.not_a_pty())?;
+    pub async fn resize(&self, rows: u16, cols: u16) -> Result<(), ToolError> {
+        let (Some(terminal), Some(screen)) = (&self.terminal, &self.screen) else {
+            return Err(self.not_a_pty());
+        };
         if self.status().is_final() {
             return Err(self.not_running());
         }
-        let budget = self.inspect(|s| s.screen.as_ref().map_or(0, Screen::budget));
+        let budget = screen.lock().unwrap_or_else(|e| e.into_inner()).budget();
         if !Screen::fits(rows, cols, budget) {
             let most = budget / 2;
             return Err(ToolError::invalid_argument(
@@ -50,28 +53,28 @@ impl Session {
             )
             .with("max_cells", most));
         }
-        // The emulator takes the new size under the state lock, before the program can learn
-        // it (SIGWINCH): the redraw it answers with is fed to an emulator of the new size.
-        self.update(|s| {
-            terminal
-                .resize(rows, cols)
-                .map_err(|_| ToolError::internal("the terminal refused the new size"))?;
-            if let Some(screen) = s.screen.as_mut() {
-                screen.resize(rows, cols);
-            }
-            if let Some(recording) = &self.recording {
-                recording.resize(rows, cols);
-            }
-            Ok::<(), ToolError>(())
-        })?;
-        Ok(())
+        // The emulator takes the new size before the program can learn it (SIGWINCH): the
+        // redraw it answers with comes after it in the sink's queue.
+        if let Some(sink) = &self.sink {
+            sink.send(Feed::Resize { rows, cols }).await;
+        }
+        terminal
+            .resize(rows, cols)
+            .map_err(|_| ToolError::internal("the terminal refused the new size"))
     }
 
-    pub fn screen(&self, scrollback: usize) -> Result<ScreenView, ToolError> {
-        self.locked(|state| match state.screen.as_mut() {
-            Some(screen) => Ok(screen.view(scrollback)),
-            None => Err(self.not_a_pty()),
-        })
+    /// The screen as the emulator renders it, once it has taken every output stored so
+    /// far (it runs on the sink thread, a little behind the buffer).
+    pub async fn screen(&self, scrollback: usize) -> Result<ScreenView, ToolError> {
+        let screen = self.screen.as_ref().ok_or_else(|| self.not_a_pty())?;
+        if let Some(sink) = &self.sink {
+            let end = self.inspect(|s| s.output().end());
+            sink.fed_to(end, SCREEN_CATCH_UP).await;
+        }
+        Ok(screen
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .view(scrollback))
     }
 
     /// Deliver a signal; the lifecycle follows from what the process does with it.
@@ -87,12 +90,13 @@ impl Session {
     }
 
     pub(super) fn not_running(&self) -> ToolError {
+        let ending = self.inspect(|s| s.ending());
         ToolError::new(
             ErrorCode::SessionNotRunning,
             format!(
-                "session {} has ended ({}); read its output, or start a new session",
-                self.id,
-                self.status().as_str()
+                "session {} is not running: {ending}; read its output, or start a new \
+                 session",
+                self.id
             ),
         )
     }

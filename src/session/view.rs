@@ -7,9 +7,9 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
-use super::{Session, Sessions};
-use crate::limits::PAGE_MAX_ENTRIES;
-use crate::output::{Entry, StyledScreen, stripper_pair};
+use super::pages::Evicted;
+use super::{Command, Origin, Session, Sessions};
+use crate::output::{Entry, StyledScreen, strip_entries};
 
 impl Sessions {
     /// A retained session, looked up without naming it (its idle time runs on).
@@ -24,6 +24,20 @@ impl Session {
         self.changed.subscribe()
     }
 
+    /// How the session was started.
+    pub fn origin(&self) -> &Origin {
+        &self.origin
+    }
+
+    /// The commands `terminal_exec` ran in a shell session, oldest first.
+    pub fn history(&self) -> Vec<Command> {
+        self.inspect(|s| {
+            s.shell()
+                .map(|t| t.history().cloned().collect())
+                .unwrap_or_default()
+        })
+    }
+
     /// How long ago the session started.
     pub fn age(&self) -> Duration {
         self.created_at.elapsed().unwrap_or_default()
@@ -31,27 +45,21 @@ impl Session {
 
     /// A PTY session's screen with colours and cursor; `None` on pipes.
     pub fn styled_screen(&self) -> Option<StyledScreen> {
-        self.inspect(|s| s.screen.as_ref().map(|screen| screen.styled()))
+        let screen = self.screen.as_ref()?;
+        Some(screen.lock().unwrap_or_else(|e| e.into_inner()).styled())
     }
 
     /// The newest output (at most `chars` characters of it, then its last `lines` lines),
     /// without escape sequences, each stream's runs told apart. The buffer holds output after
     /// redaction, so no secret is here.
     pub fn output_tail(&self, chars: u64, lines: usize) -> Vec<Entry> {
-        let mut entries = self.inspect(|s| {
-            let start = s.output.end().saturating_sub(chars).max(s.output.base());
-            let max_bytes = usize::try_from(chars.saturating_mul(4)).unwrap_or(usize::MAX);
-            s.output
-                .read(start, max_bytes, PAGE_MAX_ENTRIES)
-                .map(|page| page.entries)
-                .unwrap_or_default()
-        });
-        let mut strippers = stripper_pair();
-        entries.retain_mut(|e| {
-            let stripper = &mut strippers[e.stream as usize];
-            e.text = e.text.chars().filter(|c| stripper.keep(*c)).collect();
-            !e.text.is_empty()
-        });
+        let start = self.inspect(|s| s.output().end().saturating_sub(chars));
+        let mut entries: Vec<Entry> = self
+            .pages(start, Evicted::Skip)
+            .map_while(Result::ok)
+            .flat_map(|page| page.entries)
+            .collect();
+        strip_entries(&mut entries);
         keep_last_lines(&mut entries, lines);
         entries
     }

@@ -10,6 +10,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::Session;
 use super::io::read_error;
+use super::pages::Evicted;
 use super::state::{Snapshot, State};
 use crate::errors::{ErrorCode, ToolError};
 use crate::limits::{PAGE_MAX_ENTRIES, SEARCH_STEP_BYTES};
@@ -103,9 +104,9 @@ impl Filter {
 }
 
 fn page_at(s: &State, cursor: u64) -> Result<Page, ToolError> {
-    s.output
+    s.output()
         .read(cursor, SEARCH_STEP_BYTES, PAGE_MAX_ENTRIES)
-        .map_err(|e| read_error(e, cursor, s.output.end()))
+        .map_err(|e| read_error(e, cursor, s.output().end()))
 }
 
 impl Session {
@@ -126,8 +127,8 @@ impl Session {
             // One step: at most SEARCH_STEP_BYTES of new text, copied under the lock and
             // searched outside it (a lazy DFA meeting new states is slow at first).
             let (page, done, end) = self.inspect(|s| {
-                let end = s.output.end();
-                let done = s.status.is_final() && (s.output_complete || s.output_incomplete);
+                let end = s.output().end();
+                let done = s.settled();
                 if request.search.is_none() {
                     if request.cursor > end {
                         return Err(read_error(ReadError::Invalid { end }, request.cursor, end));
@@ -159,7 +160,11 @@ impl Session {
                 // A match ended in this step: find it, a page at a time under the lock.
                 (Step::Ended { more, done, end }, Some(search)) => {
                     let streams = (request.streams, request.strip_ansi);
-                    match self.find(request.cursor, search, streams)? {
+                    let found = self.find(request.cursor, search, streams).map_err(|e| {
+                        let end = self.inspect(|s| s.output().end());
+                        read_error(e, request.cursor, end)
+                    })?;
+                    match found {
                         Some(found) => Step::Matched(found),
                         None => {
                             // Not a match after all (see `Search::restart`): look on.
@@ -178,7 +183,7 @@ impl Session {
             if request.search.is_some() {
                 // What was searched is acknowledged (so a paused flood goes on), except
                 // the tail a match found next may start in.
-                self.acknowledge(self.inspect(|s| s.output.keep_back(scan)));
+                self.acknowledge(self.inspect(|s| s.output().keep_back(scan)));
             }
             match step {
                 Step::Matched(found) => {
@@ -211,7 +216,7 @@ impl Session {
             let quiet_at = |s: &State| {
                 request
                     .idle
-                    .map(|idle| Instant::from_std(s.last_output).max(started) + idle)
+                    .map(|idle| Instant::from_std(s.last_output()).max(started) + idle)
             };
             let idle_at = self.inspect(quiet_at);
             let idle = async {
@@ -272,42 +277,22 @@ impl Session {
     /// The leftmost match in the retained output from `from`, searched as the wait
     /// searches (`streams`: which streams, and whether escape sequences are stripped).
     /// The text is copied out a page per lock and matched outside the lock; a record
-    /// evicted before it was copied makes the match's start unknowable (an error). So does
-    /// finding nothing once `from` itself was evicted: the match the DFA saw began there.
+    /// evicted before it was copied makes the match's start unknowable (expired output).
+    /// So does finding nothing once `from` itself was evicted: the match the DFA saw began
+    /// there.
     fn find(
         &self,
         from: u64,
         search: &Search,
         streams: (Streams, bool),
-    ) -> Result<Option<Match>, ToolError> {
-        let base = self.inspect(|s| s.output.base());
-        let mut cursor = from.max(base);
-        let mut pages = std::iter::from_fn(|| {
-            let page = self.inspect(|s| {
-                let end = s.output.end();
-                s.output
-                    .read(cursor, SEARCH_STEP_BYTES, PAGE_MAX_ENTRIES)
-                    .map_err(|_| {
-                        read_error(
-                            ReadError::Expired {
-                                base: s.output.base(),
-                            },
-                            from,
-                            end,
-                        )
-                    })
-            });
-            if let Ok(page) = &page {
-                cursor = page.next_cursor;
-            }
-            Some(page)
-        });
+    ) -> Result<Option<Match>, ReadError> {
+        let base = self.inspect(|s| s.output().base());
+        let mut pages = self.pages(from.max(base), Evicted::Fail);
         let found = find_in(&mut pages, from, search, streams)?;
         if found.is_none() && from < base {
-            return Err(self.inspect(|s| {
-                let base = s.output.base();
-                read_error(ReadError::Expired { base }, from, s.output.end())
-            }));
+            return Err(ReadError::Expired {
+                base: self.inspect(|s| s.output().base()),
+            });
         }
         Ok(found)
     }
@@ -315,11 +300,11 @@ impl Session {
 
 /// The leftmost match in the text of `pages` (read on until one has no more after it).
 fn find_in(
-    pages: &mut impl Iterator<Item = Result<Page, ToolError>>,
+    pages: &mut impl Iterator<Item = Result<Page, ReadError>>,
     from: u64,
     search: &Search,
     (streams, strip): (Streams, bool),
-) -> Result<Option<Match>, ToolError> {
+) -> Result<Option<Match>, ReadError> {
     let mut filter = Filter::new(streams, strip);
     let mut text = String::new();
     // (byte offset in `text`, cursor) wherever the searched text skips records.
@@ -371,7 +356,6 @@ mod tests {
     use std::task::{Context, Poll, Waker};
 
     use super::*;
-    use crate::config::Mode;
     use crate::output::OutputBuffer;
     use crate::session::input::Input;
 
@@ -382,9 +366,7 @@ mod tests {
         let backlog = 64 * SEARCH_STEP_BYTES;
         let mut output = OutputBuffer::new(backlog, backlog);
         output.append(Stream::Stdout, &"a".repeat(backlog));
-        let state = State::new(Input::Closed, output, 1);
-        let identity = (Mode::Pipe, 1, std::time::SystemTime::now());
-        let session = Session::new("s".into(), "c".into(), identity, state, None, None);
+        let session = Session::bare(State::new(Input::Closed, output, 1));
         let request = WaitRequest {
             cursor: 0,
             search: Some(Search::new("b").unwrap()),
@@ -426,16 +408,11 @@ mod tests {
         let mut output = OutputBuffer::new(16, 16);
         output.append(Stream::Stdout, &format!("ab{}", "x".repeat(20)));
         assert!(output.base() > 0);
-        let state = State::new(Input::Closed, output, 1);
-        let identity = (Mode::Pipe, 1, std::time::SystemTime::now());
-        let session = Session::new("s".into(), "c".into(), identity, state, None, None);
+        let session = Session::bare(State::new(Input::Closed, output, 1));
         let search = Search::new("ab").unwrap();
         match session.find(0, &search, (Streams::Any, false)) {
-            Err(e) => {
-                assert_eq!(e.code, ErrorCode::CursorExpired);
-                assert_eq!(e.extra["base_cursor"], serde_json::json!(6));
-            }
-            Ok(found) => panic!("expected CURSOR_EXPIRED, got {found:?}"),
+            Err(e) => assert_eq!(e, ReadError::Expired { base: 6 }),
+            Ok(found) => panic!("expected expired output, got {found:?}"),
         }
         // From the retained output on, there is simply nothing to find.
         assert!(matches!(

@@ -8,11 +8,11 @@ use super::keys::KEY_NAMES;
 use super::params::{Kind, Param, input_schema};
 use crate::config::Config;
 use crate::limits::{
-    COMMAND_ID_MAX_CHARS, CWD_MAX_CHARS, EXEC_DEFAULT_TIMEOUT_MS, GRACE_DEFAULT_MS, GRACE_MAX_MS,
-    IDLE_MAX_MS, KEY_NAME_MAX_CHARS, MAX_CURSOR, MAX_KEYS, READ_MAX_BYTES, READ_MAX_WAIT_MS,
-    READ_MIN_BYTES, RUN_DEFAULT_BYTES, RUN_MAX_BYTES, RUN_MIN_BYTES, SCREEN_MAX_SCROLLBACK,
-    SECRET_NAME_MAX_CHARS, TAIL_MAX_LINES, TERMINAL_MAX_SIZE, WAIT_DEFAULT_MS,
-    WAIT_PATTERN_MAX_CHARS,
+    COMMAND_ID_MAX_CHARS, CWD_MAX_CHARS, EXEC_DEFAULT_TIMEOUT_MS, EXEC_MIN_BYTES, GRACE_DEFAULT_MS,
+    GRACE_MAX_MS, IDLE_MAX_MS, KEY_NAME_MAX_CHARS, MAX_CURSOR, MAX_KEYS, READ_MAX_BYTES,
+    READ_MAX_WAIT_MS, READ_MIN_BYTES, RUN_DEFAULT_BYTES, RUN_MAX_BYTES, RUN_MIN_BYTES,
+    SCREEN_MAX_SCROLLBACK, SECRET_NAME_MAX_CHARS, TAIL_MAX_LINES, TERMINAL_MAX_SIZE,
+    WAIT_DEFAULT_MS, WAIT_PATTERN_MAX_CHARS,
 };
 
 pub struct ToolSpec {
@@ -136,36 +136,68 @@ fn run_spec(config: &Config) -> ToolSpec {
             limits.max_input_bytes
         ),
     ));
-    params.push(Param::new(
-        "max_bytes",
-        Kind::Int {
-            min: RUN_MIN_BYTES,
-            max: RUN_MAX_BYTES,
-            default: RUN_DEFAULT_BYTES,
-        },
-        "Bytes of the end of stdout and of stderr to return, each.",
-    ));
+    params.push(max_bytes_param(RUN_MIN_BYTES));
+    params.push(strip_ansi_param());
     spec(
         "terminal_run",
         format!(
             "Run an approved command to its end in one call: start it, write stdin and close \
              it, wait until it exits (at most timeout_ms, itself at most {} ms; then it is \
-             terminated with reason timeout) and return the last max_bytes of stdout and of \
-             stderr (stdout_truncated/stderr_truncated say if earlier output is missing) with \
-             the final snapshot as session. Use it for commands that need no conversation; \
-             the session stays readable with terminal_read until its retention ends.",
+             terminated with reason timeout) and return exit_code, signal, stdout and \
+             stderr with the final snapshot as session. Use it for commands that need no \
+             conversation; the session stays readable with terminal_read until its \
+             retention ends.",
             limits.max_wait_ms
         ),
         params,
         envelope(json!({
+            "exit_code": {"type": ["integer", "null"]},
+            "signal": {"type": ["string", "null"]},
             "stdout": {"type": "string"},
             "stderr": {"type": "string"},
             "stdout_truncated": {"type": "boolean"},
             "stderr_truncated": {"type": "boolean"},
+            "stdout_omitted": omitted_schema(),
+            "stderr_omitted": omitted_schema(),
             "session": {"type": "object", "properties": snapshot_properties()},
         })),
         Effect::Act,
     )
+}
+
+/// `max_bytes` of `terminal_run` and `terminal_exec`: the head and tail returned.
+fn max_bytes_param(min: u64) -> Param {
+    Param::new(
+        "max_bytes",
+        Kind::Int {
+            min,
+            max: RUN_MAX_BYTES,
+            default: RUN_DEFAULT_BYTES,
+        },
+        "Bytes of output returned per stream. Longer output is its first quarter and its \
+         last lines, cut at line ends and joined by one line naming what was left out; \
+         `omitted` says how much and the cursor range that holds it (terminal_read).",
+    )
+}
+
+fn strip_ansi_param() -> Param {
+    Param::new(
+        "strip_ansi",
+        Kind::Bool,
+        "Remove terminal escape sequences from the text returned.",
+    )
+}
+
+fn omitted_schema() -> Value {
+    json!({
+        "type": ["object", "null"],
+        "properties": {
+            "bytes": {"type": "integer", "minimum": 0},
+            "lines": {"type": "integer", "minimum": 0},
+            "start_cursor": {"type": "integer", "minimum": 0},
+            "end_cursor": {"type": "integer", "minimum": 0},
+        },
+    })
 }
 
 /// `terminal_exec`, offered only when some profile is a POSIX shell.
@@ -183,17 +215,17 @@ fn exec_spec(config: &Config) -> Option<ToolSpec> {
     Some(spec(
         "terminal_exec",
         format!(
-            "Run one command line in a persistent shell session and return exactly its \
-             output and real exit code: no markers, echoed input or prompts. Start the shell \
-             first with terminal_start (shell profiles: {}); cwd, variables, functions and \
-             aliases persist between calls. Any shell syntax works: pipes, &&, ||, quoting, \
-             here-documents, several lines. On pipes stderr comes separately; on a terminal \
-             it is part of output. outcome is completed, timeout (a terminal's foreground job \
-             got Ctrl-C; a pipe shell was terminated: see timeout_action) or exited (the \
-             shell ended, e.g. `exit 3`). truncated means the buffer kept only the tail of a \
-             large output: read less at once (redirect to a file, use head). One command at \
-             a time per session (SESSION_BUSY). Output of background jobs between calls \
-             stays readable with terminal_read. Commands on pipes read stdin from /dev/null.",
+            "Run one command line in a persistent shell session (shell profiles: {}) and \
+             return exactly what it printed and its real exit code: no markers, echo or \
+             prompts. cwd, variables, functions and aliases persist between calls; any \
+             shell syntax works. On pipes stderr comes apart and the command's stdin is \
+             /dev/null; on a terminal stderr is part of output, which by default is the \
+             text as the terminal left it. outcome: completed; timeout (the command was \
+             interrupted; if a program keeps the terminal, still_running with foreground \
+             and screen: answer it with terminal_keys/terminal_write); running (on_timeout \
+             keep: it runs on); exited (the shell ended). Collect a running command with \
+             continue: true, across as many calls as it takes. A timeout never ends the \
+             shell. One command at a time per session (SESSION_BUSY).",
             shells.join(", ")
         ),
         vec![
@@ -202,11 +234,17 @@ fn exec_spec(config: &Config) -> Option<ToolSpec> {
                 "command",
                 Kind::Text,
                 format!(
-                    "The command line (at most {} bytes, no NUL), as you would type it.",
+                    "The command line as you would type it (at most {} bytes, no NUL). \
+                     Omit it with continue.",
                     limits.max_input_bytes
                 ),
-            )
-            .required(),
+            ),
+            Param::new(
+                "continue",
+                Kind::Bool,
+                "Wait for the command still running (kept, or still running after a \
+                 timeout) and return its result: all it printed since it started.",
+            ),
             Param::new(
                 "timeout_ms",
                 Kind::Int {
@@ -214,16 +252,34 @@ fn exec_spec(config: &Config) -> Option<ToolSpec> {
                     max: limits.max_wait_ms,
                     default: EXEC_DEFAULT_TIMEOUT_MS.min(limits.max_wait_ms),
                 },
-                "How long the command may take before it is interrupted.",
+                "How long this call waits for the command.",
+            ),
+            Param::new(
+                "on_timeout",
+                Kind::OneOf(&["interrupt", "keep"]),
+                "At the timeout: interrupt the command (Ctrl-C), or keep it running. \
+                 Default interrupt; with continue, keep.",
+            ),
+            max_bytes_param(EXEC_MIN_BYTES),
+            strip_ansi_param(),
+            Param::new(
+                "raw",
+                Kind::Bool,
+                "On a terminal: return the output as written (carriage returns and escape \
+                 sequences included) rather than as the terminal left it.",
             ),
         ],
         envelope(json!({
-            "outcome": {"type": "string", "enum": ["completed", "timeout", "exited"]},
+            "outcome": {"type": "string", "enum": ["completed", "timeout", "running", "exited", "awaiting_input"]},
             "output": {"type": "string"},
             "stderr": {"type": ["string", "null"]},
+            "omitted": omitted_schema(),
+            "stderr_omitted": omitted_schema(),
             "truncated": {"type": "boolean"},
             "exit_code": {"type": ["integer", "null"]},
-            "timeout_action": {"type": ["string", "null"], "enum": ["interrupted", "terminated", null]},
+            "still_running": {"type": "boolean"},
+            "foreground": {"type": ["object", "null"], "properties": {"pid": {"type": "integer"}, "name": {"type": ["string", "null"]}}},
+            "screen": {"type": ["array", "null"], "items": {"type": "string"}},
             "start_cursor": {"type": "integer", "minimum": 0},
             "end_cursor": {"type": "integer", "minimum": 0},
             "session": {"type": "object", "properties": snapshot_properties()},

@@ -26,8 +26,10 @@ use rmcp::model::ProgressNotificationParam;
 use crate::audit::{AuditLine, AuditLog};
 use crate::errors::{ErrorCode, ToolError};
 use crate::limits::{IDLE_MAX_MS, IDLE_MIN_MS, WAIT_PROGRESS_EVERY};
-use crate::output::{Search, Stream};
-use crate::session::{ReadFrom, Reason, Sessions, StartRequest, Streams, Target, WaitRequest};
+use crate::output::{Search, Shape, Stream};
+use crate::session::{
+    ExecRequest, OnTimeout, ReadFrom, Reason, Sessions, StartRequest, Streams, Target, WaitRequest,
+};
 use catalog::{ToolSpec, catalog};
 use keys::{KEY_NAMES, key_bytes};
 use params::Args;
@@ -156,6 +158,7 @@ impl TerminalServer {
                     cwd: args.str("cwd").map(str::to_owned),
                     env: args.str_map("env"),
                     timeout_ms: args.opt_int("timeout_ms"),
+                    capture: None,
                 };
                 ok(sessions.start(request).await?.snapshot())
             }
@@ -173,20 +176,21 @@ impl TerminalServer {
                     ));
                 }
                 let timeout_ms = args.int("timeout_ms");
+                let shape = if args.bool("strip_ansi") {
+                    Shape::Strip
+                } else {
+                    Shape::Raw
+                };
                 let request = StartRequest {
                     command_id: args.str("command_id").unwrap_or_default().to_owned(),
                     cwd: args.str("cwd").map(str::to_owned),
                     env: args.str_map("env"),
                     timeout_ms: Some(timeout_ms),
+                    capture: Some((shape, args.int("max_bytes") as usize)),
                 };
                 let session = sessions.start(request).await?;
                 let result = session
-                    .run_to_end(
-                        stdin,
-                        Duration::from_millis(timeout_ms),
-                        args.int("max_bytes") as usize,
-                        cancel,
-                    )
+                    .run_to_end(stdin, Duration::from_millis(timeout_ms), cancel)
                     .await;
                 ok(result)
             }
@@ -308,19 +312,15 @@ impl TerminalServer {
             }
             "terminal_resize" => {
                 let (rows, cols) = (args.int("rows") as u16, args.int("cols") as u16);
-                session()?.resize(rows, cols)?;
+                session()?.resize(rows, cols).await?;
                 ok(serde_json::json!({ "rows": rows, "cols": cols }))
             }
-            "terminal_screen" => ok(session()?.screen(args.int("scrollback") as usize)?),
+            "terminal_screen" => ok(session()?.screen(args.int("scrollback") as usize).await?),
             "terminal_exec" => {
                 let session = sessions.shell(args.str("session_id").unwrap_or_default())?;
+                let request = exec_request(args)?;
                 let result = session
-                    .exec(
-                        args.str("command").unwrap_or_default(),
-                        sessions.config.limits.max_input_bytes,
-                        Duration::from_millis(args.int("timeout_ms")),
-                        cancel,
-                    )
+                    .exec(&request, sessions.config.limits.max_input_bytes, cancel)
                     .await;
                 session.touch();
                 ok(result?)
@@ -420,6 +420,46 @@ impl TerminalServer {
             }
         }
     }
+}
+
+/// What a `terminal_exec` call asks for: a command, or `continue` (whose output options were
+/// set by the call that started the command).
+fn exec_request(args: &Args) -> Result<ExecRequest, ToolError> {
+    let resume = args.bool("continue");
+    let command = match (args.str("command"), resume) {
+        (Some(command), false) => Some(command.to_owned()),
+        (None, true) => None,
+        (Some(_), true) | (None, false) => {
+            return Err(ToolError::invalid_argument(
+                "command",
+                "and `continue`: pass exactly one (a command line to run, or continue: true \
+                 to wait for the command still running)",
+            ));
+        }
+    };
+    if resume {
+        for name in ["max_bytes", "strip_ansi", "raw"] {
+            if args.has(name) {
+                return Err(ToolError::invalid_argument(
+                    name,
+                    "cannot be combined with continue: the call that started the command \
+                     chose how its output is returned",
+                ));
+            }
+        }
+    }
+    let on_timeout = match (args.has("on_timeout"), args.choice("on_timeout"), resume) {
+        (true, "keep", _) | (false, _, true) => OnTimeout::Keep,
+        _ => OnTimeout::Interrupt,
+    };
+    Ok(ExecRequest {
+        command,
+        timeout: Duration::from_millis(args.int("timeout_ms")),
+        on_timeout,
+        max_bytes: args.int("max_bytes") as usize,
+        strip_ansi: args.bool("strip_ansi"),
+        raw: args.bool("raw"),
+    })
 }
 
 /// `{"ok": true}` merged with the fields of `value`.

@@ -1,0 +1,313 @@
+//! Shaping output into the lines an agent reads: as it was written (`Raw`), without escape
+//! sequences (`Strip`), or as a terminal leaves each line (`Render`: carriage returns,
+//! backspaces, tabs, cursor moves within the line and erase-in-line applied; colours and every
+//! other escape sequence removed). A progress bar redrawn 20,000 times on one line renders as
+//! its final state, once.
+//!
+//! Text is fed in pieces, each with the cursor of its first code point; complete lines come
+//! out with the cursor where they began, and `finish` gives the last, unterminated one. A
+//! line longer than `max_line` bytes comes out in pieces of that size, so memory stays
+//! bounded whatever the output.
+
+use super::AnsiStripper;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Shape {
+    Raw,
+    Strip,
+    Render,
+}
+
+/// Tab stops of a rendered line.
+const TAB: usize = 8;
+/// The cells a tab printed at the end of a line moves over: the tab itself is kept as text
+/// (its cell holds `\t`), these are not.
+const TAB_FILL: char = '\0';
+
+pub struct Shaper {
+    shape: Shape,
+    max_line: usize,
+    stripper: AnsiStripper,
+    parser: vte::Parser<0>,
+    line: Line,
+    /// Cursor of the first code point of the line being built, once it has one.
+    line_start: Option<u64>,
+}
+
+/// The line being built. Raw and stripped lines are text; a rendered line is a row of cells
+/// with a column, as on a terminal (one cell per code point).
+#[derive(Default)]
+struct Line {
+    text: String,
+    cells: Vec<char>,
+    col: usize,
+    /// Lines completed by the last piece, with the cursor where each began.
+    done: Vec<(u64, String)>,
+    /// The cursor of the code point being fed, and where the line it ends began.
+    at: u64,
+    start: Option<u64>,
+}
+
+impl Line {
+    fn end_rendered(&mut self) {
+        let mut text: String = self.cells.drain(..).filter(|c| *c != TAB_FILL).collect();
+        text.push('\n');
+        self.done.push((self.start.take().unwrap_or(self.at), text));
+        self.col = 0;
+    }
+
+    fn put(&mut self, c: char) {
+        if self.col < self.cells.len() {
+            self.cells[self.col] = c;
+        } else {
+            self.cells.resize(self.col, ' ');
+            self.cells.push(c);
+        }
+        self.col += 1;
+    }
+
+    fn param(params: &vte::Params, default: usize) -> usize {
+        match params.iter().next().and_then(|p| p.first()).copied() {
+            Some(0) | None => default,
+            Some(n) => usize::from(n),
+        }
+    }
+}
+
+impl vte::Perform for Line {
+    fn print(&mut self, c: char) {
+        self.put(c);
+    }
+
+    fn execute(&mut self, byte: u8) {
+        match byte {
+            b'\n' => self.end_rendered(),
+            b'\r' => self.col = 0,
+            0x08 => self.col = self.col.saturating_sub(1),
+            b'\t' => {
+                let stop = (self.col / TAB + 1) * TAB;
+                if self.col >= self.cells.len() {
+                    self.cells.resize(self.col, ' ');
+                    self.cells.push('\t');
+                    self.cells.resize(stop, TAB_FILL);
+                }
+                self.col = stop;
+            }
+            _ => {}
+        }
+    }
+
+    fn csi_dispatch(&mut self, params: &vte::Params, intermediates: &[u8], _: bool, action: char) {
+        if !intermediates.is_empty() {
+            return;
+        }
+        match action {
+            // Erase in line: to its end, to its start, all of it.
+            'K' => match Line::param(params, 0) {
+                0 => self.cells.truncate(self.col),
+                1 => {
+                    let end = (self.col + 1).min(self.cells.len());
+                    self.cells[..end].fill(' ');
+                }
+                _ => self.cells.clear(),
+            },
+            // Erase characters from the cursor on.
+            'X' => {
+                let end = (self.col + Line::param(params, 1)).min(self.cells.len());
+                if self.col < end {
+                    self.cells[self.col..end].fill(' ');
+                }
+            }
+            'C' => self.col += Line::param(params, 1),
+            'D' => self.col = self.col.saturating_sub(Line::param(params, 1)),
+            'G' => self.col = Line::param(params, 1) - 1,
+            _ => {}
+        }
+    }
+}
+
+impl Shaper {
+    pub fn new(shape: Shape, max_line: usize) -> Self {
+        Shaper {
+            shape,
+            max_line: max_line.max(4),
+            stripper: AnsiStripper::default(),
+            parser: vte::Parser::default(),
+            line: Line::default(),
+            line_start: None,
+        }
+    }
+
+    /// Feed `text`, whose first code point is at `cursor`; `line(start, text)` is called for
+    /// every line it completes (text with its `\n`).
+    pub fn feed(&mut self, text: &str, cursor: u64, mut line: impl FnMut(u64, &str)) {
+        match self.shape {
+            Shape::Raw | Shape::Strip => {
+                let mut at = cursor;
+                for c in text.chars() {
+                    let kept = self.shape == Shape::Raw || self.stripper.keep(c);
+                    if kept {
+                        self.line_start.get_or_insert(at);
+                        self.line.text.push(c);
+                    }
+                    at += 1;
+                    if kept && (c == '\n' || self.line.text.len() >= self.max_line) {
+                        let start = self.line_start.take().unwrap_or(at - 1);
+                        line(start, &self.line.text);
+                        self.line.text.clear();
+                    }
+                }
+            }
+            Shape::Render => {
+                let mut utf8 = [0u8; 4];
+                for (at, c) in (cursor..).zip(text.chars()) {
+                    self.line.at = at;
+                    self.line.start.get_or_insert(at);
+                    self.parser
+                        .advance(&mut self.line, c.encode_utf8(&mut utf8).as_bytes());
+                    if self.line.cells.len() >= self.max_line {
+                        let text = self
+                            .line
+                            .cells
+                            .drain(..)
+                            .filter(|c| *c != TAB_FILL)
+                            .collect();
+                        self.line.col = 0;
+                        let start = self.line.start.take().unwrap_or(at);
+                        self.line.done.push((start, text));
+                    }
+                    for (start, text) in self.line.done.drain(..) {
+                        line(start, &text);
+                    }
+                }
+            }
+        }
+    }
+
+    /// The line being built (empty when there is none) and where it began, left in place.
+    pub fn peek(&self) -> Option<(u64, String)> {
+        match self.shape {
+            Shape::Raw | Shape::Strip => Some((self.line_start?, self.line.text.clone())),
+            Shape::Render => {
+                let text: String = self.line.cells.iter().filter(|c| **c != TAB_FILL).collect();
+                Some((self.line.start?, text)).filter(|(_, t)| !t.is_empty())
+            }
+        }
+    }
+
+    /// The last line, not ended by `\n` (empty when there is none), and where it began.
+    pub fn finish(&mut self) -> Option<(u64, String)> {
+        match self.shape {
+            Shape::Raw | Shape::Strip => {
+                let start = self.line_start.take()?;
+                Some((start, std::mem::take(&mut self.line.text)))
+            }
+            Shape::Render => {
+                let start = self.line.start.take()?;
+                self.line.col = 0;
+                let text: String = self
+                    .line
+                    .cells
+                    .drain(..)
+                    .filter(|c| *c != TAB_FILL)
+                    .collect();
+                (!text.is_empty()).then_some((start, text))
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn shaped(shape: Shape, pieces: &[&str]) -> Vec<(u64, String)> {
+        let mut shaper = Shaper::new(shape, 1 << 20);
+        let mut lines = Vec::new();
+        let mut cursor = 0;
+        for piece in pieces {
+            shaper.feed(piece, cursor, |at, text| lines.push((at, text.to_owned())));
+            cursor += piece.chars().count() as u64;
+        }
+        lines.extend(shaper.finish());
+        lines
+    }
+
+    fn texts(lines: &[(u64, String)]) -> Vec<&str> {
+        lines.iter().map(|(_, t)| t.as_str()).collect()
+    }
+
+    #[test]
+    fn a_progress_line_renders_as_its_final_state() {
+        let mut text = String::new();
+        for i in 0..=20_000 {
+            text.push_str(&format!(
+                "\r[{:>5}/20000] \x1b[32m{}\x1b[0m",
+                i,
+                "#".repeat(i % 50)
+            ));
+        }
+        text.push_str("\r\x1b[Kdone\r\n");
+        let lines = shaped(Shape::Render, &[&text]);
+        assert_eq!(texts(&lines), ["done\n"]);
+        assert_eq!(lines[0].0, 0);
+    }
+
+    #[test]
+    fn rendering_applies_overwrites_backspaces_tabs_and_erases() {
+        let lines = shaped(
+            Shape::Render,
+            &[
+                "abc\rX\r\n",
+                "12345\x08\x08\x1b[K\n",
+                "a\tb\n",
+                "wor",
+                "ld\x1b[1K!\n",
+                "tail",
+            ],
+        );
+        assert_eq!(
+            texts(&lines),
+            ["Xbc\n", "123\n", "a\tb\n", "     !\n", "tail"]
+        );
+        assert_eq!(
+            lines.iter().map(|(at, _)| *at).collect::<Vec<_>>(),
+            [0, 7, 18, 22, 33]
+        );
+    }
+
+    #[test]
+    fn stripping_keeps_text_and_line_starts_across_pieces() {
+        let lines = shaped(
+            Shape::Strip,
+            &["\x1b[31mred\x1b", "[0m\nnext\n", "\x1b]0;t\x07x"],
+        );
+        assert_eq!(texts(&lines), ["red\n", "next\n", "x"]);
+        assert_eq!(lines[0].0, 5);
+        assert_eq!(lines[2].0, 24);
+        let raw = shaped(Shape::Raw, &["a\r\nb", "c"]);
+        assert_eq!(texts(&raw), ["a\r\n", "bc"]);
+    }
+
+    #[test]
+    fn a_line_longer_than_the_bound_comes_out_in_pieces() {
+        for shape in [Shape::Raw, Shape::Render] {
+            let mut shaper = Shaper::new(shape, 8);
+            let mut pieces = Vec::new();
+            shaper.feed(&"x".repeat(20), 0, |at, t| pieces.push((at, t.to_owned())));
+            pieces.extend(shaper.finish());
+            assert_eq!(
+                pieces,
+                [(0, "x".repeat(8)), (8, "x".repeat(8)), (16, "x".repeat(4))],
+                "{shape:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn nothing_after_the_last_newline_is_no_line() {
+        assert!(shaped(Shape::Render, &["a\n"]).len() == 1);
+        assert!(shaped(Shape::Raw, &[""]).is_empty());
+        assert!(shaped(Shape::Render, &["\x1b[31m"]).is_empty());
+    }
+}

@@ -1,0 +1,91 @@
+//! What `/proc` says of a process, read without stopping it: the one place its files are
+//! parsed.
+
+use std::fs;
+
+/// The fields of `/proc/PID/stat` the server uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Stat {
+    /// `R` running, `S` sleeping, `D` waiting on I/O, `T` stopped, `Z` zombie, ...
+    pub state: char,
+    pub ppid: i32,
+    pub pgrp: i32,
+    pub session: i32,
+}
+
+/// `/proc/PID/stat` of `pid`; `None` if it does not exist (or cannot be read).
+pub fn stat(pid: i32) -> Option<Stat> {
+    parse_stat(&fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
+}
+
+fn parse_stat(text: &str) -> Option<Stat> {
+    // The command name is in parentheses and may hold anything, spaces and `)` included:
+    // the fields begin after its last `)`.
+    let (_, fields) = text.rsplit_once(')')?;
+    let mut fields = fields.split_whitespace();
+    let state = fields.next()?.chars().next()?;
+    let mut int = || fields.next()?.parse::<i32>().ok();
+    Some(Stat {
+        state,
+        ppid: int()?,
+        pgrp: int()?,
+        session: int()?,
+    })
+}
+
+/// The command name of `pid` (`/proc/PID/comm`).
+pub fn name(pid: i32) -> Option<String> {
+    let name = fs::read_to_string(format!("/proc/{pid}/comm")).ok()?;
+    Some(name.trim_end_matches('\n').to_owned())
+}
+
+/// Every process ID in `/proc` now.
+pub fn pids() -> Vec<i32> {
+    let Ok(entries) = fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse().ok())
+        .collect()
+}
+
+/// The processes of the POSIX session led by `sid`, the leader first.
+pub fn session_members(sid: i32) -> Vec<i32> {
+    let mut members: Vec<i32> = pids()
+        .into_iter()
+        .filter(|pid| stat(*pid).is_some_and(|s| s.session == sid))
+        .collect();
+    members.sort_by_key(|pid| *pid != sid);
+    members
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_name_with_spaces_and_parentheses_does_not_shift_the_fields() {
+        let stat = parse_stat("42 (a) b (c)) S 1 42 42 34816 42 4194560 ...").unwrap();
+        assert_eq!(
+            stat,
+            Stat {
+                state: 'S',
+                ppid: 1,
+                pgrp: 42,
+                session: 42
+            }
+        );
+        assert_eq!(parse_stat("garbage"), None);
+    }
+
+    #[test]
+    fn this_process_is_found() {
+        let me = std::process::id() as i32;
+        let stat = stat(me).unwrap();
+        assert_eq!(stat.pgrp, nix::unistd::getpgrp().as_raw());
+        assert_eq!(stat.ppid, nix::unistd::getppid().as_raw());
+        assert!(name(me).is_some());
+        assert!(session_members(stat.session).contains(&me));
+    }
+}

@@ -1,0 +1,108 @@
+//! Capturing the output of a command as it is read: for each stream, its lines shaped as
+//! the caller asked and kept as a head and a tail within a byte budget, whatever the buffer
+//! evicts meanwhile. `terminal_exec` captures one command (from its start mark to its end
+//! mark), `terminal_run` a whole session. While a capture is armed the session's output
+//! counts as read (`on_full: "pause"` never holds a captured command).
+
+use crate::output::{HeadTail, Kept, Shape, Shaper, Stream};
+
+pub struct Capture {
+    shaper: Shaper,
+    kept: HeadTail,
+    /// Taking output now (between the command's start and end).
+    active: bool,
+    /// Shaped text ended: nothing more is taken.
+    ended: bool,
+}
+
+impl Capture {
+    fn new(shape: Shape, max_bytes: usize, active: bool) -> Self {
+        Capture {
+            // A line longer than the whole budget is kept in pieces.
+            shaper: Shaper::new(shape, max_bytes),
+            kept: HeadTail::new(max_bytes),
+            active,
+            ended: false,
+        }
+    }
+
+    fn take(&mut self, text: &str, cursor: u64) {
+        if self.active {
+            let kept = &mut self.kept;
+            self.shaper
+                .feed(text, cursor, |at, line| kept.push(at, line));
+        }
+    }
+
+    fn end(&mut self) {
+        if !self.ended {
+            self.active = false;
+            self.ended = true;
+            if let Some((at, line)) = self.shaper.finish() {
+                self.kept.push(at, &line);
+            }
+        }
+    }
+
+    /// What it holds now: ended, or so far.
+    fn kept(&mut self) -> Kept {
+        if self.ended {
+            return self.kept.kept();
+        }
+        // The line being built is shown without being taken out of the shaper.
+        let mut so_far = self.kept.clone();
+        if let Some((at, line)) = self.shaper.peek() {
+            so_far.push(at, &line);
+        }
+        so_far.kept()
+    }
+}
+
+/// The captures of one session, one per stream.
+#[derive(Default)]
+pub struct Captures {
+    streams: [Option<Capture>; 2],
+}
+
+impl Captures {
+    /// Capture `stream` from now (`active`) or from the command's start mark.
+    pub fn arm(&mut self, stream: Stream, shape: Shape, max_bytes: usize, active: bool) {
+        self.streams[stream as usize] = Some(Capture::new(shape, max_bytes, active));
+    }
+
+    /// Whether output of `stream` is captured (and so counts as read).
+    pub fn armed(&self, stream: Stream) -> bool {
+        self.streams[stream as usize]
+            .as_ref()
+            .is_some_and(|c| !c.ended)
+    }
+
+    pub fn take(&mut self, stream: Stream, text: &str, cursor: u64) {
+        if let Some(c) = self.streams[stream as usize].as_mut() {
+            c.take(text, cursor);
+        }
+    }
+
+    pub fn start(&mut self, stream: Stream) {
+        if let Some(c) = self.streams[stream as usize].as_mut().filter(|c| !c.ended) {
+            c.active = true;
+        }
+    }
+
+    pub fn end(&mut self, stream: Stream) {
+        if let Some(c) = self.streams[stream as usize].as_mut() {
+            c.end();
+        }
+    }
+
+    /// What `stream`'s capture holds (empty when it has none).
+    pub fn kept(&mut self, stream: Stream) -> Kept {
+        match self.streams[stream as usize].as_mut() {
+            Some(c) => c.kept(),
+            None => Kept {
+                text: String::new(),
+                omitted: None,
+            },
+        }
+    }
+}

@@ -1,0 +1,480 @@
+//! Reading a session's output: one task per stream decodes what the child writes, takes out
+//! the shell integration's marks (recording where each one was), redacts secret values, and
+//! delivers the text to the buffer, to the capture of a running command and to the sink
+//! (emulator and recording), in that order.
+//!
+//! Held back, and released by one rule: what may still become a mark (an escape sequence cut
+//! by the end of a read) and, in a session whose profile allows secrets, the trailing
+//! partial line. Either is released when more output decides it, when no more came for
+//! `REDACT_HOLD_QUIET`, or `REDACT_HOLD_MAX` after the hold began. While a terminal shell's
+//! integration is being installed, its output is held and then dropped (the shell's start,
+//! with the installing line, is not shown), or released if the integration does not answer
+//! in time.
+//!
+//! A reader also takes requests from `terminal_exec` between reads: `Drain` (deliver what
+//! the pipe holds now and everything held back, so a command's stderr is complete); for a
+//! shell that reads lines from the terminal's line discipline, `Expect` (drain, then mark a
+//! command's start where the terminal's echo of it ends: every character of the echo, in
+//! order, whatever other output comes between) and `Inject` (with the terminal's echo off:
+//! drain, then write the echo into the output where the terminal would have shown it, and
+//! mark the start after it).
+
+use std::os::fd::{AsRawFd, RawFd};
+use std::sync::Arc;
+
+use tokio::io::AsyncReadExt;
+use tokio::net::unix::pipe;
+use tokio::sync::{mpsc, oneshot};
+use tokio::time::Instant;
+
+use super::Session;
+use super::shell::scan::{Mark, Piece, Scanner};
+use super::shell::{CaptureChange, Typing};
+use super::sink::Feed;
+use crate::limits::{INSTALL_HELD_MAX_BYTES, READ_CHUNK_BYTES, REDACT_HOLD_MAX, REDACT_HOLD_QUIET};
+use crate::output::{Redactor, Stream, Utf8Decoder};
+use crate::process::PtyMaster;
+
+/// Where a reader reads from.
+pub enum Source {
+    Pipe(pipe::Receiver),
+    Pty(Arc<PtyMaster>),
+}
+
+impl Source {
+    async fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        match self {
+            Source::Pipe(pipe) => pipe.read(buf).await,
+            Source::Pty(master) => master.read(buf).await,
+        }
+    }
+
+    fn fd(&self) -> RawFd {
+        match self {
+            Source::Pipe(pipe) => pipe.as_raw_fd(),
+            Source::Pty(master) => master.as_raw_fd(),
+        }
+    }
+
+    /// Bytes waiting to be read now.
+    fn pending(&self) -> usize {
+        let mut n: libc::c_int = 0;
+        // SAFETY: FIONREAD writes one int through the pointer, which outlives the call.
+        let rc = unsafe { libc::ioctl(self.fd(), libc::FIONREAD, &mut n) };
+        if rc == -1 { 0 } else { n.max(0) as usize }
+    }
+}
+
+/// A request to a reader, answered once done.
+pub enum Control {
+    /// Deliver what the source holds now and everything held back.
+    Drain(oneshot::Sender<()>),
+    /// Drain, then mark a command's start once this echo has gone by.
+    Expect(String, oneshot::Sender<()>),
+    /// Drain, then deliver this text as output and mark a command's start after it.
+    Inject(String, oneshot::Sender<()>),
+}
+
+/// The echo of a command typed into a line-discipline shell: the start mark goes where its
+/// last character is read.
+struct Echo {
+    want: Vec<char>,
+    seen: usize,
+}
+
+impl Echo {
+    /// Split `text` where the echo ends (the start mark there), into `out`; true once the
+    /// whole echo went by.
+    fn split(&mut self, text: &str, out: &mut Vec<Owned>) -> bool {
+        for (i, c) in text.char_indices() {
+            if self.want.get(self.seen) == Some(&c) {
+                self.seen += 1;
+            }
+            if self.seen == self.want.len() {
+                let end = i + c.len_utf8();
+                out.push(Owned::Text(text[..end].to_owned()));
+                out.push(Owned::Mark(Mark::Start));
+                if end < text.len() {
+                    out.push(Owned::Text(text[end..].to_owned()));
+                }
+                return true;
+            }
+        }
+        out.push(Owned::Text(text.to_owned()));
+        false
+    }
+}
+
+/// A terminal shell's output while its integration is installed.
+struct Installing {
+    until: Instant,
+    held: String,
+}
+
+/// A piece of scanned output, owned.
+enum Owned {
+    Text(String),
+    Mark(Mark),
+}
+
+pub struct Reader {
+    session: Arc<Session>,
+    source: Source,
+    stream: Stream,
+    decoder: Utf8Decoder,
+    scanner: Option<Scanner>,
+    redactor: Option<Redactor>,
+    installing: Option<Installing>,
+    echo: Option<Echo>,
+    /// Since when text is held back, and when the last piece came.
+    held: Option<(Instant, Instant)>,
+    controls: mpsc::UnboundedReceiver<Control>,
+}
+
+impl Reader {
+    pub fn new(
+        session: Arc<Session>,
+        (source, stream): (Source, Stream),
+        redactor: Option<Redactor>,
+        controls: mpsc::UnboundedReceiver<Control>,
+    ) -> Self {
+        Reader {
+            session,
+            source,
+            stream,
+            decoder: Utf8Decoder::default(),
+            scanner: None,
+            redactor,
+            installing: None,
+            echo: None,
+            held: None,
+            controls,
+        }
+    }
+
+    /// Look for the marks of the shell integration keyed by `nonce`.
+    pub fn with_marks(mut self, nonce: &str) -> Self {
+        self.scanner = Some(Scanner::new(nonce));
+        self
+    }
+
+    /// Hold the output until the integration answers, at most until `until`.
+    pub fn installing(mut self, until: Instant) -> Self {
+        self.installing = Some(Installing {
+            until,
+            held: String::new(),
+        });
+        self
+    }
+
+    /// Read until EOF (or a read error, which ends the source like EOF) or until the
+    /// record is discarded.
+    pub async fn run(mut self) {
+        let mut bytes = vec![0u8; READ_CHUNK_BYTES];
+        loop {
+            let release_at = self.release_at();
+            let live = tokio::select! {
+                biased;
+                Some(control) = self.controls.recv() => self.control(control, &mut bytes).await,
+                read = self.source.read(&mut bytes) => match read {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => self.take(&bytes[..n]).await,
+                },
+                () = sleep_until(release_at) => self.release().await,
+            };
+            if !live {
+                return;
+            }
+        }
+        let mut decoded = String::new();
+        self.decoder.finish(&mut decoded);
+        if self.process(&decoded, true).await {
+            self.give_up_install().await;
+            self.session.captures().end(self.stream);
+            self.session.update(|s| s.reader_ended());
+        }
+    }
+
+    /// When held-back text (or the install's wait) must be released.
+    fn release_at(&self) -> Option<Instant> {
+        let held = self
+            .held
+            .map(|(first, last)| (last + REDACT_HOLD_QUIET).min(first + REDACT_HOLD_MAX));
+        let install = self.installing.as_ref().map(|i| i.until);
+        held.into_iter().chain(install).min()
+    }
+
+    /// Decode and deliver a read; false once the record is discarded.
+    async fn take(&mut self, bytes: &[u8]) -> bool {
+        let mut decoded = String::new();
+        self.decoder.push(bytes, &mut decoded);
+        let live = self.process(&decoded, false).await;
+        let holding = self.scanner.as_ref().is_some_and(Scanner::holding)
+            || self.redactor.as_ref().is_some_and(Redactor::holding);
+        let now = Instant::now();
+        self.held = holding.then(|| (self.held.map_or(now, |(first, _)| first), now));
+        live
+    }
+
+    /// Nothing decided the held-back text in time: it is output as it is.
+    async fn release(&mut self) -> bool {
+        self.held = None;
+        let live = self.process("", true).await;
+        if self
+            .installing
+            .as_ref()
+            .is_some_and(|i| Instant::now() >= i.until)
+        {
+            self.give_up_install().await;
+        }
+        live
+    }
+
+    /// Take out the marks, redact, deliver; with `flush`, nothing stays held back.
+    async fn process(&mut self, text: &str, flush: bool) -> bool {
+        let mut out = String::new();
+        if self.scanner.is_none() {
+            let text = self.redacted(text, flush, &mut out);
+            return self.deliver(text).await;
+        }
+        for piece in self.pieces(text, flush) {
+            match piece {
+                Owned::Text(t) => {
+                    if let Some(r) = self.redactor.as_mut() {
+                        r.push(&t, &mut out);
+                    } else {
+                        out.push_str(&t);
+                    }
+                }
+                Owned::Mark(mark) => {
+                    // A mark decides what is held back before it: it is ours, not text.
+                    if let Some(r) = self.redactor.as_mut() {
+                        r.flush(&mut out);
+                    }
+                    if !self.deliver(&out).await {
+                        return false;
+                    }
+                    out.clear();
+                    self.apply(mark).await;
+                }
+            }
+        }
+        if flush && let Some(r) = self.redactor.as_mut() {
+            r.flush(&mut out);
+        }
+        self.deliver(&out).await
+    }
+
+    /// `text` as text and marks: the integration's, and the start of a command where its
+    /// echo ends.
+    fn pieces(&mut self, text: &str, flush: bool) -> Vec<Owned> {
+        let mut pieces = Vec::new();
+        if let Some(scanner) = self.scanner.as_mut() {
+            let mut push = |piece: Piece| {
+                pieces.push(match piece {
+                    Piece::Text(t) => Owned::Text(t.to_owned()),
+                    Piece::Mark(m) => Owned::Mark(m),
+                })
+            };
+            scanner.scan(text, &mut push);
+            if flush {
+                scanner.flush(&mut push);
+            }
+        }
+        let Some(echo) = self.echo.as_mut() else {
+            return pieces;
+        };
+        let mut split = Vec::with_capacity(pieces.len() + 2);
+        let mut done = false;
+        for piece in pieces {
+            match piece {
+                Owned::Text(t) if !done => done = echo.split(&t, &mut split),
+                // The command ended before its echo was seen whole (the terminal's echo
+                // was turned off): nothing is expected any more.
+                Owned::Mark(Mark::End(status)) => {
+                    done = true;
+                    split.push(Owned::Mark(Mark::End(status)));
+                }
+                other => split.push(other),
+            }
+        }
+        if done {
+            self.echo = None;
+        }
+        split
+    }
+
+    /// `text` redacted (into `out`), or `text` itself when there is nothing to redact.
+    fn redacted<'a>(&mut self, text: &'a str, flush: bool, out: &'a mut String) -> &'a str {
+        match self.redactor.as_mut() {
+            Some(r) => {
+                r.push(text, out);
+                if flush {
+                    r.flush(out);
+                }
+                out
+            }
+            None => text,
+        }
+    }
+
+    async fn deliver(&mut self, text: &str) -> bool {
+        if text.is_empty() {
+            return true;
+        }
+        if let Some(installing) = self.installing.as_mut() {
+            installing.held.push_str(text);
+            if installing.held.len() > INSTALL_HELD_MAX_BYTES {
+                self.give_up_install().await;
+            }
+            return true;
+        }
+        self.session.deliver(self.stream, text).await
+    }
+
+    /// The integration did not answer: what the shell printed is shown after all, and
+    /// commands are wrapped.
+    async fn give_up_install(&mut self) {
+        if let Some(installing) = self.installing.take() {
+            tracing::warn!(session = %self.session.id, "the shell did not take its integration; terminal_exec wraps commands");
+            self.session.update(|s| s.shell_give_up_install());
+            self.session.deliver(self.stream, &installing.held).await;
+        }
+    }
+
+    async fn apply(&mut self, mark: Mark) {
+        if let Mark::Installed(typing) = mark {
+            // The shell's start and the installing line are not shown.
+            self.installing = None;
+            if typing == Typing::Readline
+                && let Some(scanner) = self.scanner.as_mut()
+            {
+                scanner.watch_paste_ends();
+            }
+        }
+        self.session.mark(self.stream, &mark);
+    }
+
+    async fn control(&mut self, control: Control, bytes: &mut [u8]) -> bool {
+        let (inject, expect, done) = match control {
+            Control::Drain(done) => (None, None, done),
+            Control::Expect(text, done) => (None, Some(text), done),
+            Control::Inject(text, done) => (Some(text), None, done),
+        };
+        let mut left = self.source.pending();
+        while left > 0 {
+            let want = left.min(bytes.len());
+            let n = match self.source.read(&mut bytes[..want]).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => n,
+            };
+            left = left.saturating_sub(n);
+            if !self.take(&bytes[..n]).await {
+                return false;
+            }
+        }
+        self.held = None;
+        if !self.process("", true).await {
+            return false;
+        }
+        if let Some(echo) = inject {
+            let mut out = String::new();
+            let echo = self.redacted(&echo, true, &mut out).to_owned();
+            if !self.deliver(&echo).await {
+                return false;
+            }
+            self.apply(Mark::Start).await;
+        }
+        if let Some(echo) = expect {
+            // A terminal may echo a tab as spaces; the rest of the echo places the mark.
+            self.echo = Some(Echo {
+                want: echo.chars().filter(|c| *c != '\t').collect(),
+                seen: 0,
+            });
+        }
+        let _ = done.send(());
+        true
+    }
+}
+
+async fn sleep_until(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+impl Session {
+    /// Output text (decoded, marks out, redacted) enters the buffer, the capture of a
+    /// running command and the sink; with `on_full: "pause"` what does not fit waits until
+    /// a client reads on (meanwhile the reader reads nothing, so the child blocks in its
+    /// `write`). False when the record was discarded first (the rest is dropped).
+    pub(super) async fn deliver(&self, stream: Stream, mut rest: &str) -> bool {
+        while !rest.is_empty() {
+            // Two readers keep the buffer's order in the sink.
+            let order = match &self.sink {
+                Some(_) => Some(self.order.lock().await),
+                None => None,
+            };
+            let consumed = self.captures().armed(stream);
+            // Stored and acknowledged read under one lock: an acknowledgement that comes
+            // after this store changes `acknowledged` from `seen`, so none is missed.
+            let stored = self.update(|s| {
+                if s.discarded() {
+                    s.stop_holding(stream);
+                    return None;
+                }
+                let stored = s.store(stream, rest, consumed);
+                Some((stored, s.acknowledged(), s.output().end()))
+            });
+            let Some((stored, seen, end)) = stored else {
+                return false;
+            };
+            let piece = &rest[..stored.taken];
+            if !piece.is_empty() {
+                self.captures().take(stream, piece, stored.start);
+                if let Some(sink) = &self.sink {
+                    let text = piece.to_owned();
+                    sink.send(Feed::Output { text, end }).await;
+                }
+            }
+            drop(order);
+            rest = &rest[stored.taken..];
+            if !rest.is_empty() {
+                self.wait_for(|s| s.acknowledged() != seen || s.discarded())
+                    .await;
+            }
+        }
+        true
+    }
+
+    /// A mark of the shell integration, found on `stream` where its output ends now. The
+    /// capture of the current command changes first, so whoever sees the command end finds
+    /// its output complete.
+    fn mark(&self, stream: Stream, mark: &Mark) {
+        let change = self.inspect(|s| s.shell().and_then(|shell| shell.capture_change(mark)));
+        match change {
+            Some(CaptureChange::Start) => self.captures().start(stream),
+            Some(CaptureChange::End) => self.captures().end(stream),
+            None => {}
+        }
+        self.update(|s| {
+            let at = s.output().end();
+            s.shell_mark(mark, at);
+        });
+    }
+
+    /// Ask the reader of `stream` for `control` (made with the answer's sender), and wait
+    /// until it did it; false when the reader is gone.
+    pub(super) async fn ask_reader(
+        &self,
+        stream: Stream,
+        control: impl FnOnce(oneshot::Sender<()>) -> Control,
+    ) -> bool {
+        let Some(controls) = &self.controls[stream as usize] else {
+            return false;
+        };
+        let (done, answered) = oneshot::channel();
+        controls.send(control(done)).is_ok() && answered.await.is_ok()
+    }
+}

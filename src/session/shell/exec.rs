@@ -1,0 +1,453 @@
+//! `terminal_exec`: type one command line into the session's shell, wait for its end, and
+//! return what it printed and its exit status.
+//!
+//! Flow at a glance: the command is typed as the shell's integration says (`Typing`), its
+//! output captured from its start mark to its end mark (`capture.rs`: head and tail,
+//! shaped), and the call waits for the end mark, which the reader records as it reads
+//! (`ingest.rs`), so no amount of output can evict or delay it. On pipes the command's
+//! stderr is complete once its reader drained what the pipe held at the end mark.
+//!
+//! A timeout never ends the shell. `interrupt` sends Ctrl-C to the terminal (pipes: SIGINT
+//! to the command's processes, every process of the shell's session but the shell; a
+//! background job ignores it, as POSIX has it for a shell without job control) and waits a
+//! moment for the prompt: then the outcome is `timeout` with the status; if the program
+//! keeps the terminal (less, vim, a REPL), it is `timeout` with `still_running`, the
+//! foreground program and the screen. `keep` leaves the command running (`running`);
+//! `continue: true` collects it later, however long it runs, across calls.
+
+use std::time::Duration;
+
+use nix::sys::signal::Signal;
+use serde::Serialize;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use super::install::{canonical_text, pipe_wrapper, readline_text, terminal_wrapper};
+use super::{Busy, Typing};
+use crate::config::Mode;
+use crate::errors::{ErrorCode, ToolError};
+use crate::limits::{DRAIN_DEADLINE, EXEC_INTERRUPT_SETTLE};
+use crate::output::{Kept, Omitted, Shape, Stream};
+use crate::process::{procfs, signal_process};
+use crate::session::Session;
+use crate::session::ingest::Control;
+use crate::session::input::Typed;
+use crate::session::state::{Snapshot, State};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnTimeout {
+    Interrupt,
+    Keep,
+}
+
+pub struct ExecRequest {
+    /// The command line, or `None` to go on waiting for the last one (`continue`).
+    pub command: Option<String>,
+    pub timeout: Duration,
+    pub on_timeout: OnTimeout,
+    /// Bytes of output returned: a quarter head, the rest tail.
+    pub max_bytes: usize,
+    pub strip_ansi: bool,
+    /// On a terminal: the bytes as written rather than as a terminal leaves each line.
+    pub raw: bool,
+}
+
+/// The program in a terminal's foreground.
+#[derive(Debug, Clone, Serialize)]
+pub struct Foreground {
+    pub pid: i32,
+    pub name: Option<String>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct ExecResult {
+    /// `completed`, `timeout`, `exited` (the shell ended) or `running` (kept).
+    pub outcome: &'static str,
+    pub output: String,
+    /// Pipe sessions: the command's stderr. On a terminal it is part of `output`.
+    pub stderr: Option<String>,
+    /// What was left out between the head and the tail of `output` (and of `stderr`).
+    pub omitted: Option<Omitted>,
+    pub stderr_omitted: Option<Omitted>,
+    /// Part of what was left out is no longer retained by the buffer either.
+    pub truncated: bool,
+    pub exit_code: Option<i32>,
+    /// The command has not ended (a kept command, or a program that kept the terminal
+    /// after the interrupt): collect it with `continue: true`.
+    pub still_running: bool,
+    /// The terminal's foreground program, while the command still runs.
+    pub foreground: Option<Foreground>,
+    /// The rendered screen, while the command still runs on a terminal.
+    pub screen: Option<Vec<String>>,
+    /// Where the command's output begins in the session's output, and where the call's
+    /// output ends.
+    pub start_cursor: u64,
+    pub end_cursor: u64,
+    pub session: Snapshot,
+}
+
+/// What the exec calls of one session keep between them.
+#[derive(Default)]
+pub struct Calls {
+    /// A pipe shell's first wrapper made its copy of stdout for the marks.
+    prepared: bool,
+}
+
+/// How waiting for a command ended.
+enum Waited {
+    Ended,
+    ShellEnded,
+    TimedOut,
+}
+
+impl Session {
+    /// Run `request` in this session's shell (a `shell: "posix"` profile).
+    pub async fn exec(
+        &self,
+        request: &ExecRequest,
+        max_input_bytes: usize,
+        cancel: &CancellationToken,
+    ) -> Result<ExecResult, ToolError> {
+        let Ok(mut calls) = self.exec.try_lock() else {
+            return Err(ToolError::new(
+                ErrorCode::SessionBusy,
+                format!(
+                    "another terminal_exec call is waiting on session {}; wait for its \
+                     answer, or start another shell session to run commands in parallel",
+                    self.id
+                ),
+            ));
+        };
+        let deadline = Instant::now() + request.timeout;
+        let seq = match &request.command {
+            Some(command) => {
+                self.type_command(&mut calls, command, request, max_input_bytes, deadline)
+                    .await?
+            }
+            None => self.to_continue()?,
+        };
+        let waited = tokio::select! {
+            waited = self.wait_command(seq, deadline) => waited,
+            () = cancel.cancelled() => Waited::TimedOut,
+        };
+        match (waited, request.on_timeout) {
+            (Waited::Ended, _) => Ok(self.result(seq, "completed").await),
+            (Waited::ShellEnded, _) => {
+                // The readers end the captures at EOF.
+                let settle = Instant::now() + DRAIN_DEADLINE * 2;
+                self.wait_until(settle, State::settled).await;
+                Ok(self.result(seq, "exited").await)
+            }
+            (Waited::TimedOut, OnTimeout::Keep) => Ok(self.result(seq, "running").await),
+            (Waited::TimedOut, OnTimeout::Interrupt) => {
+                self.interrupt().await;
+                let settle = Instant::now() + EXEC_INTERRUPT_SETTLE;
+                self.wait_command(seq, settle).await;
+                Ok(self.result(seq, "timeout").await)
+            }
+        }
+    }
+
+    /// Check that `command` can be typed now, arm the capture of its output and type it;
+    /// its sequence number.
+    async fn type_command(
+        &self,
+        calls: &mut Calls,
+        command: &str,
+        request: &ExecRequest,
+        max_input_bytes: usize,
+        deadline: Instant,
+    ) -> Result<u64, ToolError> {
+        if command.len() > max_input_bytes {
+            return Err(ToolError::new(
+                ErrorCode::InputTooLarge,
+                format!(
+                    "command is {} bytes, over the limit of {max_input_bytes}; nothing was \
+                     run: write a script file and run that instead",
+                    command.len()
+                ),
+            ));
+        }
+        if command.contains('\0') {
+            return Err(ToolError::invalid_argument(
+                "command",
+                "must not contain NUL",
+            ));
+        }
+        // A terminal shell answers its integration within moments of starting.
+        self.wait_until(deadline, |s| {
+            s.status().is_final()
+                || !s
+                    .shell()
+                    .is_some_and(|t| matches!(t.busy(), Some(Busy::Installing)))
+        })
+        .await;
+        if self.status().is_final() {
+            return Err(self.not_running());
+        }
+        let (busy, typing, nonce) = self.inspect(|s| {
+            let shell = s.shell();
+            (
+                shell.and_then(|t| t.busy()),
+                shell.and_then(|t| t.typing()),
+                shell.map(|t| t.nonce.clone()).unwrap_or_default(),
+            )
+        });
+        if let Some(busy) = busy {
+            return Err(self.busy(busy));
+        }
+        let typing = typing.unwrap_or(Typing::Wrapper);
+        let shape = match (self.mode, request.raw, request.strip_ansi) {
+            (_, _, true) => Shape::Strip,
+            (Mode::Pty, false, false) => Shape::Render,
+            (Mode::Pty, true, false) | (Mode::Pipe, _, false) => Shape::Raw,
+        };
+        {
+            let mut captures = self.captures();
+            captures.arm(Stream::Stdout, shape, request.max_bytes, false);
+            if self.mode == Mode::Pipe {
+                captures.arm(Stream::Stderr, shape, request.max_bytes, true);
+            }
+        }
+        let seq = self.update(|s| s.shell_submit(command));
+        let typed = match (typing, self.mode) {
+            (Typing::Readline, _) => {
+                let text = readline_text(command);
+                self.type_as(&text, command).await
+            }
+            (Typing::Canonical, _) => self.type_canonical(command).await,
+            (Typing::Wrapper, Mode::Pipe) => {
+                let mut text = String::new();
+                // What was written before and not ended is a line of its own (it runs
+                // before the command, outside its output).
+                if self.inspect(|s| s.input().partial_line()) {
+                    text.push('\n');
+                }
+                text.push_str(&pipe_wrapper(command, &nonce, !calls.prepared));
+                calls.prepared = true;
+                self.type_as(text.as_bytes(), command).await
+            }
+            (Typing::Wrapper, Mode::Pty) => {
+                let kill = self.terminal.as_ref().map(|t| t.line_controls().kill);
+                let mut text = Vec::from_iter(kill.filter(|_| self.partial_line()));
+                text.extend_from_slice(terminal_wrapper(command, &nonce).as_bytes());
+                self.type_as(&text, command).await
+            }
+        };
+        if let Err(e) = typed {
+            // Never typed whole: it will not end by itself.
+            self.update(|s| s.shell_abandon(seq));
+            return Err(e);
+        }
+        Ok(seq)
+    }
+
+    fn partial_line(&self) -> bool {
+        self.inspect(|s| s.input().partial_line())
+    }
+
+    async fn type_as(&self, bytes: &[u8], command: &str) -> Result<(), ToolError> {
+        let never = CancellationToken::new();
+        self.send_as(bytes, false, &never, Typed::Command(command))
+            .await
+            .map(drop)
+    }
+
+    /// Type into a shell that reads from the line discipline: the line being typed is
+    /// killed, then the command goes in as typed. The command's output starts where the
+    /// terminal's echo of it ends; with the echo off (a program turned it off), the echo
+    /// the terminal would have shown is written into the output in its place.
+    async fn type_canonical(&self, command: &str) -> Result<(), ToolError> {
+        let Some(terminal) = self.terminal.clone() else {
+            return Err(ToolError::internal("a canonical shell without a terminal"));
+        };
+        let never = CancellationToken::new();
+        if self.partial_line() {
+            let kill = terminal.line_controls().kill;
+            self.send(&[kill], false, &never).await?;
+        }
+        let text = canonical_text(command);
+        let echo = text.replace('\n', "\r\n");
+        let asked = if terminal.echoes() {
+            self.ask_reader(Stream::Stdout, |done| Control::Expect(echo, done))
+                .await
+        } else {
+            self.ask_reader(Stream::Stdout, |done| Control::Inject(echo, done))
+                .await
+        };
+        if !asked {
+            return Err(self.not_running());
+        }
+        self.type_as(text.as_bytes(), command).await
+    }
+
+    /// The command `continue: true` waits for.
+    fn to_continue(&self) -> Result<u64, ToolError> {
+        let current = self.inspect(|s| {
+            s.shell()
+                .and_then(|t| t.current())
+                .map(|c| (c.seq, c.collected))
+        });
+        match current {
+            Some((seq, false)) => Ok(seq),
+            Some((_, true)) | None => Err(ToolError::invalid_argument(
+                "continue",
+                "has no command to wait for: the last command's result was already returned \
+                 (or none was run); pass `command` to run one",
+            )),
+        }
+    }
+
+    /// Wait until command `seq` ended, the shell ended, or `deadline`.
+    async fn wait_command(&self, seq: u64, deadline: Instant) -> Waited {
+        let ended = move |s: &State| {
+            s.shell()
+                .and_then(|t| t.current())
+                .is_some_and(|c| c.seq == seq && c.ended.is_some())
+        };
+        self.wait_until(deadline, move |s| ended(s) || s.status().is_final())
+            .await;
+        self.inspect(|s| {
+            if ended(s) {
+                Waited::Ended
+            } else if s.status().is_final() {
+                Waited::ShellEnded
+            } else {
+                Waited::TimedOut
+            }
+        })
+    }
+
+    /// Ctrl-C for the command: the terminal's interrupt character, or on pipes SIGINT to
+    /// every process of the shell's session but the shell.
+    async fn interrupt(&self) {
+        match &self.terminal {
+            Some(terminal) => {
+                let interrupt = terminal.line_controls().flushing[0];
+                let never = CancellationToken::new();
+                let _ = self.send(&[interrupt], false, &never).await;
+            }
+            None => {
+                let shell = self.pid;
+                let members =
+                    tokio::task::spawn_blocking(move || procfs::session_members(shell)).await;
+                for pid in members.unwrap_or_default() {
+                    if pid != shell {
+                        signal_process(pid, Signal::SIGINT);
+                    }
+                }
+            }
+        }
+    }
+
+    /// The result for command `seq` as it stands.
+    async fn result(&self, seq: u64, outcome: &'static str) -> ExecResult {
+        let command = self.inspect(|s| {
+            s.shell()
+                .and_then(|t| t.current())
+                .filter(|c| c.seq == seq)
+                .cloned()
+        });
+        let ended = command.as_ref().and_then(|c| c.ended);
+        if ended.is_some() && self.mode == Mode::Pipe {
+            // What the command wrote to stderr is in its pipe by now.
+            self.ask_reader(Stream::Stderr, Control::Drain).await;
+            self.captures().end(Stream::Stderr);
+        }
+        let (output, stderr) = {
+            let mut captures = self.captures();
+            let stderr = (self.mode == Mode::Pipe).then(|| captures.kept(Stream::Stderr));
+            (captures.kept(Stream::Stdout), stderr)
+        };
+        let still_running = ended.is_none() && !self.status().is_final();
+        let (foreground, screen) = if still_running {
+            (self.foreground(), self.screen_lines().await)
+        } else {
+            (None, None)
+        };
+        let finished = ended.is_some() || !still_running;
+        if finished {
+            self.update(|s| s.shell_collected(seq));
+        }
+        let exit_code = match (ended, outcome) {
+            (Some(ended), _) => ended.status,
+            (None, "exited") => self.snapshot().exit_code,
+            (None, _) => None,
+        };
+        let end = self.inspect(|s| s.output().end());
+        let start_cursor = command
+            .as_ref()
+            .map_or(end, |c| c.started.unwrap_or(c.submitted));
+        // On pipes the call's output ends after the stderr drained above.
+        let end_cursor = match (ended, self.mode) {
+            (Some(e), Mode::Pipe) => e.cursor.max(end),
+            (Some(e), Mode::Pty) => e.cursor,
+            (None, _) => end,
+        };
+        self.acknowledge(end_cursor);
+        let base = self.inspect(|s| s.output().base());
+        let lost = |kept: &Kept| kept.omitted.is_some_and(|o| o.start_cursor < base);
+        ExecResult {
+            outcome,
+            truncated: lost(&output) || stderr.as_ref().is_some_and(lost),
+            omitted: output.omitted,
+            stderr_omitted: stderr.as_ref().and_then(|k| k.omitted),
+            output: output.text,
+            stderr: stderr.map(|k| k.text),
+            exit_code,
+            still_running,
+            foreground,
+            screen,
+            start_cursor,
+            end_cursor,
+            session: self.snapshot(),
+        }
+    }
+
+    /// The program in the foreground: a terminal's foreground group leader, or the shell.
+    fn foreground(&self) -> Option<Foreground> {
+        let pid = match &self.terminal {
+            Some(terminal) => terminal.foreground()?,
+            None => self.pid,
+        };
+        Some(Foreground {
+            pid,
+            name: procfs::name(pid),
+        })
+    }
+
+    /// The screen's lines, without the empty ones at its bottom.
+    async fn screen_lines(&self) -> Option<Vec<String>> {
+        let mut lines = self.screen(0).await.ok()?.lines;
+        while lines.last().is_some_and(|l| l.trim().is_empty()) {
+            lines.pop();
+        }
+        Some(lines)
+    }
+
+    /// The error for a shell that cannot take a command now.
+    fn busy(&self, busy: Busy) -> ToolError {
+        let message = match busy {
+            Busy::Installing => "the shell is still starting (its integration has not \
+                                 answered yet); try again in a moment"
+                .to_owned(),
+            Busy::Command(seq) => format!(
+                "command {seq} is still running in this shell: collect its result with \
+                 `continue: true`, answer it with terminal_keys or terminal_write, or \
+                 interrupt it (terminal_keys [\"C-c\"])"
+            ),
+            Busy::Foreground => {
+                let program = self
+                    .foreground()
+                    .and_then(|f| f.name)
+                    .map_or_else(String::new, |name| format!(" (`{name}`)"));
+                format!(
+                    "a program started with terminal_write or terminal_keys runs in the \
+                     shell's foreground{program}; finish it (answer it, or send C-c with \
+                     terminal_keys) before running a command"
+                )
+            }
+        };
+        ToolError::new(ErrorCode::SessionBusy, message)
+    }
+}

@@ -1,0 +1,207 @@
+//! What is typed into a shell to integrate it, and the wrapper for shells without hooks.
+//!
+//! The integration, typed once when a terminal shell starts (and hidden: the session shows
+//! nothing of the shell's output until the integration's first mark), makes the shell print
+//! invisible marks carrying the session's nonce:
+//! - bash: `PROMPT_COMMAND` prints the end of a command with its status (to `/dev/tty`, so
+//!   redirecting the shell's own stdout or stderr cannot lose it), `PS0` the start of one;
+//!   readline is put in emacs mode with bracketed paste (so a pasted command is inserted as
+//!   text, tabs and newlines included, and readline's end of paste marks where its echo
+//!   ends), history expansion is off (`!` is plain text, as on pipes), and the shell's
+//!   history is not written to a file;
+//! - other POSIX shells (dash): `PS1` prints the end mark with `$?` (dash expands
+//!   parameters in its prompt), `PS2` is empty (continuation lines of a multi-line command
+//!   print no prompt into its output).
+//!
+//! Then it prints the `I` mark saying how commands are typed: `readline` or `canonical`.
+
+use std::fmt::Write;
+
+use crate::limits::EXEC_LINE_BYTES;
+
+/// The OSC sequence that frames every mark, as printf escapes.
+const OSC: &str = "\\033]6973;";
+const BEL: &str = "\\007";
+
+/// A fresh nonce: 128 random bits in hex.
+pub fn new_nonce() -> String {
+    format!("{:032x}", rand::random::<u128>())
+}
+
+/// The line that integrates a terminal shell (without its Enter).
+pub fn install_line(nonce: &str) -> String {
+    format!(
+        "__mt_n={nonce}; if [ -n \"${{BASH_VERSION-}}\" ]; then \
+         __mt_d() {{ local s=$?; printf '{OSC}%s;D;%s{BEL}' \"$__mt_n\" \"$s\" >/dev/tty; return $s; }}; \
+         PROMPT_COMMAND=\"__mt_d${{PROMPT_COMMAND:+;$PROMPT_COMMAND}}\"; \
+         PS0='\\e]6973;'\"$__mt_n\"';C\\a'\"${{PS0-}}\"; set +H; unset HISTFILE; \
+         history -d -1 2>/dev/null; \
+         if shopt -oq emacs || shopt -oq vi; then set -o emacs; \
+         bind 'set enable-bracketed-paste on' 2>/dev/null; bind 'set enable-active-region off' 2>/dev/null; __mt_k=readline; \
+         else PS2=''; __mt_k=canonical; fi; \
+         else PS1=\"$(printf '{OSC}%s;D;' \"$__mt_n\")\"'$?'\"$(printf '{BEL}')$PS1\"; PS2=''; \
+         __mt_k=canonical; fi; printf '{OSC}%s;I;%s{BEL}' \"$__mt_n\" \"$__mt_k\" >/dev/tty"
+    )
+}
+
+/// `command printf` of the mark of `kind` (with `data` format and arguments), the nonce
+/// given in two halves so that the whole nonce never appears in what is typed (a terminal
+/// echoes it).
+fn print_mark(nonce: &str, kind: &str, data_format: &str, data_args: &str) -> String {
+    let (a, b) = nonce.split_at(nonce.len() / 2);
+    format!("command printf '{OSC}%s%s;{kind}{data_format}{BEL}' {a} {b}{data_args}")
+}
+
+/// The command as the text of a double-quoted word, for a shell reading a pipe: only
+/// `$`, `` ` ``, `\` and `"` need a backslash there.
+fn double_quoted(command: &str) -> String {
+    let mut out = String::with_capacity(command.len() + 16);
+    for c in command.chars() {
+        if matches!(c, '$' | '`' | '\\' | '"') {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// The command as a printf format inside double quotes, for a terminal: only printable
+/// ASCII other than `$ ` \ " ! %` and UTF-8 beyond ASCII are typed as they are; control
+/// characters, which a terminal's line discipline or readline would act on, become octal
+/// escapes. Lines are cut (backslash-newline inside double quotes) so a terminal's
+/// canonical line limit never truncates them.
+fn printf_format(command: &str) -> String {
+    let mut out = String::with_capacity(command.len() + 16);
+    let mut line = 0;
+    for c in command.chars() {
+        if line >= EXEC_LINE_BYTES {
+            out.push_str("\\\n");
+            line = 0;
+        }
+        let escaped = c.is_ascii() && (c.is_ascii_control() || "$`\\\"!%".contains(c));
+        if escaped {
+            let _ = write!(out, "\\{:03o}", c as u32);
+            line += 4;
+        } else {
+            out.push(c);
+            line += c.len_utf8();
+        }
+    }
+    out
+}
+
+/// The wrapper for a shell on pipes: the start mark, the command (stdin from /dev/null, so
+/// it cannot eat the shell's own input), the end mark with its status. Marks go to fd 9, a
+/// copy of the shell's stdout made by the first wrapper (`prepare`), so `exec >file` in a
+/// command cannot divert them (and to stdout, should fd 9 be closed).
+pub fn pipe_wrapper(command: &str, nonce: &str, prepare: bool) -> String {
+    let mut text = String::new();
+    if prepare {
+        // A non-interactive bash expands aliases only when asked; guarded for dash.
+        text.push_str("exec 9>&1; [ -n \"${BASH_VERSION-}\" ] && shopt -s expand_aliases; ");
+    }
+    let start = print_mark(nonce, "C", "", "");
+    let end = print_mark(nonce, "D", ";%s", " \"$__mt_s\"");
+    // Not `{ ...; }`: after a syntax error in `eval`, bash fails to parse a line that
+    // begins with `{`. Stderr is redirected first so a closed fd 9 says nothing.
+    let _ = writeln!(
+        text,
+        "{start} 2>/dev/null >&9 || {start}; command eval \"{}\" </dev/null; \
+         __mt_s=$?; {end} 2>/dev/null >&9 || {end}",
+        double_quoted(command)
+    );
+    text
+}
+
+/// The wrapper a terminal shell without the integration runs a command in (it shows on
+/// the screen): marks on the terminal around the command.
+pub fn terminal_wrapper(command: &str, nonce: &str) -> String {
+    format!(
+        "{}; command eval \"$(command printf \"{}\")\"; {}\n",
+        print_mark(nonce, "C", "", ""),
+        printf_format(command),
+        print_mark(nonce, "D", ";%s", " \"$?\"")
+    )
+}
+
+/// What a canonical (line-discipline) shell is given for `command`: the command itself
+/// when the terminal can take it as typed (no control characters but tab and newline, no
+/// line over the terminal's limit), else the command inside `eval` of its printf escapes.
+/// Several lines go in a `{ }` group, so the shell runs them as one command and shows its
+/// prompt once, after the last.
+pub fn canonical_text(command: &str) -> String {
+    let plain = command
+        .chars()
+        .all(|c| c == '\t' || c == '\n' || !c.is_control())
+        && command
+            .split('\n')
+            .all(|line| line.len() <= EXEC_LINE_BYTES);
+    if plain && command.trim_end_matches('\n').contains('\n') {
+        format!("{{\n{command}\n}}\n")
+    } else if plain {
+        format!("{command}\n")
+    } else {
+        format!(
+            "command eval \"$(command printf \"{}\")\"\n",
+            printf_format(command)
+        )
+    }
+}
+
+/// What a readline shell is given for `command`: the line being typed is killed (start of
+/// line, kill to its end), then the command is pasted as it is, unless it holds control
+/// characters (other than tab and newline) that the terminal would act on even inside a
+/// paste (Ctrl-C, Ctrl-Z, flow control): then what is pasted is `eval` of its printf
+/// escapes.
+pub fn readline_text(command: &str) -> Vec<u8> {
+    let pasted = if command
+        .chars()
+        .all(|c| c == '\t' || c == '\n' || !c.is_control())
+    {
+        command.to_owned()
+    } else {
+        format!(
+            "command eval \"$(command printf \"{}\")\"",
+            printf_format(command).replace("\\\n", "")
+        )
+    };
+    format!("\u{1}\u{b}\u{1b}[200~{pasted}\u{1b}[201~\r").into_bytes()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_whole_nonce_is_never_typed() {
+        let nonce = new_nonce();
+        for text in [
+            pipe_wrapper("echo hi", &nonce, true),
+            terminal_wrapper("echo hi", &nonce),
+        ] {
+            assert!(!text.contains(&nonce), "{text}");
+        }
+    }
+
+    #[test]
+    fn printf_escapes_only_what_the_terminal_or_shell_would_act_on() {
+        assert_eq!(
+            printf_format("echo \"$HOME\" `x` \\ ! 100% it's\té€\n"),
+            "echo \\042\\044HOME\\042 \\140x\\140 \\134 \\041 100\\045 it's\\011é€\\012"
+        );
+        let long = printf_format(&"a".repeat(EXEC_LINE_BYTES * 2 + 1));
+        assert_eq!(long.split("\\\n").count(), 3);
+        assert_eq!(double_quoted("a\"$b`c\\d€"), "a\\\"\\$b\\`c\\\\d€");
+    }
+
+    #[test]
+    fn a_canonical_shell_gets_plain_lines_when_it_can() {
+        assert_eq!(canonical_text("echo a"), "echo a\n");
+        assert_eq!(
+            canonical_text("echo a\n\techo b"),
+            "{\necho a\n\techo b\n}\n"
+        );
+        assert!(canonical_text("printf '\u{3}'").starts_with("command eval"));
+        assert!(canonical_text(&"x".repeat(EXEC_LINE_BYTES + 1)).starts_with("command eval"));
+    }
+}

@@ -1,0 +1,317 @@
+//! The persistent shell of a `shell: "posix"` session: how it is integrated, what it is
+//! doing, and how `terminal_exec` types a command into it and collects the result.
+//!
+//! Responsibilities:
+//! - `install`: the integration typed once when a terminal shell starts (a random nonce,
+//!   prompt hooks that print invisible marks), and the wrapper used where a shell has no
+//!   hooks (pipes, and a terminal shell that did not take the integration).
+//! - `scan`: finding the marks in the output as it is read, before anything is stored, so
+//!   output can neither evict, delay nor forge the end of a command.
+//! - `Track` (here): what the marks said, under the session's state lock: whether the shell
+//!   is at its prompt, the command `terminal_exec` typed and where its output begins and
+//!   ends, and a short history of the commands run.
+//! - `exec`: the tool call: type a command, wait for its end or its timeout, interrupt or
+//!   keep it, and return its output (head and tail, shaped) and exit status.
+
+mod exec;
+mod install;
+pub mod scan;
+
+use std::collections::VecDeque;
+use std::time::SystemTime;
+
+use serde::Serialize;
+
+pub use exec::{Calls, ExecRequest, ExecResult, OnTimeout};
+pub(super) use install::{install_line, new_nonce};
+use scan::Mark;
+
+/// How a command line reaches the shell.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Typing {
+    /// A readline shell (interactive bash): the command is pasted (bracketed paste) and
+    /// readline echoes it.
+    Readline,
+    /// A shell that reads lines from the terminal's line discipline (dash): the command is
+    /// typed with the terminal's echo off and its echo written into the output in its place.
+    Canonical,
+    /// Pipes, or a shell that did not take the integration: the command runs inside a
+    /// wrapper that prints the marks.
+    Wrapper,
+}
+
+/// Commands remembered for the owner's view, and the bytes of each one's text kept once it
+/// is no longer the current command.
+const HISTORY: usize = 100;
+const HISTORY_TEXT_BYTES: usize = 1024;
+
+/// A command `terminal_exec` typed.
+#[derive(Debug, Clone, Serialize)]
+pub struct Command {
+    pub seq: u64,
+    pub text: String,
+    /// The output's end when it was typed.
+    pub submitted: u64,
+    /// Where its output begins, once the shell started it.
+    pub started: Option<u64>,
+    pub ended: Option<Ended>,
+    #[serde(serialize_with = "super::state::serialize_time")]
+    pub began_at: SystemTime,
+    /// An exec call returned its complete result.
+    #[serde(skip)]
+    pub collected: bool,
+}
+
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct Ended {
+    /// Where its output ends.
+    pub cursor: u64,
+    /// Its exit status, when the shell reported one.
+    pub status: Option<i32>,
+    #[serde(serialize_with = "super::state::serialize_time")]
+    pub at: SystemTime,
+}
+
+/// What the session knows of its shell.
+pub struct Track {
+    pub nonce: String,
+    /// `None` while the integration is being installed.
+    typing: Option<Typing>,
+    at_prompt: bool,
+    /// The shell has shown a prompt since it was integrated (before that it is starting).
+    prompted: bool,
+    /// Oldest first; the last one is the current command.
+    commands: VecDeque<Command>,
+    next_seq: u64,
+}
+
+/// What a mark changes in the capture of the current command's output.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CaptureChange {
+    Start,
+    End,
+}
+
+/// Why a new command cannot be typed now.
+pub enum Busy {
+    /// The integration is still being installed (or the shell has not shown its first
+    /// prompt since).
+    Installing,
+    /// The last command typed has not ended.
+    Command(u64),
+    /// A program started some other way (`terminal_write`) runs in the foreground.
+    Foreground,
+}
+
+impl Track {
+    /// A terminal shell, its integration about to be installed.
+    pub fn installing(nonce: String) -> Self {
+        Track {
+            nonce,
+            typing: None,
+            at_prompt: false,
+            prompted: false,
+            commands: VecDeque::new(),
+            next_seq: 1,
+        }
+    }
+
+    /// A shell on pipes: always wrapped, and ready at once.
+    pub fn wrapped(nonce: String) -> Self {
+        Track {
+            typing: Some(Typing::Wrapper),
+            at_prompt: true,
+            prompted: true,
+            ..Track::installing(nonce)
+        }
+    }
+
+    pub fn typing(&self) -> Option<Typing> {
+        self.typing
+    }
+
+    /// The integration was not installed in time: commands are wrapped from now on.
+    pub fn give_up_install(&mut self) {
+        if self.typing.is_none() {
+            self.typing = Some(Typing::Wrapper);
+            self.at_prompt = true;
+            self.prompted = true;
+        }
+    }
+
+    pub fn current(&self) -> Option<&Command> {
+        self.commands.back()
+    }
+
+    pub fn history(&self) -> impl Iterator<Item = &Command> {
+        self.commands.iter()
+    }
+
+    /// Whether a new command can be typed now.
+    pub fn busy(&self) -> Option<Busy> {
+        if self.typing.is_none() || !self.prompted {
+            return Some(Busy::Installing);
+        }
+        if let Some(c) = self.current().filter(|c| c.ended.is_none()) {
+            return Some(Busy::Command(c.seq));
+        }
+        (!self.at_prompt).then_some(Busy::Foreground)
+    }
+
+    /// Note that `text` is being typed at cursor `at`; returns its sequence number.
+    pub fn submit(&mut self, text: &str, at: u64) -> u64 {
+        if let Some(last) = self.commands.back_mut() {
+            shorten(&mut last.text);
+        }
+        if self.commands.len() == HISTORY {
+            self.commands.pop_front();
+        }
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        self.commands.push_back(Command {
+            seq,
+            text: text.to_owned(),
+            submitted: at,
+            started: None,
+            ended: None,
+            began_at: SystemTime::now(),
+            collected: false,
+        });
+        self.at_prompt = false;
+        seq
+    }
+
+    /// Command `seq` was not typed whole: it will never end by itself.
+    pub fn abandon(&mut self, seq: u64, at: u64) {
+        if let Some(c) = self.commands.back_mut().filter(|c| c.seq == seq) {
+            c.ended.get_or_insert(Ended {
+                cursor: at,
+                status: None,
+                at: SystemTime::now(),
+            });
+            c.collected = true;
+        }
+        self.at_prompt = true;
+    }
+
+    /// The current command's complete result was returned.
+    pub fn collected(&mut self, seq: u64) {
+        if let Some(c) = self.commands.back_mut().filter(|c| c.seq == seq) {
+            c.collected = true;
+        }
+    }
+
+    /// The command waiting for its start or end mark, if any.
+    fn open(&mut self) -> Option<&mut Command> {
+        self.commands.back_mut().filter(|c| c.ended.is_none())
+    }
+
+    /// What `mark` would change in the current command's capture (decided before the mark
+    /// is applied, so the capture is complete before anyone sees the command end).
+    pub fn capture_change(&self, mark: &Mark) -> Option<CaptureChange> {
+        let open = self.current().filter(|c| c.ended.is_none())?;
+        match mark {
+            Mark::Start | Mark::InputEnd if open.started.is_none() => Some(CaptureChange::Start),
+            Mark::End(_) => Some(CaptureChange::End),
+            Mark::Start | Mark::InputEnd | Mark::Installed(_) => None,
+        }
+    }
+
+    /// Apply a mark found at cursor `at`.
+    pub fn mark(&mut self, mark: &Mark, at: u64) {
+        match mark {
+            // The prompt comes with the end mark that follows.
+            Mark::Installed(typing) => self.typing = Some(*typing),
+            Mark::Start | Mark::InputEnd => match self.open() {
+                Some(command) => {
+                    command.started.get_or_insert(at);
+                }
+                // A command line typed some other way started.
+                None if *mark == Mark::Start => self.at_prompt = false,
+                None => {}
+            },
+            Mark::End(status) => {
+                if let Some(command) = self.open() {
+                    command.started.get_or_insert(at);
+                    command.ended = Some(Ended {
+                        cursor: at,
+                        status: *status,
+                        at: SystemTime::now(),
+                    });
+                }
+                self.at_prompt = true;
+                self.prompted |= self.typing.is_some();
+            }
+        }
+    }
+}
+
+/// Keep the start of a history entry's text.
+fn shorten(text: &mut String) {
+    if text.len() > HISTORY_TEXT_BYTES {
+        let mut end = HISTORY_TEXT_BYTES;
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        text.truncate(end);
+        text.push('…');
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_command_runs_from_its_start_mark_to_its_end_mark() {
+        let mut track = Track::installing("n".into());
+        assert!(matches!(track.busy(), Some(Busy::Installing)));
+        track.mark(&Mark::Installed(Typing::Readline), 0);
+        assert!(matches!(track.busy(), Some(Busy::Installing)));
+        track.mark(&Mark::End(Some(0)), 0);
+        assert!(track.busy().is_none());
+        let seq = track.submit("echo hi", 10);
+        assert!(matches!(track.busy(), Some(Busy::Command(s)) if s == seq));
+        assert_eq!(
+            track.capture_change(&Mark::InputEnd),
+            Some(CaptureChange::Start)
+        );
+        track.mark(&Mark::InputEnd, 20);
+        assert_eq!(track.capture_change(&Mark::Start), None);
+        track.mark(&Mark::Start, 22);
+        assert_eq!(
+            track.capture_change(&Mark::End(Some(3))),
+            Some(CaptureChange::End)
+        );
+        track.mark(&Mark::End(Some(3)), 30);
+        let command = track.current().unwrap();
+        assert_eq!(command.started, Some(20));
+        let ended = command.ended.unwrap();
+        assert_eq!((ended.cursor, ended.status), (30, Some(3)));
+        assert!(track.busy().is_none());
+    }
+
+    #[test]
+    fn a_program_started_by_typing_keeps_the_shell_busy_until_the_prompt() {
+        let mut track = Track::wrapped("n".into());
+        track.mark(&Mark::Start, 5);
+        assert!(matches!(track.busy(), Some(Busy::Foreground)));
+        assert_eq!(track.capture_change(&Mark::End(Some(0))), None);
+        track.mark(&Mark::End(Some(0)), 9);
+        assert!(track.busy().is_none());
+        assert!(track.current().is_none());
+    }
+
+    #[test]
+    fn history_is_bounded_and_older_texts_are_shortened() {
+        let mut track = Track::wrapped("n".into());
+        let long = "x".repeat(5000);
+        for i in 0..(HISTORY as u64 + 5) {
+            track.submit(&long, i);
+            track.mark(&Mark::End(Some(0)), i);
+        }
+        assert_eq!(track.history().count(), HISTORY);
+        assert_eq!(track.current().unwrap().text.len(), 5000);
+        assert!(track.history().next().unwrap().text.len() < 1100);
+    }
+}
