@@ -131,7 +131,7 @@ pub const SEARCH_STEP_BYTES: usize = 64 * 1024;
 /// `idle_timeout_ms` range of a profile, and the value `make-config --shells` writes.
 pub const IDLE_TIMEOUT_MIN_MS: u64 = 100;
 pub const IDLE_TIMEOUT_MAX_MS: u64 = 86_400_000;
-pub const SHELL_IDLE_TIMEOUT_MS: u64 = 300_000;
+pub const SHELL_IDLE_TIMEOUT_MS: u64 = 1_800_000;
 
 /// `terminal_exec`: default time a command may take (bounded by `max_wait_ms`), bytes of
 /// command text per line sent to the shell (far below a terminal's 4095-byte line limit),

@@ -126,6 +126,14 @@ enum ProfileAction {
         /// An environment variable the client may set (repeatable).
         #[arg(long = "allow-env", value_name = "NAME")]
         allow_env: Vec<String>,
+        /// A variable the profile sets, NAME=VALUE (repeatable); any name, as in the
+        /// profile's `env`.
+        #[arg(long = "env", value_name = "NAME=VALUE", value_parser = env_pair)]
+        env: Vec<(String, String)>,
+        /// Add this directory to the allowed roots, so the command can be run there
+        /// (repeatable).
+        #[arg(long = "cwd-root", value_name = "DIR")]
+        cwd_root: Vec<PathBuf>,
         /// Shown to clients in terminal_start's description.
         #[arg(long)]
         description: Option<String>,
@@ -225,6 +233,14 @@ fn load_config(given: Option<&Path>) -> Result<Config, String> {
 }
 
 /// The config file a command that edits or checks one works on.
+/// `--env NAME=VALUE`.
+fn env_pair(text: &str) -> Result<(String, String), String> {
+    match text.split_once('=') {
+        Some((name, value)) if !name.is_empty() => Ok((name.to_owned(), value.to_owned())),
+        _ => Err(format!("`{text}` is not NAME=VALUE")),
+    }
+}
+
 fn existing_config(given: Option<&Path>) -> Result<PathBuf, String> {
     config::config_path(given).ok_or_else(|| match config::default_config_path() {
         Some(path) => format!(
@@ -246,6 +262,8 @@ fn profile(action: ProfileAction) -> Result<(), String> {
             cols,
             shell,
             allow_env,
+            env,
+            cwd_root,
             description,
             config,
             argv,
@@ -260,6 +278,11 @@ fn profile(action: ProfileAction) -> Result<(), String> {
                 "mode": if pty { "pty" } else { "pipe" },
                 "allowed_env": allow_env,
             });
+            if !env.is_empty() {
+                let env: serde_json::Map<_, _> =
+                    env.into_iter().map(|(k, v)| (k, v.into())).collect();
+                profile["env"] = env.into();
+            }
             let optional = [
                 ("rows", rows.map(Into::into)),
                 ("cols", cols.map(Into::into)),
@@ -273,6 +296,11 @@ fn profile(action: ProfileAction) -> Result<(), String> {
             }
             let mut file = config::ConfigFile::open(&path)?;
             file.add(&id, profile)?;
+            for dir in &cwd_root {
+                let dir = std::fs::canonicalize(dir)
+                    .map_err(|e| format!("--cwd-root `{}`: {e}", dir.display()))?;
+                file.add_root(&dir)?;
+            }
             file.save()?;
             println!(
                 "approved `{id}`: {} (in {})",

@@ -390,6 +390,10 @@ fn profile_add_validates_and_rewrites_atomically_keeping_the_rest() {
         "GREETING",
         "--description",
         "my shell",
+        "--env",
+        "PAGER=cat",
+        "--env",
+        "GREETING=a=b c",
         "--",
         "bash",
         "--norc",
@@ -419,6 +423,7 @@ fn profile_add_validates_and_rewrites_atomically_keeping_the_rest() {
     assert_eq!(bash["shell"], "posix");
     assert_eq!(bash["allowed_env"], json!(["GREETING"]));
     assert_eq!(bash["description"], "my shell");
+    assert_eq!(bash["env"], json!({"PAGER": "cat", "GREETING": "a=b c"}));
     let mut rest = after.clone();
     rest["commands"].as_object_mut().unwrap().remove("bash");
     assert_eq!(rest, before, "other fields and profiles are untouched");
@@ -444,6 +449,14 @@ fn profile_add_validates_and_rewrites_atomically_keeping_the_rest() {
             "not an executable",
         ),
         (&["add", "bad id", "--", "sh"][..], "[A-Za-z0-9._-]"),
+        (
+            &["add", "noeq", "--env", "NAME", "--", "sh"][..],
+            "NAME=VALUE",
+        ),
+        (
+            &["add", "lost", "--cwd-root", "/no/such/dir", "--", "sh"][..],
+            "--cwd-root",
+        ),
         (&["remove", "nope"][..], "no profile `nope`"),
     ] {
         let out = profile(args);
@@ -466,6 +479,32 @@ fn profile_add_validates_and_rewrites_atomically_keeping_the_rest() {
     assert!(out.status.success(), "{}", stderr_of(&out));
     let removed: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
     assert_eq!(removed, before);
+
+    // A directory of its own, added to the allowed roots (once, canonical).
+    let work = tempfile::tempdir().unwrap();
+    let link = dir.path().join("work-link");
+    std::os::unix::fs::symlink(work.path(), &link).unwrap();
+    for _ in 0..2 {
+        let out = profile(&[
+            "add",
+            "make",
+            "--cwd-root",
+            link.to_str().unwrap(),
+            "--",
+            "make",
+            "-j2",
+        ]);
+        assert!(out.status.success(), "{}", stderr_of(&out));
+        profile(&["remove", "make"]);
+    }
+    let after: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    let canonical = std::fs::canonicalize(work.path()).unwrap();
+    let roots = after["allowed_roots"].as_array().unwrap();
+    assert_eq!(
+        roots.len(),
+        before["allowed_roots"].as_array().unwrap().len() + 1
+    );
+    assert_eq!(roots.last().unwrap(), &json!(canonical.to_str().unwrap()));
 }
 
 #[test]

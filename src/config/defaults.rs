@@ -89,14 +89,17 @@ fn demo_profiles() -> BTreeMap<String, Profile> {
 }
 
 /// The shell profiles `make-config --shells` approves: `sh` on pipes, and `bash` on a
-/// terminal when bash is installed. Both end after five idle minutes, as the idle
-/// terminals of the persistent-terminal design do.
+/// terminal when bash is installed. Both end after half an hour without a tool call, and
+/// run in an environment where nothing waits for a person: the owner's `HOME`, `USER` and
+/// `LOGNAME`, and `cat` as every pager (git, man), so a command never stops in `less`.
 pub fn shell_profiles() -> BTreeMap<String, Profile> {
+    let env = shell_env();
     let shell = |argv: Vec<&str>, mode: Mode, description: &str| {
         let mut profile = Profile::new(argv.into_iter().map(str::to_owned).collect(), description);
         profile.mode = mode;
         profile.shell = Some(Shell::Posix);
         profile.idle_timeout_ms = Some(SHELL_IDLE_TIMEOUT_MS);
+        profile.env = env.clone();
         profile
     };
     let mut profiles = BTreeMap::new();
@@ -122,6 +125,30 @@ pub fn shell_profiles() -> BTreeMap<String, Profile> {
         );
     }
     profiles
+}
+
+/// The variables shell profiles set: who the owner is, and pagers that never wait.
+fn shell_env() -> BTreeMap<String, String> {
+    let mut env: BTreeMap<String, String> =
+        [("PAGER", "cat"), ("GIT_PAGER", "cat"), ("MANPAGER", "cat")]
+            .into_iter()
+            .map(|(k, v)| (k.to_owned(), v.to_owned()))
+            .collect();
+    let user = nix::unistd::User::from_uid(nix::unistd::getuid())
+        .ok()
+        .flatten();
+    let home = std::env::var("HOME")
+        .ok()
+        .filter(|h| Path::new(h).is_absolute())
+        .or_else(|| user.as_ref().map(|u| u.dir.display().to_string()));
+    if let Some(home) = home {
+        env.insert("HOME".into(), home);
+    }
+    if let Some(user) = user {
+        env.insert("USER".into(), user.name.clone());
+        env.insert("LOGNAME".into(), user.name);
+    }
+    env
 }
 
 /// The default config with `root` (canonical) as the only allowed root and default cwd.
@@ -157,7 +184,12 @@ mod tests {
         let mut config = default_config(&root);
         config.commands.extend(shell_profiles());
         assert_eq!(config.commands["sh"].shell, Some(Shell::Posix));
-        assert_eq!(config.commands["sh"].idle_timeout_ms, Some(300_000));
+        assert_eq!(config.commands["sh"].idle_timeout_ms, Some(1_800_000));
+        let env = &config.commands["sh"].env;
+        for (name, value) in [("PAGER", "cat"), ("GIT_PAGER", "cat"), ("MANPAGER", "cat")] {
+            assert_eq!(env[name], value);
+        }
+        assert!(env.contains_key("HOME") && env.contains_key("USER"));
         let parsed = super::super::parse_config(&config.to_json(), &root).unwrap();
         assert_eq!(parsed, config);
     }

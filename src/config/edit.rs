@@ -91,6 +91,22 @@ impl ConfigFile {
         Ok(())
     }
 
+    /// Add `dir` (absolute, canonical) to `allowed_roots`, unless it is there.
+    pub fn add_root(&mut self, dir: &Path) -> Result<(), String> {
+        let roots = self
+            .document
+            .entry("allowed_roots")
+            .or_insert_with(|| Value::Array(Vec::new()));
+        let Value::Array(roots) = roots else {
+            return Err("`allowed_roots`: must be an array".into());
+        };
+        let dir = Value::String(dir.display().to_string());
+        if !roots.contains(&dir) {
+            roots.push(dir);
+        }
+        Ok(())
+    }
+
     pub fn remove(&mut self, id: &str) -> Result<(), String> {
         let commands = self.commands()?;
         if commands.remove(id).is_none() {

@@ -25,8 +25,13 @@ pub struct HeadTail {
     head: String,
     /// A line did not fit the head: everything from then on goes to the tail.
     head_closed: bool,
-    tail: VecDeque<(u64, String)>,
-    tail_bytes: usize,
+    /// The tail's text is `tail_text[tail_from..]`; its lines, each as (cursor, bytes), in
+    /// `tail_lines`. Dropping a line from the front only moves `tail_from` (the text is
+    /// compacted once half of it is dropped), so a flood of short lines costs no allocation
+    /// per line.
+    tail_text: String,
+    tail_from: usize,
+    tail_lines: VecDeque<(u64, usize)>,
     omitted: Option<Omitted>,
 }
 
@@ -46,10 +51,15 @@ impl HeadTail {
             tail_max: max_bytes - head_max,
             head: String::new(),
             head_closed: false,
-            tail: VecDeque::new(),
-            tail_bytes: 0,
+            tail_text: String::new(),
+            tail_from: 0,
+            tail_lines: VecDeque::new(),
             omitted: None,
         }
+    }
+
+    fn tail_bytes(&self) -> usize {
+        self.tail_text.len() - self.tail_from
     }
 
     /// Add a line (with its `\n`; or a piece of a line too long to wait for its end, or the
@@ -62,27 +72,33 @@ impl HeadTail {
             }
             self.head_closed = true;
         }
-        self.tail.push_back((cursor, line.to_owned()));
-        self.tail_bytes += line.len();
-        while self.tail_bytes > self.tail_max {
-            if self.tail.len() > 1 {
-                let (at, dropped) = self.tail.pop_front().expect("more than one line");
-                self.tail_bytes -= dropped.len();
-                let next = self.tail.front().map_or(at, |(c, _)| *c);
+        self.tail_text.push_str(line);
+        self.tail_lines.push_back((cursor, line.len()));
+        while self.tail_bytes() > self.tail_max {
+            if self.tail_lines.len() > 1 {
+                let (at, len) = self.tail_lines.pop_front().expect("more than one line");
+                let dropped = &self.tail_text[self.tail_from..self.tail_from + len];
                 let lines = u64::from(dropped.ends_with('\n'));
-                self.omit(at, next, dropped.len() as u64, lines);
+                self.tail_from += len;
+                let next = self.tail_lines.front().map_or(at, |(c, _)| *c);
+                self.omit(at, next, len as u64, lines);
             } else {
                 // One line longer than the tail: its end is kept.
-                let (at, line) = self.tail.front_mut().expect("one line");
-                let mut cut = line.len() - self.tail_max;
-                while !line.is_char_boundary(cut) {
+                let (at, len) = self.tail_lines.front_mut().expect("one line");
+                let mut cut = self.tail_from + (*len - self.tail_max);
+                while !self.tail_text.is_char_boundary(cut) {
                     cut += 1;
                 }
-                line.drain(..cut);
-                self.tail_bytes -= cut;
+                let dropped = cut - self.tail_from;
+                *len -= dropped;
+                self.tail_from = cut;
                 let at = *at;
-                self.omit(at, at, cut as u64, 0);
+                self.omit(at, at, dropped as u64, 0);
             }
+        }
+        if self.tail_from > self.tail_text.len() / 2 {
+            self.tail_text.drain(..self.tail_from);
+            self.tail_from = 0;
         }
     }
 
@@ -100,8 +116,7 @@ impl HeadTail {
 
     /// The text so far: the head, one line naming what was omitted (if anything), the tail.
     pub fn kept(&self) -> Kept {
-        let tail_len: usize = self.tail.iter().map(|(_, l)| l.len()).sum();
-        let mut text = String::with_capacity(self.head.len() + tail_len + 100);
+        let mut text = String::with_capacity(self.head.len() + self.tail_bytes() + 100);
         text.push_str(&self.head);
         if let Some(o) = &self.omitted {
             if !text.is_empty() && !text.ends_with('\n') {
@@ -112,9 +127,7 @@ impl HeadTail {
                 o.lines, o.bytes, o.start_cursor, o.end_cursor
             ));
         }
-        for (_, line) in &self.tail {
-            text.push_str(line);
-        }
+        text.push_str(&self.tail_text[self.tail_from..]);
         Kept {
             text,
             omitted: self.omitted,

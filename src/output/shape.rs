@@ -142,10 +142,11 @@ impl Shaper {
     /// every line it completes (text with its `\n`).
     pub fn feed(&mut self, text: &str, cursor: u64, mut line: impl FnMut(u64, &str)) {
         match self.shape {
-            Shape::Raw | Shape::Strip => {
+            Shape::Raw => self.feed_raw(text, cursor, &mut line),
+            Shape::Strip => {
                 let mut at = cursor;
                 for c in text.chars() {
-                    let kept = self.shape == Shape::Raw || self.stripper.keep(c);
+                    let kept = self.stripper.keep(c);
                     if kept {
                         self.line_start.get_or_insert(at);
                         self.line.text.push(c);
@@ -181,6 +182,46 @@ impl Shaper {
                     }
                 }
             }
+        }
+    }
+
+    /// Raw text: lines are found with a byte search, and passed on from `text` itself
+    /// unless a line began in an earlier piece.
+    fn feed_raw(&mut self, text: &str, cursor: u64, line: &mut impl FnMut(u64, &str)) {
+        let mut rest = text;
+        let mut at = cursor;
+        loop {
+            let room = self.max_line.saturating_sub(self.line.text.len()).max(1);
+            let newline = memchr::memchr(b'\n', rest.as_bytes()).map(|i| i + 1);
+            let end = match newline {
+                Some(end) if end <= room => end,
+                _ if rest.len() >= room => {
+                    // A piece of a line too long to wait for its end.
+                    let mut end = room;
+                    while !rest.is_char_boundary(end) {
+                        end += 1;
+                    }
+                    end
+                }
+                _ => {
+                    if !rest.is_empty() {
+                        self.line_start.get_or_insert(at);
+                        self.line.text.push_str(rest);
+                    }
+                    return;
+                }
+            };
+            let piece = &rest[..end];
+            let start = self.line_start.take().unwrap_or(at);
+            if self.line.text.is_empty() {
+                line(start, piece);
+            } else {
+                self.line.text.push_str(piece);
+                line(start, &self.line.text);
+                self.line.text.clear();
+            }
+            at += bytecount::num_chars(piece.as_bytes()) as u64;
+            rest = &rest[end..];
         }
     }
 
@@ -301,6 +342,42 @@ mod tests {
                 [(0, "x".repeat(8)), (8, "x".repeat(8)), (16, "x".repeat(4))],
                 "{shape:?}"
             );
+        }
+    }
+
+    proptest::proptest! {
+        /// However the text is cut into pieces, the same lines come out, each starting at
+        /// the same cursor.
+        #[test]
+        fn any_cut_gives_the_same_lines(
+            text in "[ab\n\r\t€\x1b\\[K0-9m]{0,60}",
+            cuts in proptest::collection::vec(0usize..60, 0..6),
+            max_line in 4usize..20,
+        ) {
+            for shape in [Shape::Raw, Shape::Strip, Shape::Render] {
+                let lines = |pieces: &[&str]| {
+                    let mut shaper = Shaper::new(shape, max_line);
+                    let mut lines = Vec::new();
+                    let mut cursor = 0;
+                    for piece in pieces {
+                        shaper.feed(piece, cursor, |at, t| lines.push((at, t.to_owned())));
+                        cursor += piece.chars().count() as u64;
+                    }
+                    lines.extend(shaper.finish());
+                    lines
+                };
+                let mut bounds: Vec<usize> = cuts.iter().map(|c| c % (text.len() + 1)).filter(|c| text.is_char_boundary(*c)).collect();
+                bounds.sort_unstable();
+                bounds.dedup();
+                let mut pieces = Vec::new();
+                let mut at = 0;
+                for b in bounds {
+                    pieces.push(&text[at..b]);
+                    at = b;
+                }
+                pieces.push(&text[at..]);
+                proptest::prop_assert_eq!(lines(&pieces), lines(&[text.as_str()]), "{:?}", shape);
+            }
         }
     }
 

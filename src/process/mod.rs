@@ -11,7 +11,10 @@ mod spawn;
 pub use guardian::{Guardian, LazyGuardian, new_instance, run_guardian, session_tag, sweep};
 pub use pty::{LineControls, PtyChild, PtyMaster, spawn_pty};
 pub use reaper::{Exit, ExitReceiver, Reaper};
-pub use spawn::{PipeChild, SpawnError, SpawnSpec, can_enter, spawn_pipes};
+pub use spawn::{
+    MARKS_FD, PipeChild, STDERR_COPY_FD, STDOUT_COPY_FD, SpawnError, SpawnSpec, can_enter,
+    spawn_pipes,
+};
 
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;

@@ -462,6 +462,7 @@ mod tests {
             let fifo = dir.path().join("fifo");
             nix::unistd::mkfifo(&fifo, Mode::S_IRWXU).unwrap();
             let spec = super::super::SpawnSpec {
+                marks: false,
                 argv: vec!["/bin/true".into()],
                 env: Vec::new(),
                 cwd: nix::fcntl::open("/", OFlag::O_PATH | OFlag::O_CLOEXEC, Mode::empty())
@@ -545,6 +546,7 @@ mod tests {
             let fifo = dir.path().join("fifo");
             nix::unistd::mkfifo(&fifo, Mode::S_IRWXU).unwrap();
             let spec = super::super::SpawnSpec {
+                marks: false,
                 argv: ["/bin/sleep", "1000"].map(str::to_owned).to_vec(),
                 env: Vec::new(),
                 cwd: nix::fcntl::open("/", OFlag::O_PATH | OFlag::O_CLOEXEC, Mode::empty())

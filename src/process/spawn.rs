@@ -18,13 +18,26 @@ pub struct SpawnSpec {
     pub env: Vec<(String, String)>,
     /// The working directory, opened (the child `fchdir`s into it).
     pub cwd: OwnedFd,
+    /// Pipes only: give the child a pipe at `MARKS_FD` too (its read end is
+    /// `PipeChild::marks`), for a shell's integration to write to, and copies of its
+    /// stdout and stderr at `STDOUT_COPY_FD` and `STDERR_COPY_FD`, which stay on the
+    /// session's pipes whatever the shell later does with its stdout and stderr.
+    pub marks: bool,
 }
+
+/// Where a shell on pipes finds the pipe for its integration's marks, and its first
+/// stdout and stderr.
+pub const MARKS_FD: i32 = 9;
+pub const STDOUT_COPY_FD: i32 = 8;
+pub const STDERR_COPY_FD: i32 = 7;
 
 pub struct PipeChild {
     pub pid: i32,
     pub stdin: pipe::Sender,
     pub stdout: pipe::Receiver,
     pub stderr: pipe::Receiver,
+    /// The read end of the marks pipe, when the spec asked for one.
+    pub marks: Option<pipe::Receiver>,
     pub exit: ExitReceiver,
 }
 
@@ -139,12 +152,28 @@ pub async fn spawn_pipes(spec: &SpawnSpec, reaper: &Reaper) -> Result<PipeChild,
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
-    // SAFETY: setsid is async-signal-safe and touches no memory of the parent.
+    let marks = if spec.marks {
+        Some(nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(|e| describe(spec, &e.into()))?)
+    } else {
+        None
+    };
+    let marks_write = marks.as_ref().map(|(_, write)| write.as_raw_fd());
+    // SAFETY: setsid and dup2 are async-signal-safe and touch no memory of the parent; the
+    // marks pipe outlives the spawn (it is dropped below, after it).
     unsafe {
-        command.pre_exec(|| {
+        command.pre_exec(move || {
             nix::unistd::setsid()
                 .map(drop)
-                .map_err(std::io::Error::from)
+                .map_err(std::io::Error::from)?;
+            // dup2 leaves the copies open across exec.
+            if let Some(write) = marks_write
+                && (libc::dup2(write, MARKS_FD) == -1
+                    || libc::dup2(1, STDOUT_COPY_FD) == -1
+                    || libc::dup2(2, STDERR_COPY_FD) == -1)
+            {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
         });
     }
     let spawned = reaper
@@ -158,18 +187,22 @@ pub async fn spawn_pipes(spec: &SpawnSpec, reaper: &Reaper) -> Result<PipeChild,
         )
         .await;
     let (mut child, pid, exit) = spawned.map_err(|e| describe(spec, &e))?;
+    // The child has its copy: the write end must close here, or the marks pipe never ends.
+    let marks = marks.map(|(read, _write)| read);
     let pipes = (|| -> std::io::Result<_> {
         let stdin = pipe::Sender::from_owned_fd(child.stdin.take().expect("piped").into())?;
         let stdout = pipe::Receiver::from_owned_fd(child.stdout.take().expect("piped").into())?;
         let stderr = pipe::Receiver::from_owned_fd(child.stderr.take().expect("piped").into())?;
-        Ok((stdin, stdout, stderr))
+        let marks = marks.map(pipe::Receiver::from_owned_fd).transpose()?;
+        Ok((stdin, stdout, stderr, marks))
     })();
     match pipes {
-        Ok((stdin, stdout, stderr)) => Ok(PipeChild {
+        Ok((stdin, stdout, stderr, marks)) => Ok(PipeChild {
             pid,
             stdin,
             stdout,
             stderr,
+            marks,
             exit,
         }),
         Err(_) => {

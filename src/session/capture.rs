@@ -7,6 +7,8 @@
 use crate::output::{HeadTail, Kept, Shape, Shaper, Stream};
 
 pub struct Capture {
+    shape: Shape,
+    max_bytes: usize,
     shaper: Shaper,
     kept: HeadTail,
     /// Taking output now (between the command's start and end).
@@ -18,6 +20,8 @@ pub struct Capture {
 impl Capture {
     fn new(shape: Shape, max_bytes: usize, active: bool) -> Self {
         Capture {
+            shape,
+            max_bytes,
             // A line longer than the whole budget is kept in pieces.
             shaper: Shaper::new(shape, max_bytes),
             kept: HeadTail::new(max_bytes),
@@ -86,6 +90,14 @@ impl Captures {
     pub fn start(&mut self, stream: Stream) {
         if let Some(c) = self.streams[stream as usize].as_mut().filter(|c| !c.ended) {
             c.active = true;
+        }
+    }
+
+    /// Drop what was taken and take from here on.
+    pub fn restart(&mut self, stream: Stream) {
+        let slot = &mut self.streams[stream as usize];
+        if let Some(c) = slot.as_ref().filter(|c| !c.ended) {
+            *slot = Some(Capture::new(c.shape, c.max_bytes, true));
         }
     }
 

@@ -21,6 +21,7 @@
 
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 use tokio::io::AsyncReadExt;
 use tokio::net::unix::pipe;
@@ -178,7 +179,13 @@ impl Reader {
                 Some(control) = self.controls.recv() => self.control(control, &mut bytes).await,
                 read = self.source.read(&mut bytes) => match read {
                     Ok(0) | Err(_) => break,
-                    Ok(n) => self.take(&bytes[..n]).await,
+                    Ok(n) => {
+                        let live = self.take(&bytes[..n]).await;
+                        // A flooding child keeps every read ready at once: after each one,
+                        // the calls waiting for a worker (an exec's timeout, a status) run.
+                        tokio::task::yield_now().await;
+                        live
+                    }
                 },
                 () = sleep_until(release_at) => self.release().await,
             };
@@ -284,6 +291,7 @@ impl Reader {
         let Some(echo) = self.echo.as_mut() else {
             return pieces;
         };
+        let seen_before = echo.seen;
         let mut split = Vec::with_capacity(pieces.len() + 2);
         let mut done = false;
         for piece in pieces {
@@ -297,6 +305,10 @@ impl Reader {
                 }
                 other => split.push(other),
             }
+        }
+        if echo.seen != seen_before {
+            // Before the text is delivered: the store that follows wakes whoever waits.
+            self.session.echo_seen.store(echo.seen, Ordering::SeqCst);
         }
         if done {
             self.echo = None;
@@ -386,6 +398,7 @@ impl Reader {
             self.apply(Mark::Start).await;
         }
         if let Some(echo) = expect {
+            self.session.echo_seen.store(0, Ordering::SeqCst);
             // A terminal may echo a tab as spaces; the rest of the echo places the mark.
             self.echo = Some(Echo {
                 want: echo.chars().filter(|c| *c != '\t').collect(),
@@ -394,6 +407,30 @@ impl Reader {
         }
         let _ = done.send(());
         true
+    }
+}
+
+/// Read a pipe shell's marks pipe until it closes.
+pub async fn read_marks(session: Arc<Session>, mut pipe: pipe::Receiver, nonce: String) {
+    let mut scanner = Scanner::new(&nonce);
+    let mut decoder = Utf8Decoder::default();
+    let mut bytes = [0u8; 1024];
+    loop {
+        let n = match pipe.read(&mut bytes).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => n,
+        };
+        let mut text = String::new();
+        decoder.push(&bytes[..n], &mut text);
+        let mut marks = Vec::new();
+        scanner.scan(&text, |piece| {
+            if let Piece::Mark(mark) = piece {
+                marks.push(mark);
+            }
+        });
+        for mark in marks {
+            session.out_of_band(mark).await;
+        }
     }
 }
 
@@ -450,18 +487,39 @@ impl Session {
 
     /// A mark of the shell integration, found on `stream` where its output ends now. The
     /// capture of the current command changes first, so whoever sees the command end finds
-    /// its output complete.
+    /// its output complete. On a pipe shell's stderr, only the start mark counts: the
+    /// command's stderr begins there.
     fn mark(&self, stream: Stream, mark: &Mark) {
+        if stream == Stream::Stderr {
+            if *mark == Mark::Start {
+                self.captures().start(stream);
+            }
+            return;
+        }
         let change = self.inspect(|s| s.shell().and_then(|shell| shell.capture_change(mark)));
         match change {
             Some(CaptureChange::Start) => self.captures().start(stream),
-            Some(CaptureChange::End) => self.captures().end(stream),
+            Some(CaptureChange::Restart) => self.captures().restart(stream),
+            Some(CaptureChange::End) => {
+                let mut captures = self.captures();
+                captures.end(Stream::Stdout);
+                captures.end(Stream::Stderr);
+            }
             None => {}
         }
         self.update(|s| {
             let at = s.output().end();
             s.shell_mark(mark, at);
         });
+    }
+
+    /// A mark that came on a pipe shell's marks pipe: everything the command wrote before
+    /// it is in its stdout and stderr pipes by now, so those are read first, and the mark
+    /// goes where they end.
+    async fn out_of_band(&self, mark: Mark) {
+        self.ask_reader(Stream::Stdout, Control::Drain).await;
+        self.ask_reader(Stream::Stderr, Control::Drain).await;
+        self.mark(Stream::Stdout, &mark);
     }
 
     /// Ask the reader of `stream` for `control` (made with the answer's sender), and wait

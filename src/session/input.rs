@@ -102,6 +102,9 @@ pub(super) enum Typed<'a> {
     Command(&'a str),
     /// The value of this secret: recorded by name only.
     Secret(&'a str),
+    /// Not recorded: the shell integration (the session shows nothing of it), or a piece
+    /// of a command recorded whole once it is typed (`record_command`).
+    Unrecorded,
 }
 
 /// Where one write goes, taken out of the state so that no lock is held while it waits.
@@ -261,7 +264,7 @@ impl Session {
         })?;
         let mut written = 0;
         let bound = match typed {
-            Typed::Command(_) => EXEC_TYPING_TIMEOUT,
+            Typed::Command(_) | Typed::Unrecorded => EXEC_TYPING_TIMEOUT,
             Typed::Input | Typed::Secret(_) => WRITE_DRAIN_TIMEOUT,
         };
         let outcome = tokio::select! {
@@ -272,12 +275,15 @@ impl Session {
         let sent = &bytes[..written];
         if let (Some(feed), false) = (&self.sink, sent.is_empty()) {
             let enter = if is_pty { "\r" } else { "\n" };
-            feed.send(match typed {
-                Typed::Input => Feed::Input(String::from_utf8_lossy(sent).into_owned()),
-                Typed::Command(line) => Feed::Input(format!("{line}{enter}")),
-                Typed::Secret(name) => Feed::Secret(name.to_owned()),
-            })
-            .await;
+            let recorded = match typed {
+                Typed::Input => Some(Feed::Input(String::from_utf8_lossy(sent).into_owned())),
+                Typed::Command(line) => Some(Feed::Input(format!("{line}{enter}"))),
+                Typed::Secret(name) => Some(Feed::Secret(name.to_owned())),
+                Typed::Unrecorded => None,
+            };
+            if let Some(recorded) = recorded {
+                feed.send(recorded).await;
+            }
         }
         // The session's end may have closed the input meanwhile: never reopen it.
         self.update(|s| {
@@ -322,6 +328,14 @@ impl Session {
             }
             result.map(|()| s.input.is_closed())
         })
+    }
+
+    /// Record `command` as typed, with Enter (it was typed in unrecorded pieces).
+    pub(super) async fn record_command(&self, command: &str) {
+        if let Some(feed) = &self.sink {
+            let enter = if self.mode == Mode::Pty { "\r" } else { "\n" };
+            feed.send(Feed::Input(format!("{command}{enter}"))).await;
+        }
     }
 
     fn check_writable(&self) -> Result<(), ToolError> {

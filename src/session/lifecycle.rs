@@ -8,8 +8,8 @@ use nix::sys::signal::Signal;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use super::ingest::{Reader, Source};
-use super::input::Input;
+use super::ingest::{Reader, Source, read_marks};
+use super::input::{Input, Typed};
 use super::recording::{Header, Recording};
 use super::shell::{Track, install_line, new_nonce};
 use super::sink::Sink;
@@ -84,19 +84,23 @@ pub fn launch(new: NewSession, spawned: Spawned) -> Arc<Session> {
             },
         )
     });
+    let mut marks = None;
     let (pid, exit, mode, input, terminal, screen, sources) = match spawned {
-        Spawned::Pipes(child) => (
-            child.pid,
-            child.exit,
-            Mode::Pipe,
-            Input::pipe(Arc::new(child.stdin)),
-            None,
-            None,
-            vec![
-                (Source::Pipe(child.stdout), Stream::Stdout),
-                (Source::Pipe(child.stderr), Stream::Stderr),
-            ],
-        ),
+        Spawned::Pipes(child) => {
+            marks = child.marks;
+            (
+                child.pid,
+                child.exit,
+                Mode::Pipe,
+                Input::pipe(Arc::new(child.stdin)),
+                None,
+                None,
+                vec![
+                    (Source::Pipe(child.stdout), Stream::Stdout),
+                    (Source::Pipe(child.stderr), Stream::Stderr),
+                ],
+            )
+        }
         Spawned::Pty {
             child,
             rows,
@@ -169,7 +173,7 @@ pub fn launch(new: NewSession, spawned: Spawned) -> Arc<Session> {
                 Redactor::new(&new.redact),
                 controls,
             );
-            if let (Some(nonce), Stream::Stdout) = (&nonce, stream) {
+            if let Some(nonce) = &nonce {
                 reader = reader.with_marks(nonce);
                 if mode == Mode::Pty {
                     reader = reader.installing(install_until);
@@ -179,12 +183,18 @@ pub fn launch(new: NewSession, spawned: Spawned) -> Arc<Session> {
         })
         .collect();
     *session.readers.lock().unwrap_or_else(|e| e.into_inner()) = readers;
+    if let (Some(pipe), Some(nonce)) = (marks, &nonce) {
+        tokio::spawn(read_marks(session.clone(), pipe, nonce.clone()));
+    }
     if let (Some(nonce), Mode::Pty) = (&nonce, mode) {
         let installer = session.clone();
         let line = format!("{}\n", install_line(nonce));
         tokio::spawn(async move {
             let never = tokio_util::sync::CancellationToken::new();
-            let _ = installer.send(line.as_bytes(), false, &never).await;
+            let typed = Typed::Unrecorded;
+            let _ = installer
+                .send_as(line.as_bytes(), false, &never, typed)
+                .await;
         });
     }
     tokio::spawn(supervise(
@@ -434,6 +444,7 @@ mod tests {
     /// job gets a process group of its own inside the session.
     async fn start(reaper: &Reaper, script: &str) -> Arc<Session> {
         let spec = SpawnSpec {
+            marks: false,
             argv: ["/bin/bash", "-c", &format!("set -m; {script}")]
                 .map(str::to_owned)
                 .to_vec(),

@@ -217,6 +217,7 @@ impl Sessions {
             Reservation::new(&self.starting_now)
         };
         let spec = SpawnSpec {
+            marks: profile.shell.is_some() && profile.mode == Mode::Pipe,
             argv: profile.argv.clone(),
             env: env.into_iter().collect(),
             cwd: cwd.dir,

@@ -86,6 +86,10 @@ pub struct Session {
     /// Held by a reader from storing a piece to queueing it for the sink, so the sink sees
     /// the buffer's order of the streams.
     order: tokio::sync::Mutex<()>,
+    /// How much of a typed command's echo the terminal has shown (characters, tabs not
+    /// counted): typing into a line-discipline shell waits for it, so the terminal's echo
+    /// never overflows.
+    echo_seen: std::sync::atomic::AtomicUsize,
     /// Held by a running `terminal_exec` call: one at a time per shell.
     exec: tokio::sync::Mutex<shell::Calls>,
     /// When a tool call last named this session (for `idle_timeout_ms`).
@@ -203,6 +207,7 @@ impl Session {
             captures: Mutex::default(),
             sink: parts.sink,
             order: tokio::sync::Mutex::new(()),
+            echo_seen: std::sync::atomic::AtomicUsize::new(0),
             exec: tokio::sync::Mutex::default(),
             named_at: Mutex::new(Instant::now()),
             recording: parts.recording,

@@ -15,6 +15,7 @@
 //! foreground program and the screen. `keep` leaves the command running (`running`);
 //! `continue: true` collects it later, however long it runs, across calls.
 
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use nix::sys::signal::Signal;
@@ -84,6 +85,27 @@ pub struct ExecResult {
     pub start_cursor: u64,
     pub end_cursor: u64,
     pub session: Snapshot,
+}
+
+/// Bytes typed into a line-discipline shell before waiting for their echo (far below the
+/// terminal's echo buffer).
+const CANONICAL_PIECE_BYTES: usize = 512;
+
+/// `text` in pieces of at most `max` bytes, cut at character boundaries.
+fn pieces(text: &str, max: usize) -> impl Iterator<Item = &str> {
+    let mut rest = text;
+    std::iter::from_fn(move || {
+        if rest.is_empty() {
+            return None;
+        }
+        let mut end = max.min(rest.len());
+        while !rest.is_char_boundary(end) {
+            end -= 1;
+        }
+        let (piece, tail) = rest.split_at(end.max(1));
+        rest = tail;
+        Some(piece)
+    })
 }
 
 /// What the exec calls of one session keep between them.
@@ -185,6 +207,11 @@ impl Session {
         if self.status().is_final() {
             return Err(self.not_running());
         }
+        let shape = match (self.mode, request.raw, request.strip_ansi) {
+            (Mode::Pty, false, _) => Shape::Render,
+            (_, _, true) => Shape::Strip,
+            (Mode::Pty, true, false) | (Mode::Pipe, _, false) => Shape::Raw,
+        };
         let (busy, typing, nonce) = self.inspect(|s| {
             let shell = s.shell();
             (
@@ -197,16 +224,11 @@ impl Session {
             return Err(self.busy(busy));
         }
         let typing = typing.unwrap_or(Typing::Wrapper);
-        let shape = match (self.mode, request.raw, request.strip_ansi) {
-            (_, _, true) => Shape::Strip,
-            (Mode::Pty, false, false) => Shape::Render,
-            (Mode::Pty, true, false) | (Mode::Pipe, _, false) => Shape::Raw,
-        };
         {
             let mut captures = self.captures();
             captures.arm(Stream::Stdout, shape, request.max_bytes, false);
             if self.mode == Mode::Pipe {
-                captures.arm(Stream::Stderr, shape, request.max_bytes, true);
+                captures.arm(Stream::Stderr, shape, request.max_bytes, false);
             }
         }
         let seq = self.update(|s| s.shell_submit(command));
@@ -215,7 +237,7 @@ impl Session {
                 let text = readline_text(command);
                 self.type_as(&text, command).await
             }
-            (Typing::Canonical, _) => self.type_canonical(command).await,
+            (Typing::Canonical, _) => self.type_canonical(command, deadline).await,
             (Typing::Wrapper, Mode::Pipe) => {
                 let mut text = String::new();
                 // What was written before and not ended is a line of its own (it runs
@@ -256,8 +278,10 @@ impl Session {
     /// Type into a shell that reads from the line discipline: the line being typed is
     /// killed, then the command goes in as typed. The command's output starts where the
     /// terminal's echo of it ends; with the echo off (a program turned it off), the echo
-    /// the terminal would have shown is written into the output in its place.
-    async fn type_canonical(&self, command: &str) -> Result<(), ToolError> {
+    /// the terminal would have shown is written into the output in its place. A terminal
+    /// drops echo it has no room for, so a long command is typed a piece at a time, each
+    /// once the terminal has echoed the one before.
+    async fn type_canonical(&self, command: &str, deadline: Instant) -> Result<(), ToolError> {
         let Some(terminal) = self.terminal.clone() else {
             return Err(ToolError::internal("a canonical shell without a terminal"));
         };
@@ -268,17 +292,37 @@ impl Session {
         }
         let text = canonical_text(command);
         let echo = text.replace('\n', "\r\n");
-        let asked = if terminal.echoes() {
-            self.ask_reader(Stream::Stdout, |done| Control::Expect(echo, done))
+        if !terminal.echoes() {
+            if !self
+                .ask_reader(Stream::Stdout, |done| Control::Inject(echo, done))
                 .await
-        } else {
-            self.ask_reader(Stream::Stdout, |done| Control::Inject(echo, done))
-                .await
-        };
-        if !asked {
+            {
+                return Err(self.not_running());
+            }
+            return self.type_as(text.as_bytes(), command).await;
+        }
+        if !self
+            .ask_reader(Stream::Stdout, |done| Control::Expect(echo, done))
+            .await
+        {
             return Err(self.not_running());
         }
-        self.type_as(text.as_bytes(), command).await
+        let mut echoed = 0;
+        for piece in pieces(&text, CANONICAL_PIECE_BYTES) {
+            self.send_as(piece.as_bytes(), false, &never, Typed::Unrecorded)
+                .await?;
+            echoed += piece.chars().filter(|c| *c != '\t').count() + piece.matches('\n').count();
+            self.wait_until(deadline, |s| {
+                self.echo_seen.load(Ordering::SeqCst) >= echoed
+                    || s.status().is_final()
+                    || s.shell()
+                        .and_then(|t| t.current())
+                        .is_some_and(|c| c.ended.is_some())
+            })
+            .await;
+        }
+        self.record_command(command).await;
+        Ok(())
     }
 
     /// The command `continue: true` waits for.

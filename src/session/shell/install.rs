@@ -18,6 +18,7 @@
 use std::fmt::Write;
 
 use crate::limits::EXEC_LINE_BYTES;
+use crate::process::{MARKS_FD, STDERR_COPY_FD, STDOUT_COPY_FD};
 
 /// The OSC sequence that frames every mark, as printf escapes.
 const OSC: &str = "\\033]6973;";
@@ -90,24 +91,27 @@ fn printf_format(command: &str) -> String {
     out
 }
 
-/// The wrapper for a shell on pipes: the start mark, the command (stdin from /dev/null, so
-/// it cannot eat the shell's own input), the end mark with its status. Marks go to fd 9, a
-/// copy of the shell's stdout made by the first wrapper (`prepare`), so `exec >file` in a
-/// command cannot divert them (and to stdout, should fd 9 be closed).
+/// The wrapper for a shell on pipes: the start mark on the session's stdout and stderr
+/// pipes (through the copies made at spawn, so an earlier `exec >file` never gets a mark
+/// in its file), where the command's output on each begins; the command (stdin from
+/// /dev/null, so it cannot eat the shell's own input); the end mark with its status on the
+/// marks pipe (`MARKS_FD`), which no output can fill or delay (on the stdout copy, should
+/// that descriptor have been closed). `prepare`: the first command of the shell.
 pub fn pipe_wrapper(command: &str, nonce: &str, prepare: bool) -> String {
     let mut text = String::new();
     if prepare {
         // A non-interactive bash expands aliases only when asked; guarded for dash.
-        text.push_str("exec 9>&1; [ -n \"${BASH_VERSION-}\" ] && shopt -s expand_aliases; ");
+        text.push_str("[ -n \"${BASH_VERSION-}\" ] && shopt -s expand_aliases; ");
     }
     let start = print_mark(nonce, "C", "", "");
     let end = print_mark(nonce, "D", ";%s", " \"$__mt_s\"");
     // Not `{ ...; }`: after a syntax error in `eval`, bash fails to parse a line that
-    // begins with `{`. Stderr is redirected first so a closed fd 9 says nothing.
+    // begins with `{`. Stderr is redirected first so a closed descriptor says nothing.
     let _ = writeln!(
         text,
-        "{start} 2>/dev/null >&9 || {start}; command eval \"{}\" </dev/null; \
-         __mt_s=$?; {end} 2>/dev/null >&9 || {end}",
+        "{start} 2>/dev/null >&{STDOUT_COPY_FD}; {start} 2>/dev/null >&{STDERR_COPY_FD}; \
+         command eval \"{}\" </dev/null; __mt_s=$?; \
+         {end} 2>/dev/null >&{MARKS_FD} || {end} 2>/dev/null >&{STDOUT_COPY_FD}",
         double_quoted(command)
     );
     text

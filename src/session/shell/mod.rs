@@ -54,6 +54,10 @@ pub struct Command {
     pub submitted: u64,
     /// Where its output begins, once the shell started it.
     pub started: Option<u64>,
+    /// `started` is where readline's echo ended; the shell's own start mark, which follows
+    /// it (after readline's last carriage return), moves it.
+    #[serde(skip)]
+    started_at_echo_end: bool,
     pub ended: Option<Ended>,
     #[serde(serialize_with = "super::state::serialize_time")]
     pub began_at: SystemTime,
@@ -89,6 +93,8 @@ pub struct Track {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CaptureChange {
     Start,
+    /// Start again from here (what was taken since the echo ended is not the command's).
+    Restart,
     End,
 }
 
@@ -173,6 +179,7 @@ impl Track {
             text: text.to_owned(),
             submitted: at,
             started: None,
+            started_at_echo_end: false,
             ended: None,
             began_at: SystemTime::now(),
             collected: false,
@@ -212,6 +219,7 @@ impl Track {
         let open = self.current().filter(|c| c.ended.is_none())?;
         match mark {
             Mark::Start | Mark::InputEnd if open.started.is_none() => Some(CaptureChange::Start),
+            Mark::Start if open.started_at_echo_end => Some(CaptureChange::Restart),
             Mark::End(_) => Some(CaptureChange::End),
             Mark::Start | Mark::InputEnd | Mark::Installed(_) => None,
         }
@@ -223,9 +231,15 @@ impl Track {
             // The prompt comes with the end mark that follows.
             Mark::Installed(typing) => self.typing = Some(*typing),
             Mark::Start | Mark::InputEnd => match self.open() {
-                Some(command) => {
-                    command.started.get_or_insert(at);
+                Some(command) if command.started.is_none() => {
+                    command.started = Some(at);
+                    command.started_at_echo_end = *mark == Mark::InputEnd;
                 }
+                Some(command) if *mark == Mark::Start && command.started_at_echo_end => {
+                    command.started = Some(at);
+                    command.started_at_echo_end = false;
+                }
+                Some(_) => {}
                 // A command line typed some other way started.
                 None if *mark == Mark::Start => self.at_prompt = false,
                 None => {}
@@ -277,15 +291,19 @@ mod tests {
             Some(CaptureChange::Start)
         );
         track.mark(&Mark::InputEnd, 20);
-        assert_eq!(track.capture_change(&Mark::Start), None);
+        assert_eq!(
+            track.capture_change(&Mark::Start),
+            Some(CaptureChange::Restart)
+        );
         track.mark(&Mark::Start, 22);
+        assert_eq!(track.capture_change(&Mark::Start), None);
         assert_eq!(
             track.capture_change(&Mark::End(Some(3))),
             Some(CaptureChange::End)
         );
         track.mark(&Mark::End(Some(3)), 30);
         let command = track.current().unwrap();
-        assert_eq!(command.started, Some(20));
+        assert_eq!(command.started, Some(22));
         let ended = command.ended.unwrap();
         assert_eq!((ended.cursor, ended.status), (30, Some(3)));
         assert!(track.busy().is_none());
