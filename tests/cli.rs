@@ -6,6 +6,10 @@ use std::path::Path;
 use assert_cmd::Command;
 use serde_json::{Value, json};
 
+mod support;
+
+use support::stderr::{stderr_of, stdout_of};
+
 /// The binary with HOME and XDG_CONFIG_HOME in an empty temporary directory, so no test
 /// reads or writes the owner's real config.
 fn mcp_terminal() -> Command {
@@ -21,12 +25,18 @@ fn in_home(home: &Path) -> Command {
     cmd
 }
 
-fn stdout_of(output: &std::process::Output) -> String {
-    String::from_utf8_lossy(&output.stdout).into_owned()
-}
-
-fn stderr_of(output: &std::process::Output) -> String {
-    String::from_utf8_lossy(&output.stderr).into_owned()
+/// `stdio` with `args` under `cmd` refuses to start: it exits 2 before it speaks, with
+/// nothing on stdout. Its stderr.
+fn stdio_refused(mut cmd: Command, args: &[&std::ffi::OsStr]) -> String {
+    let out = cmd
+        .arg("stdio")
+        .args(args)
+        .write_stdin("")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", stderr_of(&out));
+    assert_eq!(stdout_of(&out), "", "nothing but protocol frames on stdout");
+    stderr_of(&out)
 }
 
 /// Write a config made by `make-config` with `change` applied, and return its path.
@@ -162,15 +172,8 @@ fn check_config_names_the_field_and_rule_and_exits_2() {
 fn stdio_with_a_bad_config_exits_2_before_speaking() {
     let dir = tempfile::tempdir().unwrap();
     let path = config_with(dir.path(), |c| set(c, "/buffer_bytes", json!(3)));
-    let out = mcp_terminal()
-        .args(["stdio", "--config"])
-        .arg(&path)
-        .write_stdin("")
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(2));
-    assert_eq!(stdout_of(&out), "", "nothing but protocol frames on stdout");
-    assert!(stderr_of(&out).contains("`buffer_bytes`: must be an integer from 4 to 16777216"));
+    let stderr = stdio_refused(mcp_terminal(), &["--config".as_ref(), path.as_os_str()]);
+    assert!(stderr.contains("`buffer_bytes`: must be an integer from 4 to 16777216"));
 
     let missing = mcp_terminal()
         .args(["stdio", "--config", "/no/such/config.json"])
@@ -336,18 +339,8 @@ fn every_command_uses_the_default_config_path_when_config_is_absent() {
 
     // stdio reads the default file too: a broken one stops it before it speaks.
     std::fs::write(&default, "{\"max_sessions\": 0}").unwrap();
-    let out = in_home(&root)
-        .arg("stdio")
-        .write_stdin("")
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(2));
-    assert!(
-        stderr_of(&out).contains("max_sessions"),
-        "{}",
-        stderr_of(&out)
-    );
-    assert!(out.stdout.is_empty());
+    let stderr = stdio_refused(in_home(&root), &[]);
+    assert!(stderr.contains("max_sessions"), "{stderr}");
 
     // XDG_CONFIG_HOME wins over HOME.
     let xdg = root.join("xdg");
@@ -491,18 +484,9 @@ fn an_audit_log_that_cannot_be_opened_is_a_config_error() {
     let unwritable = config_with(dir.path(), |c| {
         set(c, "/audit_log", json!("/proc/audit.jsonl"))
     });
-    let out = mcp_terminal()
-        .arg("stdio")
-        .arg("--config")
-        .arg(&unwritable)
-        .write_stdin("")
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(2));
-    assert!(
-        stderr_of(&out).contains("`audit_log`: cannot open"),
-        "{}",
-        stderr_of(&out)
+    let stderr = stdio_refused(
+        mcp_terminal(),
+        &["--config".as_ref(), unwritable.as_os_str()],
     );
-    assert!(out.stdout.is_empty());
+    assert!(stderr.contains("`audit_log`: cannot open"), "{stderr}");
 }

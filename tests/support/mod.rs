@@ -2,3 +2,5 @@
 #![allow(dead_code)]
 
 pub mod extras;
+pub mod http_server;
+pub mod stderr;
