@@ -12,6 +12,7 @@ use serde_json::{Value, json};
 
 mod support;
 
+use support::config::config_with;
 use support::http_server::{BIN, HttpServer as Server};
 use support::stderr::{PATIENCE, Stderr, stderr_of};
 
@@ -54,6 +55,16 @@ impl Server {
             }
             _ => Err((status, body)),
         }
+    }
+
+    /// A terminal_start in MCP session `id`: the terminal session's id, and the result.
+    async fn start_terminal(&self, id: &str, arguments: Value) -> (String, Value) {
+        let started = self.call(id, "terminal_start", arguments).await;
+        let sid = started["structuredContent"]["session_id"]
+            .as_str()
+            .unwrap_or_else(|| panic!("nothing started: {started}"))
+            .to_string();
+        (sid, started)
     }
 
     /// A tools/call in session `id`; the JSON-RPC result from the SSE answer.
@@ -357,13 +368,9 @@ async fn sigterm_ends_every_terminal_session_and_exits_0() {
     let mut server = Server::start(&["--listen", "127.0.0.1:0"], LOG);
     let first = server.open_session().await.unwrap();
     let second = server.open_session().await.unwrap();
-    let started = server
-        .call(&first, "terminal_start", json!({"command_id": "long"}))
+    let (session, started) = server
+        .start_terminal(&first, json!({"command_id": "long"}))
         .await;
-    let session = started["structuredContent"]["session_id"]
-        .as_str()
-        .unwrap()
-        .to_string();
     let pid = started["structuredContent"]["process_id"].as_i64().unwrap() as i32;
     // All MCP sessions share one set of terminal sessions.
     let seen = server
@@ -385,21 +392,8 @@ async fn sigterm_ends_every_terminal_session_and_exits_0() {
 #[tokio::test]
 async fn audit_lines_over_http_carry_the_mcp_session_and_the_client_address() {
     let dir = tempfile::tempdir().unwrap();
-    let root = dir.path().canonicalize().unwrap();
-    let config = root.join("config.json");
-    let made = Command::new(BIN)
-        .args(["make-config", "--output"])
-        .arg(&config)
-        .arg("--root")
-        .arg(&root)
-        .output()
-        .unwrap();
-    assert!(made.status.success());
-    let mut value: Value =
-        serde_json::from_str(&std::fs::read_to_string(&config).unwrap()).unwrap();
-    let log = root.join("audit.jsonl");
-    value["audit_log"] = json!(log);
-    std::fs::write(&config, value.to_string()).unwrap();
+    let log = dir.path().canonicalize().unwrap().join("audit.jsonl");
+    let config = config_with(dir.path(), false, |c| c["audit_log"] = json!(log));
     let config = config.display().to_string();
     let server = Server::start_in(dir, &["--listen", "127.0.0.1:0", "--config", &config], LOG);
     let id = server.open_session().await.unwrap();
@@ -487,22 +481,9 @@ async fn view(
 
 /// A config with the shells approved and recordings on, in `dir`.
 fn recording_config(dir: &Path) -> String {
-    let root = dir.canonicalize().unwrap();
-    let config = root.join("config.json");
-    let made = Command::new(BIN)
-        .args(["make-config", "--shells", "--output"])
-        .arg(&config)
-        .arg("--root")
-        .arg(&root)
-        .output()
-        .unwrap();
-    assert!(made.status.success());
-    let mut value: Value =
-        serde_json::from_str(&std::fs::read_to_string(&config).unwrap()).unwrap();
-    let recordings = root.join("casts");
+    let recordings = dir.canonicalize().unwrap().join("casts");
     std::fs::create_dir(&recordings).unwrap();
-    value["recordings_dir"] = json!(recordings);
-    std::fs::write(&config, value.to_string()).unwrap();
+    let config = config_with(dir, true, |c| c["recordings_dir"] = json!(recordings));
     config.display().to_string()
 }
 
@@ -643,13 +624,9 @@ async fn live_view_shows_hostile_output_as_text_with_stderr_apart_and_the_record
     let (url, base) = sign_in_url(&server.stderr);
     let cookie = sign_in(&url).await;
     let id = server.open_session().await.unwrap();
-    let started = server
-        .call(&id, "terminal_start", json!({"command_id": "sh"}))
+    let (sid, started) = server
+        .start_terminal(&id, json!({"command_id": "sh"}))
         .await;
-    let sid = started["structuredContent"]["session_id"]
-        .as_str()
-        .unwrap()
-        .to_string();
     let script = "printf '<script>alert(1)</script>\\n'; printf 'warn<b>\\n' >&2\n";
     let written = server
         .call(
@@ -712,13 +689,9 @@ async fn live_view_shows_hostile_output_as_text_with_stderr_apart_and_the_record
     assert_eq!(status, StatusCode::UNAUTHORIZED);
 
     // A PTY session's page is its emulator's screen: colours and the cursor as classes.
-    let started = server
-        .call(&id, "terminal_start", json!({"command_id": "bash"}))
+    let (pty, _) = server
+        .start_terminal(&id, json!({"command_id": "bash"}))
         .await;
-    let pty = started["structuredContent"]["session_id"]
-        .as_str()
-        .unwrap()
-        .to_string();
     let text = "printf '\\033[31;1mRED\\033[0m<i>\\n'\n";
     server
         .call(
@@ -753,13 +726,9 @@ async fn live_view_streams_new_output_to_an_open_page() {
     let (url, base) = sign_in_url(&server.stderr);
     let cookie = sign_in(&url).await;
     let id = server.open_session().await.unwrap();
-    let started = server
-        .call(&id, "terminal_start", json!({"command_id": "interactive"}))
+    let (sid, _) = server
+        .start_terminal(&id, json!({"command_id": "interactive"}))
         .await;
-    let sid = started["structuredContent"]["session_id"]
-        .as_str()
-        .unwrap()
-        .to_string();
     let mut events = browser()
         .get(format!("{base}/ui/sessions/{sid}/events"))
         .header("Cookie", &cookie)
@@ -1011,17 +980,9 @@ async fn live_view_in_chromium_follows_a_pty_screen_and_pipe_output() {
     let id = server.open_session().await.unwrap();
     // Chromium's start and first page can take most of the default 30 s session lifetime
     // on a loaded machine; the sessions outlive any wait of this test instead.
-    let started = server
-        .call(
-            &id,
-            "terminal_start",
-            json!({"command_id": "pty-tui", "timeout_ms": 300_000}),
-        )
+    let (tui, _) = server
+        .start_terminal(&id, json!({"command_id": "pty-tui", "timeout_ms": 300_000}))
         .await;
-    let tui = started["structuredContent"]["session_id"]
-        .as_str()
-        .unwrap()
-        .to_string();
 
     // Signing in at the session page: the cookie is set and the page loads without the token.
     let page = chromium.open(&url.replace("/ui/?", &format!("/ui/sessions/{tui}?")));
@@ -1070,17 +1031,9 @@ async fn live_view_in_chromium_follows_a_pty_screen_and_pipe_output() {
         "document.getElementById('state').textContent === 'live'",
         LIVE_TEXT,
     );
-    let started = server
-        .call(
-            &id,
-            "terminal_start",
-            json!({"command_id": "stream", "timeout_ms": 300_000}),
-        )
+    let (stream, _) = server
+        .start_terminal(&id, json!({"command_id": "stream", "timeout_ms": 300_000}))
         .await;
-    let stream = started["structuredContent"]["session_id"]
-        .as_str()
-        .unwrap()
-        .to_string();
     chromium.until(
         &list,
         &format!("document.querySelector('tr[data-session=\"{stream}\"]') !== null"),

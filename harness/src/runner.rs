@@ -196,31 +196,7 @@ async fn prepare_config(
         return Ok((args, Value::Null));
     }
     let path = config_dir.join("config.json");
-    let mut cmd = tokio::process::Command::new(&spec.server);
-    cmd.arg("make-config")
-        .arg("--output")
-        .arg(&path)
-        .arg("--root")
-        .arg(root)
-        .kill_on_drop(true);
-    if setup.shells {
-        cmd.arg("--shells");
-    }
-    let out = tokio::time::timeout(MAKE_CONFIG_TIMEOUT, cmd.output())
-        .await
-        .map_err(|_| "make-config timed out".to_string())?
-        .map_err(|e| format!("cannot run {} make-config: {e}", spec.server.display()))?;
-    if !out.status.success() {
-        return Err(format!(
-            "make-config failed ({}): {}",
-            out.status,
-            String::from_utf8_lossy(&out.stderr)
-        ));
-    }
-    let text = std::fs::read_to_string(&path)
-        .map_err(|e| format!("make-config wrote no readable {}: {e}", path.display()))?;
-    let mut config: Value =
-        serde_json::from_str(&text).map_err(|e| format!("make-config output is not JSON: {e}"))?;
+    let mut config = make_config(&spec.server, &path, root, setup.shells).await?;
     let overrides = vars.subst(&Value::Object(setup.config.clone()))?;
     let profiles = vars.subst(&Value::Object(setup.profiles.clone()))?;
     merge_config(&mut config, &overrides, &profiles)?;
@@ -229,6 +205,40 @@ async fn prepare_config(
     args.extend(["--config".to_string(), path.display().to_string()]);
     args.extend(setup.args.iter().cloned());
     Ok((args, config))
+}
+
+/// Run `server make-config` writing `path` for `root` (with `--shells` if asked), and read
+/// what it wrote.
+pub(crate) async fn make_config(
+    server: &Path,
+    path: &Path,
+    root: &Path,
+    shells: bool,
+) -> Result<Value, String> {
+    let mut cmd = tokio::process::Command::new(server);
+    cmd.arg("make-config")
+        .arg("--output")
+        .arg(path)
+        .arg("--root")
+        .arg(root)
+        .kill_on_drop(true);
+    if shells {
+        cmd.arg("--shells");
+    }
+    let out = tokio::time::timeout(MAKE_CONFIG_TIMEOUT, cmd.output())
+        .await
+        .map_err(|_| "make-config timed out".to_string())?
+        .map_err(|e| format!("cannot run {} make-config: {e}", server.display()))?;
+    if !out.status.success() {
+        return Err(format!(
+            "make-config failed ({}): {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("make-config wrote no readable {}: {e}", path.display()))?;
+    serde_json::from_str(&text).map_err(|e| format!("make-config output is not JSON: {e}"))
 }
 
 /// The scenario's `server.files`, written into the config directory with their modes.

@@ -16,8 +16,6 @@ use crate::scenario::Launch;
 
 /// Bound on any one benchmark.
 const BENCH_BOUND: Duration = Duration::from_secs(180);
-/// Bound on `make-config`.
-const MAKE_CONFIG_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// A workload as the report shows it: its name (its key in `bench.json`) and what it
 /// measures.
@@ -88,27 +86,7 @@ impl Servers {
         limits: &Value,
         profiles: &Value,
     ) -> Result<(), String> {
-        let mut cmd = tokio::process::Command::new(&self.server);
-        cmd.arg("make-config")
-            .arg("--output")
-            .arg(path)
-            .arg("--root")
-            .arg(&self.root)
-            .kill_on_drop(true);
-        let out = tokio::time::timeout(MAKE_CONFIG_TIMEOUT, cmd.output())
-            .await
-            .map_err(|_| "make-config timed out".to_string())?
-            .map_err(|e| format!("cannot run {} make-config: {e}", self.server.display()))?;
-        if !out.status.success() {
-            return Err(format!(
-                "make-config failed ({}): {}",
-                out.status,
-                String::from_utf8_lossy(&out.stderr)
-            ));
-        }
-        let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
-        let mut config: Value = serde_json::from_str(&text)
-            .map_err(|e| format!("make-config output is not JSON: {e}"))?;
+        let mut config = crate::runner::make_config(&self.server, path, &self.root, false).await?;
         let top = config
             .as_object_mut()
             .ok_or("make-config output is not a JSON object")?;
