@@ -620,7 +620,10 @@ impl Run<'_> {
                     self.save(&u.save, &reply.structured)?;
                     return self.save_regexes(&u.save_regex, &reply.structured);
                 }
-                Err(m) if calls >= spec.max_calls || began.elapsed() >= within => {
+                Err(m)
+                    if spec.max_calls.is_some_and(|max| calls >= max)
+                        || began.elapsed() >= within =>
+                {
                     let detail = format!(
                         "not matched after {calls} calls in {} ms; last result:\n{}",
                         began.elapsed().as_millis(),
