@@ -26,8 +26,8 @@ const CHILDREN: usize = 2;
 /// Lines the `escape` daemon writes, one a second, before it exits by itself: bounded so a
 /// daemon nobody can reach still goes away.
 const DAEMON_TICKS: u64 = 30;
-/// How often `ticker` prints: far below the idle periods waited for, so a loaded machine
-/// would have to stall a process for ten periods to make it look idle.
+/// How often `ticker` prints: far below the idle periods waited for (1 s in `wait-idle`), so
+/// a loaded machine would have to stall a process for twenty periods to make it look idle.
 const TICK: Duration = Duration::from_millis(50);
 /// The bottom line of the `pty-tui` frame; it sits on the last row, so a resize moves it.
 const TUI_FOOTER: &str = "q: quit  +/-/Up/Down: counter";

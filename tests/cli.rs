@@ -6,6 +6,11 @@ use std::path::Path;
 use assert_cmd::Command;
 use serde_json::{Value, json};
 
+mod support;
+
+use support::config::config_with;
+use support::stderr::{stderr_of, stdout_of};
+
 /// The binary with HOME and XDG_CONFIG_HOME in an empty temporary directory, so no test
 /// reads or writes the owner's real config.
 fn mcp_terminal() -> Command {
@@ -21,29 +26,18 @@ fn in_home(home: &Path) -> Command {
     cmd
 }
 
-fn stdout_of(output: &std::process::Output) -> String {
-    String::from_utf8_lossy(&output.stdout).into_owned()
-}
-
-fn stderr_of(output: &std::process::Output) -> String {
-    String::from_utf8_lossy(&output.stderr).into_owned()
-}
-
-/// Write a config made by `make-config` with `change` applied, and return its path.
-fn config_with(dir: &Path, change: impl FnOnce(&mut Value)) -> std::path::PathBuf {
-    let path = dir.join("config.json");
-    let root = dir.canonicalize().unwrap();
-    mcp_terminal()
-        .args(["make-config", "--output"])
-        .arg(&path)
-        .arg("--root")
-        .arg(&root)
-        .assert()
-        .success();
-    let mut config: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
-    change(&mut config);
-    std::fs::write(&path, config.to_string()).unwrap();
-    path
+/// `stdio` with `args` under `cmd` refuses to start: it exits 2 before it speaks, with
+/// nothing on stdout. Its stderr.
+fn stdio_refused(mut cmd: Command, args: &[&std::ffi::OsStr]) -> String {
+    let out = cmd
+        .arg("stdio")
+        .args(args)
+        .write_stdin("")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", stderr_of(&out));
+    assert_eq!(stdout_of(&out), "", "nothing but protocol frames on stdout");
+    stderr_of(&out)
 }
 
 /// Set the value at a JSON pointer, creating the last key if needed.
@@ -142,7 +136,7 @@ fn check_config_names_the_field_and_rule_and_exits_2() {
     ];
     for (pointer, value, message) in cases {
         let dir = tempfile::tempdir().unwrap();
-        let path = config_with(dir.path(), |c| set(c, pointer, value));
+        let path = config_with(dir.path(), false, |c| set(c, pointer, value));
         let out = mcp_terminal()
             .args(["check-config", "--config"])
             .arg(&path)
@@ -161,16 +155,9 @@ fn check_config_names_the_field_and_rule_and_exits_2() {
 #[test]
 fn stdio_with_a_bad_config_exits_2_before_speaking() {
     let dir = tempfile::tempdir().unwrap();
-    let path = config_with(dir.path(), |c| set(c, "/buffer_bytes", json!(3)));
-    let out = mcp_terminal()
-        .args(["stdio", "--config"])
-        .arg(&path)
-        .write_stdin("")
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(2));
-    assert_eq!(stdout_of(&out), "", "nothing but protocol frames on stdout");
-    assert!(stderr_of(&out).contains("`buffer_bytes`: must be an integer from 4 to 16777216"));
+    let path = config_with(dir.path(), false, |c| set(c, "/buffer_bytes", json!(3)));
+    let stderr = stdio_refused(mcp_terminal(), &["--config".as_ref(), path.as_os_str()]);
+    assert!(stderr.contains("`buffer_bytes`: must be an integer from 4 to 16777216"));
 
     let missing = mcp_terminal()
         .args(["stdio", "--config", "/no/such/config.json"])
@@ -225,7 +212,7 @@ fn check_config_names_a_bad_secret_and_never_prints_its_value() {
     let pass = dir.path().canonicalize().unwrap().join("deploy.pass");
     std::fs::write(&pass, format!("{value}\n")).unwrap();
     std::fs::set_permissions(&pass, std::fs::Permissions::from_mode(0o644)).unwrap();
-    let path = config_with(dir.path(), |c| {
+    let path = config_with(dir.path(), false, |c| {
         set(
             c,
             "/secrets",
@@ -336,18 +323,8 @@ fn every_command_uses_the_default_config_path_when_config_is_absent() {
 
     // stdio reads the default file too: a broken one stops it before it speaks.
     std::fs::write(&default, "{\"max_sessions\": 0}").unwrap();
-    let out = in_home(&root)
-        .arg("stdio")
-        .write_stdin("")
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(2));
-    assert!(
-        stderr_of(&out).contains("max_sessions"),
-        "{}",
-        stderr_of(&out)
-    );
-    assert!(out.stdout.is_empty());
+    let stderr = stdio_refused(in_home(&root), &[]);
+    assert!(stderr.contains("max_sessions"), "{stderr}");
 
     // XDG_CONFIG_HOME wins over HOME.
     let xdg = root.join("xdg");
@@ -365,7 +342,7 @@ fn every_command_uses_the_default_config_path_when_config_is_absent() {
 fn profile_add_validates_and_rewrites_atomically_keeping_the_rest() {
     use std::os::unix::fs::PermissionsExt;
     let dir = tempfile::tempdir().unwrap();
-    let path = config_with(dir.path(), |c| set(c, "/max_sessions", json!(3)));
+    let path = config_with(dir.path(), false, |c| set(c, "/max_sessions", json!(3)));
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
     let before: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
     let profile = |args: &[&str]| {
@@ -510,7 +487,7 @@ fn profile_add_validates_and_rewrites_atomically_keeping_the_rest() {
 #[test]
 fn an_audit_log_that_cannot_be_opened_is_a_config_error() {
     let dir = tempfile::tempdir().unwrap();
-    let missing = config_with(dir.path(), |c| {
+    let missing = config_with(dir.path(), false, |c| {
         set(c, "/audit_log", json!("/no/such/dir/audit.jsonl"))
     });
     let out = mcp_terminal()
@@ -527,21 +504,12 @@ fn an_audit_log_that_cannot_be_opened_is_a_config_error() {
     );
 
     // /proc takes no new files, whoever asks: a directory nothing can be created in.
-    let unwritable = config_with(dir.path(), |c| {
+    let unwritable = config_with(dir.path(), false, |c| {
         set(c, "/audit_log", json!("/proc/audit.jsonl"))
     });
-    let out = mcp_terminal()
-        .arg("stdio")
-        .arg("--config")
-        .arg(&unwritable)
-        .write_stdin("")
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(2));
-    assert!(
-        stderr_of(&out).contains("`audit_log`: cannot open"),
-        "{}",
-        stderr_of(&out)
+    let stderr = stdio_refused(
+        mcp_terminal(),
+        &["--config".as_ref(), unwritable.as_os_str()],
     );
-    assert!(out.stdout.is_empty());
+    assert!(stderr.contains("`audit_log`: cannot open"), "{stderr}");
 }

@@ -16,12 +16,11 @@
 //! message, unless `MCP_TERMINAL_REQUIRE_CONFORMANCE=1` (as in CI).
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::Read;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::Duration;
 
 use axum::body::{Body, Bytes};
 use axum::extract::{Request, State};
@@ -31,10 +30,9 @@ use serde::Deserialize;
 
 mod support;
 
-const BIN: &str = env!("CARGO_BIN_EXE_mcp-terminal");
+use support::http_server::HttpServer;
+
 const BASELINE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/conformance/baseline.json");
-/// Generous: several builds may share two cores.
-const PATIENCE: Duration = Duration::from_secs(30);
 /// One scenario of the suite, Node's start included.
 const SCENARIO_PATIENCE: Duration = Duration::from_secs(120);
 
@@ -107,8 +105,8 @@ async fn the_official_conformance_suite_matches_the_committed_baseline() {
          {unknown:?}, not in the suite {vanished:?}"
     );
 
-    let server = Server::start();
-    let proxy = proxy(server.address, &server.token).await;
+    let server = HttpServer::start(&["--listen", "127.0.0.1:0"], "debug");
+    let proxy = proxy(server.address(), &server.token).await;
     let url = format!("http://{proxy}/mcp");
     let results = tempfile::tempdir().unwrap();
     let mut report = Vec::new();
@@ -253,86 +251,6 @@ impl Suite {
             .filter(|c| c["status"] == "FAILURE")
             .map(|c| c["id"].as_str().unwrap().to_string())
             .collect()
-    }
-}
-
-/// A running `mcp-terminal http` on a free loopback port, with a fresh token.
-struct Server {
-    child: Child,
-    stderr: Arc<Mutex<String>>,
-    address: SocketAddr,
-    token: String,
-    _dir: tempfile::TempDir,
-}
-
-impl Server {
-    fn start() -> Server {
-        let dir = tempfile::tempdir().unwrap();
-        let token_file = dir.path().join("token");
-        // The server must not find the owner's default config: HOME is a fresh directory.
-        let mut child = Command::new(BIN)
-            .args(["http", "--listen", "127.0.0.1:0", "--token-file"])
-            .arg(&token_file)
-            .current_dir(dir.path())
-            .env("HOME", dir.path())
-            .env_remove("XDG_CONFIG_HOME")
-            .env("MCP_TERMINAL_LOG", "debug")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let stderr = Arc::new(Mutex::new(String::new()));
-        let mut pipe = child.stderr.take().unwrap();
-        let sink = stderr.clone();
-        std::thread::spawn(move || {
-            let mut chunk = [0u8; 4096];
-            while let Ok(n) = pipe.read(&mut chunk) {
-                if n == 0 {
-                    break;
-                }
-                let text = String::from_utf8_lossy(&chunk[..n]);
-                sink.lock().unwrap().push_str(&text);
-            }
-        });
-        let prefix = "mcp-terminal: listening on http://";
-        let deadline = Instant::now() + PATIENCE;
-        let address = loop {
-            let text = stderr.lock().unwrap().clone();
-            if let Some(line) = text
-                .lines()
-                .find_map(|l| l.strip_prefix(prefix)?.strip_suffix("/mcp"))
-            {
-                break line.parse().unwrap();
-            }
-            assert!(
-                Instant::now() < deadline,
-                "the server did not start:\n{text}"
-            );
-            std::thread::sleep(Duration::from_millis(10));
-        };
-        let token = std::fs::read_to_string(&token_file)
-            .unwrap()
-            .trim()
-            .to_string();
-        Server {
-            child,
-            stderr,
-            address,
-            token,
-            _dir: dir,
-        }
-    }
-
-    fn stderr(&self) -> String {
-        self.stderr.lock().unwrap().clone()
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 

@@ -2,11 +2,9 @@
 //! Host and Origin checks, the body limit, the MCP session cap and expiry, and shutdown,
 //! through a real HTTP client against the real binary. The token never appears on stderr.
 
-use std::io::Read;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use reqwest::StatusCode;
@@ -14,54 +12,14 @@ use serde_json::{Value, json};
 
 mod support;
 
-const BIN: &str = env!("CARGO_BIN_EXE_mcp-terminal");
-/// Generous: six builds may share two cores.
-const PATIENCE: Duration = Duration::from_secs(30);
+use support::config::config_with;
+use support::http_server::{BIN, HttpServer as Server};
+use support::stderr::{PATIENCE, Stderr, stderr_of};
 
-/// A running `mcp-terminal http` and everything it wrote on stderr so far.
-struct Server {
-    child: Child,
-    stderr: Arc<Mutex<String>>,
-    base: String,
-    token: String,
-    _dir: tempfile::TempDir,
-}
+/// Every server here logs at trace level: the most a log could give away.
+const LOG: &str = "trace";
 
 impl Server {
-    fn start(extra: &[&str]) -> Server {
-        let dir = tempfile::tempdir().unwrap();
-        Server::start_in(dir, extra)
-    }
-
-    fn start_in(dir: tempfile::TempDir, extra: &[&str]) -> Server {
-        let token_file = dir.path().join("token");
-        let (child, stderr) = spawn(dir.path(), &token_file, extra);
-        let line = wait_for(&stderr, "mcp-terminal: listening on http://");
-        let base = line
-            .trim_start_matches("mcp-terminal: listening on ")
-            .trim_end_matches("/mcp")
-            .to_string();
-        let token = std::fs::read_to_string(&token_file)
-            .unwrap()
-            .trim()
-            .to_string();
-        Server {
-            child,
-            stderr,
-            base,
-            token,
-            _dir: dir,
-        }
-    }
-
-    fn url(&self) -> String {
-        format!("{}/mcp", self.base)
-    }
-
-    fn stderr(&self) -> String {
-        self.stderr.lock().unwrap().clone()
-    }
-
     fn post(&self, body: &Value) -> reqwest::RequestBuilder {
         reqwest::Client::new()
             .post(self.url())
@@ -99,6 +57,16 @@ impl Server {
         }
     }
 
+    /// A terminal_start in MCP session `id`: the terminal session's id, and the result.
+    async fn start_terminal(&self, id: &str, arguments: Value) -> (String, Value) {
+        let started = self.call(id, "terminal_start", arguments).await;
+        let sid = started["structuredContent"]["session_id"]
+            .as_str()
+            .unwrap_or_else(|| panic!("nothing started: {started}"))
+            .to_string();
+        (sid, started)
+    }
+
     /// A tools/call in session `id`; the JSON-RPC result from the SSE answer.
     async fn call(&self, id: &str, tool: &str, arguments: Value) -> Value {
         let request = json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call",
@@ -118,79 +86,6 @@ impl Server {
             .unwrap_or_else(|| panic!("no answer in {text}"))["result"]
             .clone()
     }
-
-    fn signal(&self, signal: nix::sys::signal::Signal) {
-        nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.child.id() as i32), signal).unwrap();
-    }
-
-    fn wait_exit(&mut self) -> std::process::ExitStatus {
-        let deadline = Instant::now() + PATIENCE;
-        loop {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                return status;
-            }
-            assert!(Instant::now() < deadline, "the server did not exit");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn spawn(cwd: &Path, token_file: &Path, extra: &[&str]) -> (Child, Arc<Mutex<String>>) {
-    let mut child = Command::new(BIN)
-        .args(["http", "--token-file"])
-        .arg(token_file)
-        .args(extra)
-        .current_dir(cwd)
-        .env("MCP_TERMINAL_LOG", "trace")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let stderr = collect_stderr(&mut child);
-    (child, stderr)
-}
-
-/// Everything `child` writes on stderr, as it comes.
-fn collect_stderr(child: &mut Child) -> Arc<Mutex<String>> {
-    let stderr = Arc::new(Mutex::new(String::new()));
-    let mut pipe = child.stderr.take().unwrap();
-    let sink = stderr.clone();
-    std::thread::spawn(move || {
-        let mut chunk = [0u8; 4096];
-        while let Ok(n) = pipe.read(&mut chunk) {
-            if n == 0 {
-                break;
-            }
-            sink.lock()
-                .unwrap()
-                .push_str(&String::from_utf8_lossy(&chunk[..n]));
-        }
-    });
-    stderr
-}
-
-/// The first complete stderr line starting with `prefix`.
-fn wait_for(stderr: &Mutex<String>, prefix: &str) -> String {
-    let deadline = Instant::now() + PATIENCE;
-    loop {
-        let text = stderr.lock().unwrap().clone();
-        if let Some(line) = text
-            .split_inclusive('\n')
-            .find(|l| l.starts_with(prefix) && l.ends_with('\n'))
-        {
-            return line.trim_end().to_string();
-        }
-        assert!(Instant::now() < deadline, "no `{prefix}` line in:\n{text}");
-        std::thread::sleep(Duration::from_millis(10));
-    }
 }
 
 fn initialize(id: u64) -> Value {
@@ -209,10 +104,7 @@ fn run_to_exit(token_file: &Path, extra: &[&str]) -> (Option<i32>, String) {
         .output()
         .unwrap();
     assert!(out.stdout.is_empty(), "nothing on stdout");
-    (
-        out.status.code(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+    (out.status.code(), stderr_of(&out))
 }
 
 fn write_token(path: &PathBuf, text: &str, mode: u32) {
@@ -223,13 +115,13 @@ fn write_token(path: &PathBuf, text: &str, mode: u32) {
 #[test]
 fn an_absent_token_file_is_created_private_and_only_its_path_is_printed() {
     let dir = tempfile::tempdir().unwrap();
-    let mut server = Server::start_in(dir, &["--listen", "127.0.0.1:0"]);
-    let token_file = server._dir.path().join("token");
+    let mut server = Server::start_in(dir, &["--listen", "127.0.0.1:0"], LOG);
+    let token_file = server.dir.path().join("token");
     let mode = std::fs::metadata(&token_file).unwrap().permissions().mode() & 0o777;
     assert_eq!(mode, 0o600);
     assert_eq!(server.token.len(), 64);
     assert!(server.token.bytes().all(|b| b.is_ascii_hexdigit()));
-    let created = wait_for(&server.stderr, "mcp-terminal: created a new token in ");
+    let created = server.stderr.line("mcp-terminal: created a new token in ");
     assert!(
         created.contains(&token_file.display().to_string()),
         "{created}"
@@ -271,7 +163,7 @@ async fn a_token_file_with_surrounding_whitespace_is_accepted() {
         &format!("\n\t {secret} \n"),
         0o600,
     );
-    let server = Server::start_in(dir, &["--listen", "127.0.0.1:0"]);
+    let server = Server::start_in(dir, &["--listen", "127.0.0.1:0"], LOG);
     assert_eq!(server.token, secret);
     assert!(server.open_session().await.is_ok());
     assert!(!server.stderr().contains("created a new token"));
@@ -286,14 +178,14 @@ fn a_non_loopback_address_needs_allow_remote_which_warns() {
     assert!(stderr.contains("--allow-remote"), "{stderr}");
     let (code, stderr) = run_to_exit(&path, &["--listen", "not an address"]);
     assert_eq!(code, Some(2), "{stderr}");
-    let server = Server::start(&["--listen", "0.0.0.0:0", "--allow-remote"]);
-    let warning = wait_for(&server.stderr, "mcp-terminal: warning: --allow-remote");
+    let server = Server::start(&["--listen", "0.0.0.0:0", "--allow-remote"], LOG);
+    let warning = server.stderr.line("mcp-terminal: warning: --allow-remote");
     assert!(warning.contains("other machines"), "{warning}");
 }
 
 #[tokio::test]
 async fn mcp_needs_the_bearer_token_and_the_refusal_does_not_echo_it() {
-    let server = Server::start(&["--listen", "127.0.0.1:0"]);
+    let server = Server::start(&["--listen", "127.0.0.1:0"], LOG);
     let wrong = format!("{}x", server.token);
     for request in [
         server.post(&initialize(1)),
@@ -327,12 +219,15 @@ async fn mcp_needs_the_bearer_token_and_the_refusal_does_not_echo_it() {
 
 #[tokio::test]
 async fn foreign_origins_and_hosts_are_refused_with_403() {
-    let server = Server::start(&[
-        "--listen",
-        "127.0.0.1:0",
-        "--allow-origin",
-        "https://app.example",
-    ]);
+    let server = Server::start(
+        &[
+            "--listen",
+            "127.0.0.1:0",
+            "--allow-origin",
+            "https://app.example",
+        ],
+        LOG,
+    );
     for origin in [
         "http://evil.example",
         "null",
@@ -373,7 +268,7 @@ async fn foreign_origins_and_hosts_are_refused_with_403() {
             .await;
         assert_eq!(response.unwrap().status(), StatusCode::FORBIDDEN, "{host}");
     }
-    let remote = Server::start(&["--listen", "127.0.0.1:0", "--allow-remote"]);
+    let remote = Server::start(&["--listen", "127.0.0.1:0", "--allow-remote"], LOG);
     let response = remote
         .authed(&initialize(1))
         .header("Host", "evil.example")
@@ -384,7 +279,7 @@ async fn foreign_origins_and_hosts_are_refused_with_403() {
 
 #[tokio::test]
 async fn request_bodies_over_1_mib_get_413() {
-    let server = Server::start(&["--listen", "127.0.0.1:0"]);
+    let server = Server::start(&["--listen", "127.0.0.1:0"], LOG);
     // Only just over the limit, so the client has sent everything when the answer comes
     // (a server that answers early and closes could otherwise break the client's write).
     let padding = "x".repeat(1024 * 1024 - 40);
@@ -415,7 +310,7 @@ async fn request_bodies_over_1_mib_get_413() {
 
 #[tokio::test]
 async fn at_most_64_mcp_sessions_are_open_and_closing_one_frees_a_place() {
-    let server = Server::start(&["--listen", "127.0.0.1:0"]);
+    let server = Server::start(&["--listen", "127.0.0.1:0"], LOG);
     let mut ids = Vec::new();
     for _ in 0..64 {
         ids.push(server.open_session().await.expect("under the cap"));
@@ -439,7 +334,10 @@ async fn at_most_64_mcp_sessions_are_open_and_closing_one_frees_a_place() {
 
 #[tokio::test]
 async fn an_idle_mcp_session_expires() {
-    let server = Server::start(&["--listen", "127.0.0.1:0", "--mcp-session-idle-ms", "200"]);
+    let server = Server::start(
+        &["--listen", "127.0.0.1:0", "--mcp-session-idle-ms", "200"],
+        LOG,
+    );
     let id = server.open_session().await.unwrap();
     let deadline = Instant::now() + PATIENCE;
     loop {
@@ -459,7 +357,7 @@ async fn an_idle_mcp_session_expires() {
     }
     // The default, 30 minutes, is the same code path with a longer timer: a session in use
     // is kept.
-    let kept = Server::start(&["--listen", "127.0.0.1:0"]);
+    let kept = Server::start(&["--listen", "127.0.0.1:0"], LOG);
     let id = kept.open_session().await.unwrap();
     let listed = kept.call(&id, "terminal_list", json!({})).await;
     assert_eq!(listed["structuredContent"]["ok"], json!(true));
@@ -467,16 +365,12 @@ async fn an_idle_mcp_session_expires() {
 
 #[tokio::test]
 async fn sigterm_ends_every_terminal_session_and_exits_0() {
-    let mut server = Server::start(&["--listen", "127.0.0.1:0"]);
+    let mut server = Server::start(&["--listen", "127.0.0.1:0"], LOG);
     let first = server.open_session().await.unwrap();
     let second = server.open_session().await.unwrap();
-    let started = server
-        .call(&first, "terminal_start", json!({"command_id": "long"}))
+    let (session, started) = server
+        .start_terminal(&first, json!({"command_id": "long"}))
         .await;
-    let session = started["structuredContent"]["session_id"]
-        .as_str()
-        .unwrap()
-        .to_string();
     let pid = started["structuredContent"]["process_id"].as_i64().unwrap() as i32;
     // All MCP sessions share one set of terminal sessions.
     let seen = server
@@ -498,23 +392,10 @@ async fn sigterm_ends_every_terminal_session_and_exits_0() {
 #[tokio::test]
 async fn audit_lines_over_http_carry_the_mcp_session_and_the_client_address() {
     let dir = tempfile::tempdir().unwrap();
-    let root = dir.path().canonicalize().unwrap();
-    let config = root.join("config.json");
-    let made = Command::new(BIN)
-        .args(["make-config", "--output"])
-        .arg(&config)
-        .arg("--root")
-        .arg(&root)
-        .output()
-        .unwrap();
-    assert!(made.status.success());
-    let mut value: Value =
-        serde_json::from_str(&std::fs::read_to_string(&config).unwrap()).unwrap();
-    let log = root.join("audit.jsonl");
-    value["audit_log"] = json!(log);
-    std::fs::write(&config, value.to_string()).unwrap();
+    let log = dir.path().canonicalize().unwrap().join("audit.jsonl");
+    let config = config_with(dir.path(), false, |c| c["audit_log"] = json!(log));
     let config = config.display().to_string();
-    let server = Server::start_in(dir, &["--listen", "127.0.0.1:0", "--config", &config]);
+    let server = Server::start_in(dir, &["--listen", "127.0.0.1:0", "--config", &config], LOG);
     let id = server.open_session().await.unwrap();
     let listed = server.call(&id, "terminal_list", json!({})).await;
     assert_eq!(listed["structuredContent"]["ok"], json!(true));
@@ -539,10 +420,10 @@ fn without_token_file_the_token_lives_beside_the_default_config() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let stderr = collect_stderr(&mut child);
-    wait_for(&stderr, "mcp-terminal: listening on http://127.0.0.1:");
+    let stderr = Stderr::of(&mut child);
+    stderr.line("mcp-terminal: listening on http://127.0.0.1:");
     let path = home.path().join("mcp-terminal/token");
-    let created = wait_for(&stderr, "mcp-terminal: created a new token in ");
+    let created = stderr.line("mcp-terminal: created a new token in ");
     assert!(created.contains(&path.display().to_string()), "{created}");
     assert_eq!(std::fs::read_to_string(&path).unwrap().trim().len(), 64);
     nix::sys::signal::kill(
@@ -567,10 +448,8 @@ fn browser() -> reqwest::Client {
 }
 
 /// The sign-in URL a server printed, and where its live view lives.
-fn sign_in_url(stderr: &Mutex<String>) -> (String, String) {
-    let url = wait_for(stderr, SIGN_IN)
-        .trim_start_matches(SIGN_IN)
-        .to_string();
+fn sign_in_url(stderr: &Stderr) -> (String, String) {
+    let url = stderr.line(SIGN_IN).trim_start_matches(SIGN_IN).to_string();
     let base = url.split("/ui/").next().unwrap().to_string();
     (url, base)
 }
@@ -602,28 +481,15 @@ async fn view(
 
 /// A config with the shells approved and recordings on, in `dir`.
 fn recording_config(dir: &Path) -> String {
-    let root = dir.canonicalize().unwrap();
-    let config = root.join("config.json");
-    let made = Command::new(BIN)
-        .args(["make-config", "--shells", "--output"])
-        .arg(&config)
-        .arg("--root")
-        .arg(&root)
-        .output()
-        .unwrap();
-    assert!(made.status.success());
-    let mut value: Value =
-        serde_json::from_str(&std::fs::read_to_string(&config).unwrap()).unwrap();
-    let recordings = root.join("casts");
+    let recordings = dir.canonicalize().unwrap().join("casts");
     std::fs::create_dir(&recordings).unwrap();
-    value["recordings_dir"] = json!(recordings);
-    std::fs::write(&config, value.to_string()).unwrap();
+    let config = config_with(dir, true, |c| c["recordings_dir"] = json!(recordings));
     config.display().to_string()
 }
 
 #[tokio::test]
 async fn live_view_sign_in_sets_a_strict_cookie_that_is_not_the_token() {
-    let server = Server::start(&["--listen", "127.0.0.1:0", "--web"]);
+    let server = Server::start(&["--listen", "127.0.0.1:0", "--web"], LOG);
     let (url, base) = sign_in_url(&server.stderr);
     assert_eq!(url, format!("{}/ui/?token={}", server.base, server.token));
 
@@ -687,7 +553,7 @@ async fn live_view_sign_in_sets_a_strict_cookie_that_is_not_the_token() {
 
 #[tokio::test]
 async fn live_view_is_read_only_and_answers_unknown_pages_with_404() {
-    let server = Server::start(&["--listen", "127.0.0.1:0", "--web"]);
+    let server = Server::start(&["--listen", "127.0.0.1:0", "--web"], LOG);
     let (url, base) = sign_in_url(&server.stderr);
     let cookie = sign_in(&url).await;
     for method in ["POST", "PUT", "DELETE", "PATCH"] {
@@ -740,7 +606,7 @@ async fn live_view_is_read_only_and_answers_unknown_pages_with_404() {
     assert_eq!(status, StatusCode::NOT_FOUND);
 
     // Without --web there is no view at all.
-    let plain = Server::start(&["--listen", "127.0.0.1:0"]);
+    let plain = Server::start(&["--listen", "127.0.0.1:0"], LOG);
     let (status, _, _) = view(&plain.base, "/ui/", "").await;
     assert_eq!(status, StatusCode::NOT_FOUND);
     assert!(!plain.stderr().contains(SIGN_IN));
@@ -753,17 +619,14 @@ async fn live_view_shows_hostile_output_as_text_with_stderr_apart_and_the_record
     let server = Server::start_in(
         dir,
         &["--listen", "127.0.0.1:0", "--web", "--config", &config],
+        LOG,
     );
     let (url, base) = sign_in_url(&server.stderr);
     let cookie = sign_in(&url).await;
     let id = server.open_session().await.unwrap();
-    let started = server
-        .call(&id, "terminal_start", json!({"command_id": "sh"}))
+    let (sid, started) = server
+        .start_terminal(&id, json!({"command_id": "sh"}))
         .await;
-    let sid = started["structuredContent"]["session_id"]
-        .as_str()
-        .unwrap()
-        .to_string();
     let script = "printf '<script>alert(1)</script>\\n'; printf 'warn<b>\\n' >&2\n";
     let written = server
         .call(
@@ -826,13 +689,9 @@ async fn live_view_shows_hostile_output_as_text_with_stderr_apart_and_the_record
     assert_eq!(status, StatusCode::UNAUTHORIZED);
 
     // A PTY session's page is its emulator's screen: colours and the cursor as classes.
-    let started = server
-        .call(&id, "terminal_start", json!({"command_id": "bash"}))
+    let (pty, _) = server
+        .start_terminal(&id, json!({"command_id": "bash"}))
         .await;
-    let pty = started["structuredContent"]["session_id"]
-        .as_str()
-        .unwrap()
-        .to_string();
     let text = "printf '\\033[31;1mRED\\033[0m<i>\\n'\n";
     server
         .call(
@@ -863,17 +722,13 @@ async fn live_view_shows_hostile_output_as_text_with_stderr_apart_and_the_record
 
 #[tokio::test]
 async fn live_view_streams_new_output_to_an_open_page() {
-    let server = Server::start(&["--listen", "127.0.0.1:0", "--web"]);
+    let server = Server::start(&["--listen", "127.0.0.1:0", "--web"], LOG);
     let (url, base) = sign_in_url(&server.stderr);
     let cookie = sign_in(&url).await;
     let id = server.open_session().await.unwrap();
-    let started = server
-        .call(&id, "terminal_start", json!({"command_id": "interactive"}))
+    let (sid, _) = server
+        .start_terminal(&id, json!({"command_id": "interactive"}))
         .await;
-    let sid = started["structuredContent"]["session_id"]
-        .as_str()
-        .unwrap()
-        .to_string();
     let mut events = browser()
         .get(format!("{base}/ui/sessions/{sid}/events"))
         .header("Cookie", &cookie)
@@ -919,7 +774,7 @@ fn stdio_web_serves_the_view_beside_stdio_on_loopback_only() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let stderr = collect_stderr(&mut child);
+    let stderr = Stderr::of(&mut child);
     let (url, base) = sign_in_url(&stderr);
     assert!(url.starts_with("http://127.0.0.1:"), "{url}");
     let token = std::fs::read_to_string(&token_file).unwrap();
@@ -951,7 +806,7 @@ fn stdio_web_serves_the_view_beside_stdio_on_loopback_only() {
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
-    let message = String::from_utf8_lossy(&out.stderr);
+    let message = stderr_of(&out);
     assert!(message.contains("not a loopback address"), "{message}");
     assert!(!message.contains(token.trim()), "{message}");
 }
@@ -1120,22 +975,14 @@ async fn live_view_in_chromium_follows_a_pty_screen_and_pipe_output() {
     let Some(mut chromium) = Chromium::launch() else {
         return;
     };
-    let server = Server::start(&["--listen", "127.0.0.1:0", "--web"]);
+    let server = Server::start(&["--listen", "127.0.0.1:0", "--web"], LOG);
     let (url, _) = sign_in_url(&server.stderr);
     let id = server.open_session().await.unwrap();
     // Chromium's start and first page can take most of the default 30 s session lifetime
     // on a loaded machine; the sessions outlive any wait of this test instead.
-    let started = server
-        .call(
-            &id,
-            "terminal_start",
-            json!({"command_id": "pty-tui", "timeout_ms": 300_000}),
-        )
+    let (tui, _) = server
+        .start_terminal(&id, json!({"command_id": "pty-tui", "timeout_ms": 300_000}))
         .await;
-    let tui = started["structuredContent"]["session_id"]
-        .as_str()
-        .unwrap()
-        .to_string();
 
     // Signing in at the session page: the cookie is set and the page loads without the token.
     let page = chromium.open(&url.replace("/ui/?", &format!("/ui/sessions/{tui}?")));
@@ -1184,17 +1031,9 @@ async fn live_view_in_chromium_follows_a_pty_screen_and_pipe_output() {
         "document.getElementById('state').textContent === 'live'",
         LIVE_TEXT,
     );
-    let started = server
-        .call(
-            &id,
-            "terminal_start",
-            json!({"command_id": "stream", "timeout_ms": 300_000}),
-        )
+    let (stream, _) = server
+        .start_terminal(&id, json!({"command_id": "stream", "timeout_ms": 300_000}))
         .await;
-    let stream = started["structuredContent"]["session_id"]
-        .as_str()
-        .unwrap()
-        .to_string();
     chromium.until(
         &list,
         &format!("document.querySelector('tr[data-session=\"{stream}\"]') !== null"),

@@ -26,13 +26,17 @@ use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
 use rmcp::{RoleClient, ServiceExt};
 use serde_json::{Value, json};
 use tokio::io::AsyncReadExt;
+use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
 use crate::procfs;
 use crate::scenario::Launch;
 
-/// How long the final cleanup waits for the server to exit after stdin closes before killing.
-const EXIT_GRACE: Duration = Duration::from_secs(5);
+/// How long the final cleanup waits for the server to exit after stdin closes (over HTTP:
+/// after SIGTERM) before killing it. Generous: a clean exit terminates sessions and waits
+/// for the guardian, which a loaded machine slows down; a server that ignores the end of its
+/// input is caught all the same.
+const EXIT_GRACE: Duration = Duration::from_secs(30);
 /// How long `mcp-terminal http` may take to print the URL it listens on.
 const LISTEN_TIMEOUT: Duration = Duration::from_secs(30);
 /// The stderr line `mcp-terminal http` names its URL with.
@@ -108,9 +112,14 @@ fn lock(log: &SharedLog) -> std::sync::MutexGuard<'_, ChildLog> {
 /// Every byte the server wrote to its stdout, in order.
 type Received = Arc<Mutex<Vec<u8>>>;
 
-/// Records the server's exit, and tees its stdout into `Received` unless that is `None`.
+/// Records the server's exit; unless untapped, tees its stdout into `received` and puts a
+/// gate in front of its stdin.
 #[derive(Debug)]
-struct Observer(SharedLog, Option<Received>);
+struct Observer {
+    log: SharedLog,
+    received: Option<Received>,
+    stdin_gate: Option<oneshot::Receiver<()>>,
+}
 
 impl CommandWrapper for Observer {
     fn wrap_child(
@@ -118,16 +127,52 @@ impl CommandWrapper for Observer {
         mut child: Box<dyn ChildWrapper>,
         _core: &CommandWrap,
     ) -> io::Result<Box<dyn ChildWrapper>> {
-        if let Some(received) = &self.1
+        if let Some(received) = &self.received
             && let Some(stdout) = child.stdout().take()
         {
             *child.stdout() = Some(tee(stdout, received.clone())?);
         }
+        if let Some(gate) = self.stdin_gate.take()
+            && let Some(stdin) = child.stdin().take()
+        {
+            *child.stdin() = Some(gated(stdin, gate)?);
+        }
         Ok(Box::new(Observed {
             inner: child,
-            log: self.0.clone(),
+            log: self.log.clone(),
         }))
     }
+}
+
+/// Pass what the client writes on to the server's stdin through a pipe, until the client
+/// closes its end or `gate` fires (or is dropped): then the server's stdin is closed. So the
+/// harness ends a server by EOF and waits for it as long as it chooses, where the client's
+/// own close signals a server still running 3 s after it closed stdin, which a loaded
+/// machine can make a clean exit take.
+fn gated(
+    mut stdin: tokio::process::ChildStdin,
+    mut gate: oneshot::Receiver<()>,
+) -> io::Result<tokio::process::ChildStdin> {
+    use tokio::io::AsyncWriteExt;
+    let (sender, mut receiver) = tokio::net::unix::pipe::pipe()?;
+    let write_end = sender.into_blocking_fd()?;
+    tokio::spawn(async move {
+        let mut chunk = vec![0u8; 64 * 1024];
+        loop {
+            let n = tokio::select! {
+                biased;
+                read = receiver.read(&mut chunk) => match read {
+                    Ok(n) if n > 0 => n,
+                    _ => break,
+                },
+                _ = &mut gate => break,
+            };
+            if stdin.write_all(&chunk[..n]).await.is_err() {
+                break;
+            }
+        }
+    });
+    tokio::process::ChildStdin::from_std(std::process::ChildStdin::from(write_end))
 }
 
 /// Pass the server's stdout on to the client through a pipe, keeping a copy of every byte
@@ -292,6 +337,8 @@ pub struct McpServer {
     stderr: Arc<Mutex<Vec<u8>>>,
     stderr_task: Option<JoinHandle<()>>,
     received: Received,
+    /// Stdio: fired to close the server's stdin (see `gated`); none when untapped.
+    stdin_gate: Option<oneshot::Sender<()>>,
     /// HTTP: the directory of the token file, removed with the server.
     _token_dir: Option<tempfile::TempDir>,
 }
@@ -405,11 +452,19 @@ impl McpServer {
         let _inherited = inherit(&mut cmd, launch)?;
         let log = SharedLog::default();
         let received = Received::default();
+        let (stdin_gate, gate) = match launch.untapped {
+            true => (None, None),
+            false => {
+                let (fire, gate) = oneshot::channel();
+                (Some(fire), Some(gate))
+            }
+        };
         let mut wrapped = CommandWrap::from(cmd);
-        wrapped.wrap(Observer(
-            log.clone(),
-            (!launch.untapped).then(|| received.clone()),
-        ));
+        wrapped.wrap(Observer {
+            log: log.clone(),
+            received: (!launch.untapped).then(|| received.clone()),
+            stdin_gate: gate,
+        });
         let (transport, stderr) = TokioChildProcess::builder(wrapped)
             .stderr(Stdio::piped())
             .spawn()
@@ -427,6 +482,7 @@ impl McpServer {
             stderr: buffer,
             stderr_task,
             received,
+            stdin_gate,
             _token_dir: None,
         };
         match recorder.serve(transport).await {
@@ -489,6 +545,7 @@ impl McpServer {
             stderr: buffer,
             stderr_task,
             received: Received::default(),
+            stdin_gate: None,
             _token_dir: Some(token_dir),
         };
         let connected = async {
@@ -637,6 +694,16 @@ impl McpServer {
         Ok((result, progress.into_iter().map(|p| p.value).collect()))
     }
 
+    /// A ping, answered: the server has read every message the client sent before it.
+    pub async fn ping(&self) -> Result<(), String> {
+        let ping = ClientRequest::PingRequest(rmcp::model::PingRequest::default());
+        self.client()?
+            .send_request(ping)
+            .await
+            .map(drop)
+            .map_err(|e| format!("ping failed: {e}"))
+    }
+
     /// Progress notifications received so far for one request.
     pub fn progress_for(&self, token: &ProgressToken) -> Vec<Progress> {
         self.recorder.progress_for(token)
@@ -760,6 +827,15 @@ impl McpServer {
             .map_err(|e| format!("kill({}, {sig}) failed: {e}", self.pid))
     }
 
+    /// Close the server's stdin, the client still connected, so it ends as it does at the
+    /// end of its input; `wait_exit` sees it go. Without a gate (untapped), the client closes.
+    pub async fn close_stdin(&mut self) {
+        match self.stdin_gate.take() {
+            Some(gate) => drop(gate.send(())),
+            None => self.close().await,
+        }
+    }
+
     /// Close the client side: the transport closes the server's stdin and waits for it to
     /// exit (escalating to SIGTERM and SIGKILL after a few seconds each).
     pub async fn close(&mut self) {
@@ -789,13 +865,17 @@ impl McpServer {
             return self.shutdown_http().await;
         }
         let mut notes = Vec::new();
-        let close = self.close();
-        if tokio::time::timeout(EXIT_GRACE * 3, close).await.is_err() {
-            notes.push("closing the MCP client timed out".to_string());
-        }
+        self.close_stdin().await;
         if self.wait_exit(EXIT_GRACE).await.is_none() {
             notes.push(format!("server pid {} did not exit; killed", self.pid));
             self.kill();
+        }
+        // The server is gone: the client's close has nothing left to wait for.
+        if tokio::time::timeout(EXIT_GRACE, self.close())
+            .await
+            .is_err()
+        {
+            notes.push("closing the MCP client timed out".to_string());
         }
         let (signals, killed) = self.transport_signals();
         if !signals.is_empty() || killed {
@@ -894,7 +974,11 @@ mod tests {
         let log = SharedLog::default();
         let mut cmd = CommandWrap::from(tokio::process::Command::new("/bin/sleep"));
         cmd.command_mut().arg("30");
-        cmd.wrap(Observer(log.clone(), Some(Received::default())));
+        cmd.wrap(Observer {
+            log: log.clone(),
+            received: Some(Received::default()),
+            stdin_gate: None,
+        });
         let mut child = cmd.spawn().unwrap();
         child.signal(SIGTERM).unwrap();
         let status = child.wait().await.unwrap();

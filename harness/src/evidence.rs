@@ -210,51 +210,75 @@ pub struct Assertion {
     pub detail: Option<String>,
 }
 
-/// Lines of the server's stderr a passed scenario keeps in a run's summary.
-const SUMMARY_PASSED_STDERR_LINES: usize = 5;
-
-impl RunEvidence {
-    /// The run as committed evidence: every verdict, step, assertion and failure in full;
-    /// a passed step keeps its assertions but not its exchanges (their count is kept), a
-    /// passed scenario the last lines of the server's stderr, and each profile of the config
-    /// is one line. A failed step keeps every recorded exchange: that is what explains it.
-    pub fn summarised(&self) -> RunEvidence {
-        let mut run = self.clone();
-        for scenario in &mut run.scenarios {
-            summarise_config(&mut scenario.config);
-            if scenario.verdict == Verdict::Pass {
-                scenario.server_stderr =
-                    last_lines(&scenario.server_stderr, SUMMARY_PASSED_STDERR_LINES);
-            }
-            for step in scenario
-                .steps
-                .iter_mut()
-                .filter(|s| s.verdict == Verdict::Pass)
-            {
-                step.exchanges_not_recorded += step.exchanges.len() as u64;
-                step.exchanges.clear();
-            }
-        }
-        run
-    }
+/// A run as committed evidence: the facts of the run and one line of facts per scenario.
+/// The full run (every step, exchange and assertion) is written elsewhere, out of the
+/// repository; `full_evidence` says where it was.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct RunSummary {
+    pub harness_version: String,
+    pub server_path: String,
+    pub server_version: String,
+    pub git_commit: Option<String>,
+    pub os: String,
+    pub started_at: String,
+    pub finished_at: String,
+    pub counts: Counts,
+    pub full_evidence: Option<String>,
+    pub scenarios: Vec<ScenarioSummary>,
 }
 
-/// `commands` as `id: "argv… (mode)"`, the rest of the config as it was.
-fn summarise_config(config: &mut Value) {
-    let Some(commands) = config.get_mut("commands").and_then(Value::as_object_mut) else {
-        return;
-    };
-    for profile in commands.values_mut() {
-        let argv: Vec<&str> = profile
-            .get("argv")
-            .and_then(Value::as_array)
-            .map(|a| a.iter().filter_map(Value::as_str).collect())
-            .unwrap_or_default();
-        let mode = profile
-            .get("mode")
-            .and_then(Value::as_str)
-            .unwrap_or("pipe");
-        *profile = Value::String(format!("{} ({mode})", argv.join(" ")));
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ScenarioSummary {
+    pub name: String,
+    pub transport: String,
+    pub verdict: Verdict,
+    pub steps: usize,
+    pub steps_passed: usize,
+    pub duration_ms: u64,
+    /// What failed and where (with the server's last stderr lines), or why it was skipped.
+    pub failure: Option<String>,
+    pub tags: Vec<String>,
+    pub description: String,
+}
+
+impl RunEvidence {
+    /// The run as committed evidence; the full run is at `full_evidence`, if written.
+    pub fn summary(&self, full_evidence: Option<String>) -> RunSummary {
+        let scenarios = self
+            .scenarios
+            .iter()
+            .map(|s| ScenarioSummary {
+                name: s.name.clone(),
+                transport: self.transport.clone(),
+                verdict: s.verdict,
+                steps: s.steps.len(),
+                steps_passed: s
+                    .steps
+                    .iter()
+                    .filter(|st| st.verdict == Verdict::Pass)
+                    .count(),
+                duration_ms: s.duration_ms,
+                failure: match s.verdict {
+                    Verdict::Pass => None,
+                    Verdict::Fail => Some(s.summary()),
+                    Verdict::Skipped => s.skip_reason().map(str::to_owned),
+                },
+                tags: s.tags.clone(),
+                description: s.description.clone(),
+            })
+            .collect();
+        RunSummary {
+            harness_version: self.harness_version.clone(),
+            server_path: self.server_path.clone(),
+            server_version: self.server_version.clone(),
+            git_commit: self.git_commit.clone(),
+            os: self.os.clone(),
+            started_at: self.started_at.clone(),
+            finished_at: self.finished_at.clone(),
+            counts: self.counts.clone(),
+            full_evidence,
+            scenarios,
+        }
     }
 }
 
@@ -455,43 +479,58 @@ mod tests {
     }
 
     #[test]
-    fn a_summary_keeps_what_explains_a_failure_and_only_verdicts_of_passes() {
-        let exchange = Exchange {
-            at_ms: 0,
-            duration_ms: 0,
-            request: json!({"method": "tools/call"}),
-            response: json!({"result": {}}),
-        };
+    fn a_summary_has_a_line_of_facts_per_scenario_and_what_explains_a_failure() {
         let mut passed = StepEvidence::new(0, "#0".into(), "call".into(), None);
         passed.verdict = Verdict::Pass;
-        passed.record(exchange.clone());
-        passed.record(exchange.clone());
-        let mut failed = StepEvidence::new(1, "#1".into(), "call".into(), None);
-        failed.record(exchange.clone());
+        let mut failed = StepEvidence::new(1, "#1 the wait".into(), "call".into(), None);
         failed.verdict = Verdict::Fail;
-        let stderr: String = (0..50).map(|i| format!("line {i}\n")).collect();
-        let mut ok = ScenarioEvidence::new("ok", "", &[]);
+        let mut ok = ScenarioEvidence::new("ok", "first", &["wait".into()]);
         ok.verdict = Verdict::Pass;
+        ok.duration_ms = 12;
         ok.steps.push(passed.clone());
-        ok.server_stderr = stderr.clone();
-        let mut bad = ScenarioEvidence::new("bad", "", &[]);
-        bad.verdict = Verdict::Fail;
+        let mut bad = ScenarioEvidence::new("bad", "second", &[]);
         bad.steps = vec![passed, failed];
-        bad.server_stderr = stderr.clone();
-        let run = RunEvidence {
-            scenarios: vec![ok, bad],
+        bad.failure = Some("no match".into());
+        bad.server_stderr = "the server said why\n".into();
+        let mut skipped = ScenarioEvidence::new("skipped", "third", &[]);
+        skipped.verdict = Verdict::Skipped;
+        skipped.failure = Some("needs /dev/fuse".into());
+        let mut run = RunEvidence {
+            transport: "http".into(),
+            scenarios: vec![ok, bad, skipped],
             ..RunEvidence::default()
-        }
-        .summarised();
-        let (ok, bad) = (&run.scenarios[0], &run.scenarios[1]);
-        assert!(ok.steps[0].exchanges.is_empty());
-        assert_eq!(ok.steps[0].exchanges_not_recorded, 2);
-        assert!(
-            ok.server_stderr
-                .starts_with("[45 earlier lines not recorded]\nline 45\n")
+        };
+        run.count();
+        let summary = run.summary(Some("target/evidence/run.full.json".into()));
+        assert_eq!(summary.counts.failed, 1);
+        assert_eq!(
+            summary.full_evidence.as_deref(),
+            Some("target/evidence/run.full.json")
         );
-        assert!(bad.steps[0].exchanges.is_empty());
-        assert_eq!(bad.steps[1].exchanges.len(), 1);
-        assert_eq!(bad.server_stderr, stderr);
+        let [ok, bad, skipped] = &summary.scenarios[..] else {
+            panic!("{summary:?}");
+        };
+        assert_eq!(
+            (
+                ok.transport.as_str(),
+                ok.verdict,
+                ok.steps,
+                ok.steps_passed,
+                ok.duration_ms
+            ),
+            ("http", Verdict::Pass, 1, 1, 12)
+        );
+        assert_eq!(
+            (ok.failure.as_ref(), ok.tags.as_slice()),
+            (None, &["wait".to_string()][..])
+        );
+        assert_eq!((bad.steps, bad.steps_passed), (2, 1));
+        let why = bad.failure.as_deref().unwrap();
+        assert!(
+            why.starts_with("step #1 the wait failed:\nno match"),
+            "{why}"
+        );
+        assert!(why.contains("the server said why"), "{why}");
+        assert_eq!(skipped.failure.as_deref(), Some("needs /dev/fuse"));
     }
 }

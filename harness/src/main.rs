@@ -10,7 +10,7 @@ use std::sync::Mutex;
 use clap::{Parser, Subcommand};
 use harness::bench;
 use harness::client::Transport;
-use harness::evidence::{self, ScenarioEvidence};
+use harness::evidence::{self, RunSummary, ScenarioEvidence};
 use harness::{RunEvidence, ServerSpec, load_scenarios, report, run_scenario};
 
 const DEFAULT_SCENARIOS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../scenarios");
@@ -25,10 +25,16 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Run scenarios against the server and write one JSON evidence file.
+    /// Run scenarios against the server; write a summary (a line of facts per scenario) and
+    /// the full run (every step, exchange and assertion) as JSON.
     Verify {
+        /// The summary: what is committed, and what `report` reads.
         #[arg(long)]
         output: PathBuf,
+        /// The full run; default: `evidence/<output's stem>.full.json` in the target
+        /// directory this harness was built in, out of the repository.
+        #[arg(long)]
+        full_output: Option<PathBuf>,
         /// Run only these scenarios (by name); all by default.
         #[arg(long = "scenario")]
         scenarios: Vec<String>,
@@ -92,13 +98,20 @@ fn main() -> ExitCode {
     let result = match Cli::parse().command {
         Command::Verify {
             output,
+            full_output,
             scenarios,
             server,
             scenarios_dir,
             jobs,
             transport,
-        } => Transport::parse(&transport)
-            .and_then(|t| verify(&output, &scenarios, server, &scenarios_dir, jobs, t)),
+        } => Transport::parse(&transport).and_then(|t| {
+            let full_output = match full_output {
+                Some(path) => path,
+                None => full_output_beside_target(&output)?,
+            };
+            let outputs = (output.as_path(), full_output.as_path());
+            verify(outputs, &scenarios, server, &scenarios_dir, jobs, t)
+        }),
         Command::Report { evidence, output } => write_report(&evidence, &output),
         Command::FloorServer { canned } => if canned {
             harness::floor::serve_canned()
@@ -190,7 +203,7 @@ fn resolve_server(server: Option<PathBuf>) -> Result<PathBuf, String> {
 }
 
 fn verify(
-    output: &Path,
+    (output, full_output): (&Path, &Path),
     only: &[String],
     server: Option<PathBuf>,
     dir: &Path,
@@ -248,14 +261,15 @@ fn verify(
     run.scenarios = results.into_iter().map(|(_, ev)| ev).collect();
     run.finished_at = evidence::now_rfc3339();
     run.count();
-    write_evidence(output, &run)?;
+    write_evidence(output, full_output, &run)?;
     eprintln!(
-        "{} passed, {} failed, {} skipped of {}; evidence in {}",
+        "{} passed, {} failed, {} skipped of {}; evidence in {} (the full run in {})",
         run.counts.passed,
         run.counts.failed,
         run.counts.skipped,
         run.counts.total,
-        output.display()
+        output.display(),
+        full_output.display()
     );
     Ok(if run.counts.failed == 0 {
         ExitCode::SUCCESS
@@ -301,11 +315,31 @@ fn write_file(path: &Path, text: &str) -> Result<(), String> {
     std::fs::write(path, text).map_err(|e| format!("{}: {e}", path.display()))
 }
 
-fn write_evidence(output: &Path, run: &RunEvidence) -> Result<(), String> {
+/// The full run to `full_output`, its summary (which names where the full run is) to
+/// `output`.
+fn write_evidence(output: &Path, full_output: &Path, run: &RunEvidence) -> Result<(), String> {
+    let full = serde_json::to_string_pretty(run).map_err(|e| e.to_string())?;
+    write_file(full_output, &full)?;
+    let summary = run.summary(Some(full_output.display().to_string()));
     write_file(
         output,
-        &serde_json::to_string_pretty(&run.summarised()).map_err(|e| e.to_string())?,
+        &serde_json::to_string_pretty(&summary).map_err(|e| e.to_string())?,
     )
+}
+
+/// `evidence/<output's stem>.full.json` in the target directory this harness runs from.
+fn full_output_beside_target(output: &Path) -> Result<PathBuf, String> {
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let target = exe
+        .parent()
+        .and_then(Path::parent)
+        .ok_or("the harness executable is not in a target directory")?;
+    let stem = output
+        .file_stem()
+        .ok_or_else(|| format!("{} names no file", output.display()))?;
+    let mut name = stem.to_os_string();
+    name.push(".full.json");
+    Ok(target.join("evidence").join(name))
 }
 
 /// `mcp-terminal` beside this executable (same profile directory), built first if absent.
@@ -337,9 +371,13 @@ fn default_server() -> Result<PathBuf, String> {
 fn write_report(evidence: &Path, output: &Path) -> Result<ExitCode, String> {
     let text =
         std::fs::read_to_string(evidence).map_err(|e| format!("{}: {e}", evidence.display()))?;
-    let run: RunEvidence =
-        serde_json::from_str(&text).map_err(|e| format!("{}: {e}", evidence.display()))?;
-    std::fs::write(output, report::render(&run))
+    // A summary, as `verify --output` writes it; a full run is summarised first.
+    let summary = serde_json::from_str::<RunSummary>(&text).or_else(|summary_error| {
+        serde_json::from_str::<RunEvidence>(&text)
+            .map(|run| run.summary(Some(evidence.display().to_string())))
+            .map_err(|_| format!("{}: {summary_error}", evidence.display()))
+    })?;
+    std::fs::write(output, report::render(&summary))
         .map_err(|e| format!("{}: {e}", output.display()))?;
     eprintln!("report written to {}", output.display());
     Ok(ExitCode::SUCCESS)

@@ -23,6 +23,46 @@ pub fn is_alive(pid: u32) -> bool {
         .is_some_and(|state| !is_dead_state(&state))
 }
 
+/// A process as seen at one moment: its PID, and when it was seen. A PID is reused once its
+/// process is gone, by any process on the machine; one that started after the sighting is
+/// another process, never taken for this one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Seen {
+    pub pid: u32,
+    /// Clock ticks since boot (the unit of a process's start in /proc/<pid>/stat).
+    at: u64,
+}
+
+impl Seen {
+    /// `pid`, seen now: whatever runs at that PID now started by now.
+    pub fn now(pid: u32) -> Seen {
+        Seen {
+            pid,
+            at: ticks_since_boot(),
+        }
+    }
+
+    /// True while the process seen exists and has not ended (a zombie has ended).
+    pub fn is_alive(&self) -> bool {
+        let Some(fields) = stat_fields(self.pid) else {
+            return false;
+        };
+        let ended = fields.first().is_none_or(|state| is_dead_state(state));
+        // Field 22, `starttime`.
+        let started = fields.get(19).and_then(|t| t.parse::<u64>().ok());
+        !ended && started.is_some_and(|t| t <= self.at)
+    }
+}
+
+/// Clock ticks since boot, on the clock /proc/<pid>/stat gives start times on.
+fn ticks_since_boot() -> u64 {
+    use nix::time::{ClockId, clock_gettime};
+    use nix::unistd::{SysconfVar, sysconf};
+    let now = clock_gettime(ClockId::CLOCK_BOOTTIME).expect("CLOCK_BOOTTIME is readable");
+    let per_second = sysconf(SysconfVar::CLK_TCK).ok().flatten().unwrap_or(100) as u64;
+    now.tv_sec() as u64 * per_second + now.tv_nsec() as u64 * per_second / 1_000_000_000
+}
+
 /// Live processes whose process group is `pgid`.
 pub fn group_members(pgid: u32) -> Vec<u32> {
     let Ok(entries) = fs::read_dir("/proc") else {
@@ -233,6 +273,15 @@ mod tests {
         let pgid = nix::unistd::getpgrp().as_raw() as u32;
         assert!(group_members(pgid).contains(&me));
         assert_eq!(zombie_status(me), None);
+    }
+
+    #[test]
+    fn a_process_that_started_after_it_was_seen_is_another() {
+        let me = std::process::id();
+        assert!(Seen::now(me).is_alive());
+        // Seen at boot: whatever runs at this PID now started later.
+        assert!(!Seen { pid: me, at: 0 }.is_alive());
+        assert!(!Seen::now(u32::MAX).is_alive());
     }
 
     #[test]

@@ -9,8 +9,9 @@ use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, ChildStdin, ChildStdout};
 
-/// How long `expect` waits for a stdout line.
-pub const LINE_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long `expect` waits for a stdout line (and `expect_exit` for the exit): a bound on a
+/// server that never answers, generous since a loaded machine can take seconds to answer.
+pub const LINE_TIMEOUT: Duration = Duration::from_secs(30);
 /// Bytes written per chunk of an oversized frame; the frame is never built whole.
 const OVERSIZED_CHUNK: usize = 64 * 1024;
 /// Bound on writing a whole frame: a server that stops reading stdin must not hang the run.

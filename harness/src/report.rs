@@ -1,10 +1,10 @@
-//! The acceptance report: Markdown generated from an evidence file.
+//! The acceptance report: Markdown generated from a run's summary.
 
 use std::fmt::Write;
 
-use crate::evidence::{RunEvidence, ScenarioEvidence, Verdict};
+use crate::evidence::{RunSummary, ScenarioSummary, Verdict};
 
-pub fn render(ev: &RunEvidence) -> String {
+pub fn render(ev: &RunSummary) -> String {
     let mut out = String::new();
     let verdict = if ev.counts.failed == 0 && ev.counts.total > 0 {
         "ACCEPTED"
@@ -36,22 +36,18 @@ pub fn render(ev: &RunEvidence) -> String {
     let _ = writeln!(out, "| scenario | tags | verdict | duration | steps |");
     let _ = writeln!(out, "|---|---|---|---:|---:|");
     for s in &ev.scenarios {
-        let passed = s
-            .steps
-            .iter()
-            .filter(|st| st.verdict == Verdict::Pass)
-            .count();
         let _ = writeln!(
             out,
-            "| {} | {} | {} | {} | {passed}/{} |",
+            "| {} | {} | {} | {} | {}/{} |",
             s.name,
             s.tags.join(", "),
             verdict_text(s.verdict),
             duration(s.duration_ms),
-            s.steps.len()
+            s.steps_passed,
+            s.steps
         );
     }
-    let failed: Vec<&ScenarioEvidence> = ev
+    let failed: Vec<&ScenarioSummary> = ev
         .scenarios
         .iter()
         .filter(|s| s.verdict == Verdict::Fail)
@@ -63,13 +59,15 @@ pub fn render(ev: &RunEvidence) -> String {
             if !s.description.is_empty() {
                 let _ = writeln!(out, "{}\n", s.description.trim());
             }
-            let _ = writeln!(out, "```text\n{}\n```\n", fence_safe(&s.summary()));
+            let why = s.failure.as_deref().unwrap_or_default();
+            let _ = writeln!(out, "```text\n{}\n```\n", fence_safe(why));
         }
     }
     let skipped: Vec<(&str, &str)> = ev
         .scenarios
         .iter()
-        .filter_map(|s| Some((s.name.as_str(), s.skip_reason()?)))
+        .filter(|s| s.verdict == Verdict::Skipped)
+        .map(|s| (s.name.as_str(), s.failure.as_deref().unwrap_or("skipped")))
         .collect();
     if !skipped.is_empty() {
         let _ = writeln!(out, "\n## Skipped\n");
@@ -113,7 +111,7 @@ fn fence_safe(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::evidence::Counts;
+    use crate::evidence::{RunEvidence, ScenarioEvidence};
 
     #[test]
     fn renders_table_and_failures() {
@@ -123,18 +121,13 @@ mod tests {
         assert_eq!(duration(24), "24 ms");
         let mut fail = ScenarioEvidence::new("b", "second", &[]);
         fail.failure = Some("boom".into());
-        let ev = RunEvidence {
-            counts: Counts {
-                total: 2,
-                passed: 1,
-                failed: 1,
-                skipped: 0,
-            },
+        let mut run = RunEvidence {
             scenarios: vec![pass, fail],
             git_commit: Some("abc123".into()),
             ..RunEvidence::default()
         };
-        let md = render(&ev);
+        run.count();
+        let md = render(&run.summary(None));
         assert!(md.contains("**NOT ACCEPTED**: 1 of 2"), "{md}");
         assert!(
             md.contains("| a | reference | pass | 1.5 s | 0/0 |"),

@@ -17,7 +17,7 @@ use crate::evidence::{
     Assertion, Exchange, ScenarioEvidence, StepEvidence, Verdict, abbreviate, stderr_tail,
     without_repeated_text,
 };
-use crate::procfs;
+use crate::procfs::Seen;
 use crate::scenario::{Scenario, ServerSetup};
 use crate::vars::Vars;
 
@@ -156,8 +156,8 @@ async fn execute(scenario: &Scenario, spec: &ServerSpec, ev: &mut ScenarioEviden
         config,
         vars,
         server: None,
-        seen_pids: BTreeSet::new(),
-        watched_pids: BTreeSet::new(),
+        seen_pids: BTreeMap::new(),
+        watched_pids: BTreeMap::new(),
         impostors: BTreeSet::new(),
         background: BTreeMap::new(),
         hung: Vec::new(),
@@ -196,31 +196,7 @@ async fn prepare_config(
         return Ok((args, Value::Null));
     }
     let path = config_dir.join("config.json");
-    let mut cmd = tokio::process::Command::new(&spec.server);
-    cmd.arg("make-config")
-        .arg("--output")
-        .arg(&path)
-        .arg("--root")
-        .arg(root)
-        .kill_on_drop(true);
-    if setup.shells {
-        cmd.arg("--shells");
-    }
-    let out = tokio::time::timeout(MAKE_CONFIG_TIMEOUT, cmd.output())
-        .await
-        .map_err(|_| "make-config timed out".to_string())?
-        .map_err(|e| format!("cannot run {} make-config: {e}", spec.server.display()))?;
-    if !out.status.success() {
-        return Err(format!(
-            "make-config failed ({}): {}",
-            out.status,
-            String::from_utf8_lossy(&out.stderr)
-        ));
-    }
-    let text = std::fs::read_to_string(&path)
-        .map_err(|e| format!("make-config wrote no readable {}: {e}", path.display()))?;
-    let mut config: Value =
-        serde_json::from_str(&text).map_err(|e| format!("make-config output is not JSON: {e}"))?;
+    let mut config = make_config(&spec.server, &path, root, setup.shells).await?;
     let overrides = vars.subst(&Value::Object(setup.config.clone()))?;
     let profiles = vars.subst(&Value::Object(setup.profiles.clone()))?;
     merge_config(&mut config, &overrides, &profiles)?;
@@ -229,6 +205,40 @@ async fn prepare_config(
     args.extend(["--config".to_string(), path.display().to_string()]);
     args.extend(setup.args.iter().cloned());
     Ok((args, config))
+}
+
+/// Run `server make-config` writing `path` for `root` (with `--shells` if asked), and read
+/// what it wrote.
+pub(crate) async fn make_config(
+    server: &Path,
+    path: &Path,
+    root: &Path,
+    shells: bool,
+) -> Result<Value, String> {
+    let mut cmd = tokio::process::Command::new(server);
+    cmd.arg("make-config")
+        .arg("--output")
+        .arg(path)
+        .arg("--root")
+        .arg(root)
+        .kill_on_drop(true);
+    if shells {
+        cmd.arg("--shells");
+    }
+    let out = tokio::time::timeout(MAKE_CONFIG_TIMEOUT, cmd.output())
+        .await
+        .map_err(|_| "make-config timed out".to_string())?
+        .map_err(|e| format!("cannot run {} make-config: {e}", server.display()))?;
+    if !out.status.success() {
+        return Err(format!(
+            "make-config failed ({}): {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("make-config wrote no readable {}: {e}", path.display()))?;
+    serde_json::from_str(&text).map_err(|e| format!("make-config output is not JSON: {e}"))
 }
 
 /// The scenario's `server.files`, written into the config directory with their modes.
@@ -295,10 +305,10 @@ pub(crate) struct Run<'a> {
     pub config: Value,
     pub vars: Vars,
     pub server: Option<McpServer>,
-    /// Every `process_id` any result reported: all must be gone at the end.
-    pub seen_pids: BTreeSet<u32>,
+    /// Every `process_id` any result reported, by PID: all must be gone at the end.
+    pub seen_pids: BTreeMap<u32, Seen>,
     /// Other PIDs the scenario named (descendants); killed at the end if still alive.
-    pub watched_pids: BTreeSet<u32>,
+    pub watched_pids: BTreeMap<u32, Seen>,
     /// PIDs an `impostor` step now holds: no longer a session's, so not `seen_pids`.
     pub impostors: BTreeSet<u32>,
     /// Calls sent with `background`, by name, until their `await` step.
@@ -367,7 +377,7 @@ impl Run<'_> {
         // Before anything walks the root: a walk into a hung mount would block.
         self.hung.clear();
         self.check_never_printed();
-        let pids: Vec<u32> = self.seen_pids.iter().copied().collect();
+        let pids: Vec<Seen> = self.seen_pids.values().copied().collect();
         let left = wait_gone(&pids, LEFTOVER_GRACE).await;
         self.ev.final_checks.push(Assertion {
             what: format!("no session process is left alive ({} seen)", pids.len()),
@@ -440,16 +450,16 @@ impl Run<'_> {
     fn kill_leftovers(&self) {
         let programs = self.programs();
         let kill = nix::sys::signal::Signal::SIGKILL;
-        for &pid in &self.seen_pids {
-            if procfs::is_alive(pid) && runs_one_of(pid, &programs) {
-                let target = nix::unistd::Pid::from_raw(pid as i32);
+        for seen in self.seen_pids.values() {
+            if seen.is_alive() && runs_one_of(seen.pid, &programs) {
+                let target = nix::unistd::Pid::from_raw(seen.pid as i32);
                 let _ = nix::sys::signal::killpg(target, kill);
                 let _ = nix::sys::signal::kill(target, kill);
             }
         }
-        for &pid in &self.watched_pids {
-            if procfs::is_alive(pid) && Some(pid) != self.server_pid() {
-                let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), kill);
+        for seen in self.watched_pids.values() {
+            if seen.is_alive() && Some(seen.pid) != self.server_pid() {
+                let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(seen.pid as i32), kill);
             }
         }
     }
@@ -511,7 +521,10 @@ impl Run<'_> {
                         && let Some(pid) = v.as_u64()
                         && !self.impostors.contains(&(pid as u32))
                     {
-                        self.seen_pids.insert(pid as u32);
+                        // First seen now: the session's process started before its PID
+                        // was reported.
+                        let pid = pid as u32;
+                        self.seen_pids.entry(pid).or_insert_with(|| Seen::now(pid));
                     }
                     self.note_pids(v);
                 }
@@ -523,13 +536,13 @@ impl Run<'_> {
 }
 
 /// Wait until none of `pids` is alive; returns those still alive at the deadline.
-pub(crate) async fn wait_gone(pids: &[u32], within: Duration) -> Vec<u32> {
+pub(crate) async fn wait_gone(pids: &[Seen], within: Duration) -> Vec<u32> {
     let deadline = Instant::now() + within;
     loop {
         let alive: Vec<u32> = pids
             .iter()
-            .copied()
-            .filter(|p| procfs::is_alive(*p))
+            .filter(|p| p.is_alive())
+            .map(|p| p.pid)
             .collect();
         if alive.is_empty() || Instant::now() >= deadline {
             return alive;

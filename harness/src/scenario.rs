@@ -393,17 +393,15 @@ pub struct UntilSpec {
     #[serde(default = "empty_object")]
     pub args: Value,
     pub matches: Matcher,
-    #[serde(default = "default_max_calls")]
-    pub max_calls: u64,
+    /// At most this many calls; by default only `within_ms` bounds the step, since calls
+    /// that answer at once are no measure of time.
+    pub max_calls: Option<u64>,
     #[serde(default = "default_until_within")]
     pub within_ms: u64,
 }
 
 fn empty_object() -> Value {
     Value::Object(Default::default())
-}
-fn default_max_calls() -> u64 {
-    200
 }
 fn default_until_within() -> u64 {
     10_000

@@ -12,7 +12,7 @@ use sha2::{Digest, Sha256};
 use crate::client::Transport;
 use crate::collect::Collector;
 use crate::matcher;
-use crate::procfs;
+use crate::procfs::{self, Seen};
 use crate::raw::{LINE_TIMEOUT, RawServer};
 use crate::runner::{Run, wait_gone};
 use crate::scenario::{
@@ -91,7 +91,7 @@ impl Run<'_> {
                 let impostor = result?;
                 self.seen_pids.remove(&impostor);
                 self.impostors.insert(impostor);
-                self.watched_pids.insert(impostor);
+                self.watched_pids.insert(impostor, Seen::now(impostor));
                 self.check(format!("saved ${{{}}} = {impostor}", i.save), Ok(()))?;
                 self.vars.set(&i.save, json!(impostor));
                 Ok(())
@@ -109,6 +109,18 @@ impl Run<'_> {
                 Ok(())
             }
         }
+    }
+
+    /// `pids` as first seen, for the checks that they are gone and the kill at the end.
+    fn watch(&mut self, pids: &[u32]) -> Vec<Seen> {
+        pids.iter()
+            .map(|&pid| {
+                *self
+                    .watched_pids
+                    .entry(pid)
+                    .or_insert_with(|| Seen::now(pid))
+            })
+            .collect()
     }
 
     fn connected(&self) -> Result<&crate::client::McpServer, String> {
@@ -329,9 +341,14 @@ impl Run<'_> {
         }
         if let Some(quiet) = c.cancel_quiet_ms {
             let quiet = Duration::from_millis(quiet);
-            // Anything already on its way when the cancellation went out is allowed a moment.
-            let grace = cancelled_at + crate::client::NOTIFICATION_SETTLE;
-            tokio::time::sleep_until((cancelled_at + quiet).into()).await;
+            // What the server sent before it read the cancellation may still be on its way,
+            // however long a loaded machine took to deliver the cancellation: the quiet
+            // period starts once the server has read it (it answers a ping sent after it
+            // only then), and allows a moment for what came before to be dispatched.
+            self.connected()?.ping().await?;
+            let read_at = Instant::now();
+            let grace = read_at + crate::client::NOTIFICATION_SETTLE;
+            tokio::time::sleep_until((read_at + quiet).into()).await;
             let late: Vec<Value> = self
                 .connected()?
                 .progress_for(&sent.token)
@@ -342,7 +359,7 @@ impl Run<'_> {
             self.record(
                 json!({"observe_after_cancel_ms": quiet.as_millis() as u64}),
                 &json!({"late_progress": late}),
-                cancelled_at,
+                read_at,
             );
             let result = if late.is_empty() {
                 Ok(())
@@ -353,7 +370,7 @@ impl Run<'_> {
             };
             self.check(
                 format!(
-                    "no progress for the cancelled {tool} in the {} ms after cancelling",
+                    "no progress for the cancelled {tool} in the {} ms after the server read the cancellation",
                     quiet.as_millis()
                 ),
                 result,
@@ -603,7 +620,10 @@ impl Run<'_> {
                     self.save(&u.save, &reply.structured)?;
                     return self.save_regexes(&u.save_regex, &reply.structured);
                 }
-                Err(m) if calls >= spec.max_calls || began.elapsed() >= within => {
+                Err(m)
+                    if spec.max_calls.is_some_and(|max| calls >= max)
+                        || began.elapsed() >= within =>
+                {
                     let detail = format!(
                         "not matched after {calls} calls in {} ms; last result:\n{}",
                         began.elapsed().as_millis(),
@@ -804,16 +824,16 @@ impl Run<'_> {
             Some(t) => Some(self.vars.subst_text(t)?),
             None => None,
         };
-        self.watched_pids.extend(&pids);
+        let seen = self.watch(&pids);
         if let Some(name) = p.signal {
             let sig = signal_of(name);
             let began = Instant::now();
             let mut sent = Vec::new();
-            for &pid in &pids {
+            for s in &seen {
                 // Only a live process that is not the server itself.
-                if procfs::is_alive(pid) && Some(pid) != self.server.as_ref().map(|s| s.pid) {
-                    let r = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), sig);
-                    sent.push(json!({"pid": pid, "result": r.map_err(|e| e.to_string()).err()}));
+                if s.is_alive() && Some(s.pid) != self.server.as_ref().map(|s| s.pid) {
+                    let r = nix::sys::signal::kill(nix::unistd::Pid::from_raw(s.pid as i32), sig);
+                    sent.push(json!({"pid": s.pid, "result": r.map_err(|e| e.to_string()).err()}));
                 }
             }
             self.record(
@@ -828,18 +848,18 @@ impl Run<'_> {
         };
         let began = Instant::now();
         let within = Duration::from_millis(p.within_ms);
-        let state = |pids: &[u32]| {
-            let alive: Vec<u32> = pids
+        let state = |seen: &[Seen]| {
+            let alive: Vec<u32> = seen
                 .iter()
-                .copied()
-                .filter(|p| procfs::is_alive(*p))
+                .filter(|s| s.is_alive())
+                .map(|s| s.pid)
                 .collect();
             let members = group.map(procfs::group_members).unwrap_or_default();
             let carrying = tagged.as_deref().map(procfs::tagged_by).unwrap_or_default();
             (alive, members, carrying)
         };
         loop {
-            let (alive, members, carrying) = state(&pids);
+            let (alive, members, carrying) = state(&seen);
             let holds = match p.state {
                 ProcState::Gone => alive.is_empty() && members.is_empty() && carrying.is_empty(),
                 ProcState::Alive => {
@@ -875,7 +895,7 @@ impl Run<'_> {
             Some(v) => pid_list(&self.vars.subst(v)?)?,
             None => Vec::new(),
         };
-        self.watched_pids.extend(&extra_pids);
+        let extra_pids = self.watch(&extra_pids);
         self.connected()?;
         let server = self.server.as_mut().expect("connected");
         let began = Instant::now();
@@ -886,8 +906,7 @@ impl Run<'_> {
             // HTTP has no stdin: its clean end is SIGTERM.
             server.signal(Signal::SIGTERM)?;
         } else if s.close_stdin {
-            // The transport closes stdin, waits, and only then escalates; give it room.
-            let _ = tokio::time::timeout(within + Duration::from_secs(10), server.close()).await;
+            server.close_stdin().await;
         }
         let exit = server.wait_exit(within).await;
         server.close().await;
@@ -932,7 +951,7 @@ impl Run<'_> {
             let expected = self.vars.subst(&m.0)?;
             self.matches("server stderr matches", &expected, &Value::String(stderr))?;
         }
-        let mut pids: Vec<u32> = self.seen_pids.iter().copied().collect();
+        let mut pids: Vec<Seen> = self.seen_pids.values().copied().collect();
         pids.extend(extra_pids);
         // Within `within_ms` of the signal or the close, not of the exit.
         let left = wait_gone(&pids, within.saturating_sub(began.elapsed())).await;

@@ -441,6 +441,118 @@ mod tests {
             .await
     }
 
+    type Spawn = Box<dyn FnOnce() -> std::io::Result<(std::process::Child, i32)> + Send>;
+
+    /// A spawn of `argv` whose child blocks in the kernel before its exec, as on a hung file
+    /// system: open(2) of a FIFO for reading waits for a writer, which comes only from
+    /// `unblock`. The child is in a POSIX session of its own, as every session's leader, and
+    /// reports its PID to the test (as well as on `forked`) before it blocks.
+    struct Blocked {
+        _dir: tempfile::TempDir,
+        fifo: std::path::PathBuf,
+        report: tokio::net::unix::pipe::Receiver,
+    }
+
+    impl Blocked {
+        /// The test's side, the spawn, and where its child reports its PID to the reaper.
+        fn new(argv: &[&str]) -> (Blocked, Spawn, OwnedFd) {
+            use std::os::unix::ffi::OsStrExt;
+            use std::os::unix::process::CommandExt;
+
+            use nix::fcntl::OFlag;
+            use nix::sys::stat::Mode;
+
+            let dir = tempfile::tempdir().unwrap();
+            let fifo = dir.path().join("fifo");
+            nix::unistd::mkfifo(&fifo, Mode::S_IRWXU).unwrap();
+            let spec = super::super::SpawnSpec {
+                marks: false,
+                argv: argv.iter().map(|a| a.to_string()).collect(),
+                env: Vec::new(),
+                cwd: nix::fcntl::open("/", OFlag::O_PATH | OFlag::O_CLOEXEC, Mode::empty())
+                    .unwrap(),
+            };
+            let (mut command, forked) = super::super::spawn::command(&spec).unwrap();
+            let (report, to_test) =
+                nix::unistd::pipe2(OFlag::O_CLOEXEC | OFlag::O_NONBLOCK).unwrap();
+            let path = std::ffi::CString::new(fifo.as_os_str().as_bytes()).unwrap();
+            // SAFETY: setsid, getpid, write and open are async-signal-safe; the path and the
+            // descriptor outlive the spawn (the command owns them), and a PID fits an empty
+            // pipe at once.
+            unsafe {
+                command.pre_exec(move || {
+                    libc::setsid();
+                    let pid = libc::getpid();
+                    let size = std::mem::size_of::<libc::pid_t>();
+                    libc::write(to_test.as_raw_fd(), (&raw const pid).cast(), size);
+                    libc::open(path.as_ptr(), libc::O_RDONLY);
+                    Ok(())
+                });
+            }
+            let spawn: Spawn = Box::new(move || {
+                // The spec holds the directory the child enters: it lives as long as the spawn.
+                let _cwd = &spec.cwd;
+                let child = command.spawn()?;
+                let pid = child.id() as i32;
+                Ok((child, pid))
+            });
+            let report = tokio::net::unix::pipe::Receiver::from_owned_fd(report).unwrap();
+            (
+                Blocked {
+                    _dir: dir,
+                    fifo,
+                    report,
+                },
+                spawn,
+                forked,
+            )
+        }
+
+        /// The child, once it was forked: a pidfd, readable once it has ended. Opened while
+        /// the child is blocked (nobody has reaped it), so it is that very process.
+        async fn child(&mut self) -> tokio::io::unix::AsyncFd<OwnedFd> {
+            use std::os::fd::FromRawFd;
+
+            use tokio::io::AsyncReadExt;
+
+            let mut pid = [0u8; std::mem::size_of::<libc::pid_t>()];
+            let reported = tokio::time::timeout(HANG_GUARD, self.report.read_exact(&mut pid));
+            reported.await.expect("the child was forked").unwrap();
+            let pid = libc::pid_t::from_ne_bytes(pid);
+            // SAFETY: pidfd_open takes a PID and flags and returns a new descriptor or -1.
+            let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+            assert!(fd >= 0, "pidfd_open: {}", std::io::Error::last_os_error());
+            // SAFETY: the descriptor was just returned to this thread and is owned by nothing else.
+            let pidfd = unsafe { OwnedFd::from_raw_fd(fd as i32) };
+            let interest = tokio::io::Interest::READABLE;
+            // SAFETY: the AsyncFd owns the pidfd, which stays open for its whole lifetime.
+            unsafe { tokio::io::unix::AsyncFd::register_with_interest(pidfd, interest) }.unwrap()
+        }
+
+        /// Let the child's open return: a writer comes.
+        fn unblock(&self) {
+            use nix::fcntl::OFlag;
+            use nix::sys::stat::Mode;
+
+            let writer = nix::fcntl::open(
+                &self.fifo,
+                OFlag::O_WRONLY | OFlag::O_CLOEXEC,
+                Mode::empty(),
+            );
+            drop(writer.unwrap());
+        }
+    }
+
+    /// Wait until the process of `pidfd` has ended.
+    async fn ended(pidfd: &tokio::io::unix::AsyncFd<OwnedFd>) {
+        let readable = tokio::time::timeout(HANG_GUARD, pidfd.readable());
+        drop(readable.await.expect("the child ended").unwrap());
+    }
+
+    /// How long an awaited event may take before the test fails rather than hangs: far
+    /// beyond anything a loaded machine takes, since only a broken reaper misses it.
+    const HANG_GUARD: Duration = Duration::from_secs(60);
+
     #[test]
     fn a_stuck_spawn_holds_nothing_up() {
         alone("process::reaper::tests::stuck_spawn");
@@ -449,45 +561,16 @@ mod tests {
     #[test]
     #[ignore = "run alone by a_stuck_spawn_holds_nothing_up"]
     fn stuck_spawn() {
-        use std::os::unix::ffi::OsStrExt;
-        use std::os::unix::process::CommandExt;
-
-        use nix::fcntl::OFlag;
-        use nix::sys::stat::Mode;
-
         let runtime = tokio::runtime::Runtime::new().unwrap();
         runtime.block_on(async {
             let reaper = Reaper::start().unwrap();
-            let dir = tempfile::tempdir().unwrap();
-            let fifo = dir.path().join("fifo");
-            nix::unistd::mkfifo(&fifo, Mode::S_IRWXU).unwrap();
-            let spec = super::super::SpawnSpec {
-                marks: false,
-                argv: vec!["/bin/true".into()],
-                env: Vec::new(),
-                cwd: nix::fcntl::open("/", OFlag::O_PATH | OFlag::O_CLOEXEC, Mode::empty())
-                    .unwrap(),
-            };
-            // A child that blocks in the kernel before its exec, as on a hung file system:
-            // open(2) of a FIFO for reading waits for a writer, which never comes.
-            let (mut command, forked) = super::super::spawn::command(&spec).unwrap();
-            let path = std::ffi::CString::new(fifo.as_os_str().as_bytes()).unwrap();
-            // SAFETY: open is async-signal-safe; the path outlives the spawn.
-            unsafe {
-                command.pre_exec(move || {
-                    libc::open(path.as_ptr(), libc::O_RDONLY);
-                    Ok(())
-                });
-            }
-            let spawn = move || {
-                let child = command.spawn()?;
-                let pid = child.id() as i32;
-                Ok((child, pid))
-            };
-            let mut stuck = std::pin::pin!(reaper.spawn_registered(spawn, forked));
-            // Polled once, the stuck spawn's job is sent; the next is sent at once, before
-            // a spawner can have woken for the first.
+            let (mut blocked, spawn, forked) = Blocked::new(&["/bin/true"]);
+            // Polled once and then left alone, so its deadline never acts (a timeout acts when
+            // polled): its spawner stays stuck until the FIFO gets a writer, and the next
+            // spawn is served by another spawner or not at all (jobs are taken in order).
+            let mut stuck = Box::pin(reaper.spawn_registered(spawn, forked));
             assert!(pending(stuck.as_mut()).await);
+            let child = blocked.child().await;
 
             // Meanwhile another spawn runs, and its leader's end is delivered.
             let other = reaper.spawn_registered(
@@ -499,28 +582,42 @@ mod tests {
                 },
                 nix::unistd::pipe().unwrap().0,
             );
-            let other = tokio::time::timeout(Duration::from_secs(60), other);
-            let spawned = other.await.expect("not held up");
-            // Held up behind the stuck spawn, it would fail at the same deadline.
-            let ((), _, exit) = spawned.expect("spawned beside the stuck spawn");
-            let ended = tokio::time::timeout(Duration::from_secs(60), exit);
-            let (status, _zombie) = ended.await.expect("delivered").unwrap();
+            let spawned = tokio::time::timeout(HANG_GUARD, other).await;
+            // Held up behind the stuck spawn, it would fail at its deadline.
+            let ((), _, exit) = spawned
+                .expect("not held up")
+                .expect("spawned beside the stuck spawn");
+            let ended_with = tokio::time::timeout(HANG_GUARD, exit);
+            let (status, _zombie) = ended_with.await.expect("delivered").unwrap();
             assert_eq!(status, Exit::Code(4));
-            assert!(pending(stuck.as_mut()).await, "still stuck");
 
-            // At its deadline the stuck spawn fails, and its child is killed.
+            // Then the stuck start is given up and its spawn let go: its child ends too.
+            drop(stuck);
+            blocked.unblock();
+            ended(&child).await;
+        });
+    }
+
+    #[test]
+    fn a_spawn_past_its_deadline_fails_and_its_child_is_killed() {
+        alone("process::reaper::tests::past_deadline");
+    }
+
+    #[test]
+    #[ignore = "run alone by a_spawn_past_its_deadline_fails_and_its_child_is_killed"]
+    fn past_deadline() {
+        let runtime = tokio::runtime::Runtime::new().unwrap();
+        runtime.block_on(async {
+            let reaper = Reaper::start().unwrap();
+            let (mut blocked, spawn, forked) = Blocked::new(&["/bin/true"]);
+            let mut stuck = std::pin::pin!(reaper.spawn_registered(spawn, forked));
+            assert!(pending(stuck.as_mut()).await);
+            let child = blocked.child().await;
+            // Nothing unblocks the child: only its deadline ends the start.
             let failed = stuck.await.map(drop).unwrap_err();
             assert_eq!(failed.kind(), std::io::ErrorKind::TimedOut);
-            // The FIFO has no reader once the child is gone (it dies soon after the signal).
-            let flags = OFlag::O_WRONLY | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC;
-            let no_reader = async {
-                while nix::fcntl::open(&fifo, flags, Mode::empty()).err() != Some(Errno::ENXIO) {
-                    tokio::time::sleep(Duration::from_millis(10)).await;
-                }
-            };
-            tokio::time::timeout(Duration::from_secs(60), no_reader)
-                .await
-                .expect("the stuck child was killed");
+            // Killed by the reaper: nothing else can end it while the FIFO has no writer.
+            ended(&child).await;
         });
     }
 
@@ -532,64 +629,19 @@ mod tests {
     #[test]
     #[ignore = "run alone by a_start_given_up_leaves_nothing_running"]
     fn given_up() {
-        use std::io::Read;
-        use std::os::unix::ffi::OsStrExt;
-        use std::os::unix::process::CommandExt;
-
-        use nix::fcntl::OFlag;
-        use nix::sys::stat::Mode;
-
         let runtime = tokio::runtime::Runtime::new().unwrap();
         runtime.block_on(async {
             let reaper = Reaper::start().unwrap();
-            let dir = tempfile::tempdir().unwrap();
-            let fifo = dir.path().join("fifo");
-            nix::unistd::mkfifo(&fifo, Mode::S_IRWXU).unwrap();
-            let spec = super::super::SpawnSpec {
-                marks: false,
-                argv: ["/bin/sleep", "1000"].map(str::to_owned).to_vec(),
-                env: Vec::new(),
-                cwd: nix::fcntl::open("/", OFlag::O_PATH | OFlag::O_CLOEXEC, Mode::empty())
-                    .unwrap(),
-            };
-            // In a group of its own, as every session's leader; the spawn blocks before exec
-            // until the FIFO gets a writer.
-            let (mut command, forked) = super::super::spawn::command(&spec).unwrap();
-            let mut report = std::fs::File::from(forked.try_clone().unwrap());
-            let path = std::ffi::CString::new(fifo.as_os_str().as_bytes()).unwrap();
-            // SAFETY: setsid and open are async-signal-safe; the path outlives the spawn.
-            unsafe {
-                command.pre_exec(move || {
-                    libc::setsid();
-                    libc::open(path.as_ptr(), libc::O_RDONLY);
-                    Ok(())
-                });
-            }
-            let spawn = move || {
-                let child = command.spawn()?;
-                let pid = child.id() as i32;
-                Ok((child, pid))
-            };
+            let (mut blocked, spawn, forked) = Blocked::new(&["/bin/sleep", "1000"]);
             // The start is given up (a cancelled request) while its spawn is blocked...
-            let start = reaper.spawn_registered(spawn, forked);
-            let given_up = tokio::time::timeout(Duration::from_millis(300), start).await;
-            assert!(given_up.is_err(), "the spawn was still blocked");
-            // ...then the spawn goes on (the child was waiting in its open: the FIFO had a
-            // reader) and the program starts.
-            let writer = nix::fcntl::open(&fifo, OFlag::O_WRONLY | OFlag::O_CLOEXEC, Mode::empty());
-            drop(writer.unwrap());
-            let mut pid = [0u8; 4];
-            report.read_exact(&mut pid).unwrap();
-            let pid = i32::from_ne_bytes(pid);
-            // Nobody waits for it: it is killed, not left running without a session.
-            let ended = async {
-                while state(pid).is_some_and(|s| s != "Z") {
-                    tokio::time::sleep(Duration::from_millis(10)).await;
-                }
-            };
-            tokio::time::timeout(Duration::from_secs(60), ended)
-                .await
-                .expect("the program of a start given up is killed");
+            let mut start = Box::pin(reaper.spawn_registered(spawn, forked));
+            assert!(pending(start.as_mut()).await);
+            let child = blocked.child().await;
+            drop(start);
+            // ...then the spawn goes on and the program starts. Nobody waits for it: it is
+            // killed, not left running without a session.
+            blocked.unblock();
+            ended(&child).await;
         });
     }
 }

@@ -1,4 +1,7 @@
 //! Helpers shared by the integration tests. Each test crate uses part of them.
 #![allow(dead_code)]
 
+pub mod config;
 pub mod extras;
+pub mod http_server;
+pub mod stderr;

@@ -8,12 +8,14 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use serde_json::{Value, json};
+use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::task::JoinHandle;
 
-use super::{Metric, PAGE_BYTES, call, field_u64, ms, start, write_config};
+use super::calls::{Paging, call, read_pages, start};
+use super::report::{Metric, Stats, ms};
+use super::workload::{Servers, Workload, untapped};
 use crate::client::{McpServer, Transport};
 
 /// Live-view pages watching the flooding session.
@@ -23,14 +25,16 @@ const LINES: u64 = 50_000;
 const PROFILE: &str = "flood-5m";
 const SIGN_IN: &str = "mcp-terminal: live view: ";
 
+pub const LIVE_VIEW: Workload = Workload {
+    name: "live_view_watchers",
+    about: "terminal_read paging a session while it writes 5 MB (50,000 lines), from cursor 0 to \
+     the end of its complete output (`on_full: pause`, so the flood goes on as the reads acknowledge it), with 8 live-view update streams (SSE, as 8 browser tabs) \
+     watching that session, against the same passes with none, alternating",
+};
+
 /// `passes` flood-and-read passes without watchers and as many with them.
-pub(super) async fn watchers(
-    server: &Path,
-    root: &Path,
-    config_dir: &Path,
-    passes: usize,
-) -> Result<Vec<Metric>, String> {
-    let demo = server.with_file_name("demo-process").display().to_string();
+pub async fn watchers(servers: &Servers, passes: usize) -> Result<Vec<Metric>, String> {
+    let demo = servers.demo().display().to_string();
     let limits = json!({
         "max_sessions": 1,
         "max_records": 2,
@@ -44,9 +48,9 @@ pub(super) async fn watchers(
         // while the session floods, and nothing is lost.
         "on_full": "pause",
     }});
-    let config = config_dir.join("live-view.json");
-    write_config(server, root, &config, &limits, &profiles).await?;
-    let token_file = config_dir.join("live-view-token");
+    let config = servers.config_path("live-view");
+    servers.write_config(&config, &limits, &profiles).await?;
+    let token_file = servers.config_dir.join("live-view-token");
     let token: String = (0..32)
         .map(|i| format!("{:02x}", (i * 37 + 11) as u8))
         .collect();
@@ -59,7 +63,14 @@ pub(super) async fn watchers(
         "--token-file".to_string(),
         token_file.display().to_string(),
     ];
-    let mut mcp = McpServer::start(Transport::Stdio, server, &args, root).await?;
+    let mut mcp = McpServer::start_with(
+        Transport::Stdio,
+        &servers.server,
+        &args,
+        &servers.root,
+        &untapped(),
+    )
+    .await?;
     let result = async {
         let address = view_address(&mcp).await?;
         let mut alone = Vec::new();
@@ -74,7 +85,7 @@ pub(super) async fn watchers(
             watched.push(elapsed);
             events.extend(received);
         }
-        let median = |v: &[f64]| crate::bench::Stats::of(v).map_or(f64::NAN, |s| s.median);
+        let median = |v: &[f64]| Stats::of(v).map_or(f64::NAN, |s| s.median);
         let fewest = events.iter().copied().min().unwrap_or(0);
         if fewest == 0 {
             return Err("a watcher received no update".to_string());
@@ -146,22 +157,12 @@ async fn pass(
         }
     }
     let began = Instant::now();
-    let mut cursor = 0u64;
-    loop {
-        let asked = Instant::now();
-        let page = call(
-            mcp,
-            "terminal_read",
-            json!({"session_id": sid, "cursor": cursor, "max_bytes": PAGE_BYTES, "wait_ms": 1000}),
-        )
-        .await?;
-        page_ms.push(ms(asked.elapsed()));
-        cursor = field_u64(&page, "next_cursor")?;
-        let more = page.get("has_more") == Some(&Value::Bool(true));
-        if page.get("output_complete") == Some(&Value::Bool(true)) && !more {
-            break;
-        }
-    }
+    let paging = Paging {
+        wait_ms: Some(1000),
+        page_ms: Some(page_ms),
+        ..Paging::default()
+    };
+    let cursor = read_pages(mcp, &sid, 0, paging).await?.code_points;
     let elapsed = ms(began.elapsed());
     let expected = LINES * 100;
     if cursor < expected {

@@ -1,0 +1,256 @@
+//! The report rows: each workload beside its floor from the same run, as a ratio, and
+//! whether it meets its target.
+
+use super::report::{Benchmark, Stats, Status, num, round3};
+
+/// A workload beside its floor from the same run, and whether it meets its target.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Comparison {
+    pub name: String,
+    pub unit: String,
+    pub value: f64,
+    pub floor: Option<f64>,
+    /// `value / floor`.
+    pub ratio: Option<f64>,
+    pub target: String,
+    pub met: bool,
+    /// How far from its target a missed workload is.
+    pub missed_by: Option<String>,
+}
+
+/// A figure of a metric of a benchmark that succeeded: `stat` of its samples, or its value.
+fn metric(
+    benchmarks: &[Benchmark],
+    bench: &str,
+    name: &str,
+    stat: fn(&Stats) -> f64,
+) -> Option<f64> {
+    let b = benchmarks
+        .iter()
+        .find(|b| b.name == bench && b.status == Status::Ok)?;
+    let m = b.metrics.iter().find(|m| m.name == name)?;
+    m.stats.as_ref().map(stat).or(m.value)
+}
+
+/// A workload's name, unit, value, floor and target.
+type Row<'a> = (&'a str, &'a str, Option<f64>, Option<f64>, Target);
+
+enum Target {
+    RatioAtMost(f64),
+    RatioAtLeast(f64),
+    OverFloorAtMost(f64),
+    AtMost(f64),
+    AtLeast(f64),
+}
+
+pub(super) fn comparisons(benchmarks: &[Benchmark]) -> Vec<Comparison> {
+    let get = |bench: &str, name: &str| metric(benchmarks, bench, name, |s| s.median);
+    let p95 = |bench: &str, name: &str| metric(benchmarks, bench, name, |s| s.p95);
+    let noop = get("floor_server", "noop_call");
+    let pipe = get("direct_pipe_floor", "read_rate");
+    let idle = get("memory_at_rest", "idle_rss");
+    let idle_before_buffers = get("memory_at_rest", "full_buffers_idle_rss");
+    let retained = get("memory_at_rest", "full_buffers_retained_text");
+    let rows: Vec<Row> = vec![
+        (
+            "cold start to tools/list",
+            "ms",
+            get("cold_start", "server_ms"),
+            get("cold_start", "floor_ms"),
+            Target::RatioAtMost(1.5),
+        ),
+        (
+            "start to first output (/bin/echo)",
+            "ms",
+            get("first_output", "server_ms"),
+            get("first_output", "floor_ms"),
+            Target::OverFloorAtMost(2.0),
+        ),
+        (
+            "write→echo round trip, pipes",
+            "ms",
+            get("write_echo_latency_ms", "write_to_echo"),
+            noop,
+            Target::RatioAtMost(2.0),
+        ),
+        (
+            "write→echo round trip, PTY",
+            "ms",
+            get("pty_echo", "write_to_echo"),
+            noop,
+            Target::RatioAtMost(3.0),
+        ),
+        (
+            "write→echo round trip, pipes, wait sent with the write",
+            "ms",
+            get("write_echo_latency_ms", "write_to_echo_wait_in_flight"),
+            noop,
+            Target::RatioAtMost(2.0),
+        ),
+        (
+            "write→echo round trip, PTY, wait sent with the write",
+            "ms",
+            get("pty_echo", "write_to_echo_wait_in_flight"),
+            noop,
+            Target::RatioAtMost(3.0),
+        ),
+        (
+            "full-page reads, ASCII",
+            "MB/s",
+            get("read_throughput", "read_rate"),
+            pipe,
+            Target::AtLeast(200.0),
+        ),
+        (
+            "full-page reads, 3-byte CJK",
+            "MB/s",
+            get("cjk_read", "read_rate"),
+            pipe,
+            Target::AtLeast(100.0),
+        ),
+        (
+            "the same ASCII pages, prebuilt answers (no server)",
+            "MB/s",
+            get("canned_pages", "ascii_read_rate"),
+            None,
+            Target::AtLeast(200.0),
+        ),
+        (
+            "the same CJK pages, prebuilt answers (no server)",
+            "MB/s",
+            get("canned_pages", "cjk_read_rate"),
+            None,
+            Target::AtLeast(100.0),
+        ),
+        (
+            "the same ASCII pages, minimal rmcp server",
+            "MB/s",
+            get("floor_pages", "ascii_read_rate"),
+            None,
+            Target::AtLeast(200.0),
+        ),
+        (
+            "the same CJK pages, minimal rmcp server",
+            "MB/s",
+            get("floor_pages", "cjk_read_rate"),
+            None,
+            Target::AtLeast(100.0),
+        ),
+        (
+            "capture of a flooding child",
+            "MB/s",
+            get("read_throughput", "flood_ingest_rate"),
+            pipe,
+            Target::RatioAtLeast(0.5),
+        ),
+        (
+            "terminal_wait search",
+            "MB/s",
+            get("wait_search_throughput", "search_rate"),
+            pipe,
+            Target::AtLeast(300.0),
+        ),
+        (
+            "storm: terminal_status p95",
+            "ms",
+            p95("storm", "status_during_storm"),
+            None,
+            Target::AtMost(20.0),
+        ),
+        (
+            "storm: bytes lost",
+            "bytes",
+            get("storm", "lost_bytes"),
+            None,
+            Target::AtMost(0.0),
+        ),
+        (
+            "terminal_read pass, 8 live-view pages watching",
+            "ms",
+            get("live_view_watchers", "read_pass_watched"),
+            get("live_view_watchers", "read_pass_alone"),
+            Target::RatioAtMost(1.2),
+        ),
+        (
+            "longest session lock hold",
+            "ms",
+            get("lock_hold", "longest_lock_hold"),
+            None,
+            Target::AtMost(1.0),
+        ),
+        (
+            "longest session lock hold, holder's CPU",
+            "ms",
+            get("lock_hold", "longest_lock_hold_cpu"),
+            None,
+            Target::AtMost(1.0),
+        ),
+        ("idle RSS", "KiB", idle, None, Target::AtMost(8192.0)),
+        (
+            "overhead of 32 full buffers",
+            "KiB",
+            get("memory_at_rest", "full_buffers_overhead"),
+            None,
+            Target::AtMost(retained.map_or(8192.0, |r| r * 0.2 + 8192.0)),
+        ),
+        (
+            "RSS after every session expired",
+            "KiB",
+            get("memory_at_rest", "after_expiry_rss"),
+            idle_before_buffers,
+            Target::OverFloorAtMost(2048.0),
+        ),
+    ];
+    rows.into_iter()
+        .filter_map(|(name, unit, value, floor, target)| {
+            let value = value?;
+            let ratio = floor.filter(|f| *f > 0.0).map(|f| round3(value / f));
+            let pct = |over: f64| format!("{:.0}%", over * 100.0);
+            let (text, met, by) = match target {
+                Target::RatioAtMost(r) => (
+                    format!("≤ {r}× floor"),
+                    ratio.is_some_and(|x| x <= r),
+                    ratio.map(|x| format!("{} over the ratio", pct(x / r - 1.0))),
+                ),
+                Target::RatioAtLeast(r) => (
+                    format!("≥ {r}× floor"),
+                    ratio.is_some_and(|x| x >= r),
+                    ratio.map(|x| format!("{} under the ratio", pct(1.0 - x / r))),
+                ),
+                Target::OverFloorAtMost(d) => (
+                    format!("≤ floor + {d} {unit}"),
+                    floor.is_some_and(|f| (value - f).abs() <= d || value <= f),
+                    floor.map(|f| format!("{} {unit} over", num((value - f).abs() - d))),
+                ),
+                Target::AtMost(x) => (
+                    format!("≤ {} {unit}", num(x)),
+                    value <= x,
+                    Some(format!(
+                        "{} {unit} ({}) over",
+                        num(value - x),
+                        pct(value / x.max(1e-9) - 1.0)
+                    )),
+                ),
+                Target::AtLeast(x) => (
+                    format!("≥ {} {unit}", num(x)),
+                    value >= x,
+                    Some(format!(
+                        "{} {unit} ({}) short",
+                        num(x - value),
+                        pct(1.0 - value / x)
+                    )),
+                ),
+            };
+            Some(Comparison {
+                name: name.into(),
+                unit: unit.into(),
+                value,
+                floor,
+                ratio,
+                target: text,
+                met,
+                missed_by: if met { None } else { by },
+            })
+        })
+        .collect()
+}
