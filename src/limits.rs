@@ -125,6 +125,11 @@ pub const SCROLLBACK_MAX_LINES: usize = 10_000;
 /// string, so an unterminated one cannot grow the server).
 pub const TITLE_MAX_BYTES: usize = 1024;
 
+/// Whether a session awaits input: output in the last this long means not yet, and a wait
+/// for input looks again at most this often while the output is quiet.
+pub const AWAIT_QUIET: Duration = Duration::from_millis(20);
+pub const AWAIT_POLL: Duration = Duration::from_millis(10);
+
 /// Text a `terminal_wait` searches per step under the session lock.
 pub const SEARCH_STEP_BYTES: usize = 64 * 1024;
 

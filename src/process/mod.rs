@@ -7,6 +7,7 @@ pub mod procfs;
 mod pty;
 mod reaper;
 mod spawn;
+pub mod waiting;
 
 pub use guardian::{Guardian, LazyGuardian, new_instance, run_guardian, session_tag, sweep};
 pub use pty::{LineControls, PtyChild, PtyMaster, spawn_pty};

@@ -31,6 +31,8 @@ pub struct LineControls {
 /// The server's end of a session's terminal.
 pub struct PtyMaster {
     fd: AsyncFd<OwnedFd>,
+    /// The terminal's path (`/dev/pts/N`), as `/proc/PID/fd` names it in its programs.
+    path: Option<String>,
 }
 
 pub struct PtyChild {
@@ -79,6 +81,9 @@ pub async fn spawn_pty(
     set_cloexec(&pty.master).map_err(setup_failed)?;
     set_cloexec(&pty.slave).map_err(setup_failed)?;
     set_modes(&pty.slave).map_err(setup_failed)?;
+    let path = std::fs::read_link(format!("/proc/self/fd/{}", pty.slave.as_raw_fd()))
+        .ok()
+        .map(|p| p.display().to_string());
     let stdio = || pty.slave.try_clone().map(Stdio::from);
     let (mut command, forked) = command(spec).map_err(setup_failed)?;
     command
@@ -122,7 +127,7 @@ pub async fn spawn_pty(
     match registered {
         Ok(fd) => Ok(PtyChild {
             pid,
-            master: PtyMaster { fd },
+            master: PtyMaster { fd, path },
             exit,
         }),
         Err(_) => {
@@ -210,6 +215,19 @@ impl PtyMaster {
     pub fn echoes(&self) -> bool {
         use nix::sys::termios::{LocalFlags, tcgetattr};
         tcgetattr(self.fd.get_ref()).is_ok_and(|t| t.local_flags.contains(LocalFlags::ECHO))
+    }
+
+    /// Bytes the terminal's programs wrote that were not read yet.
+    pub fn unread(&self) -> usize {
+        let mut n: libc::c_int = 0;
+        // SAFETY: FIONREAD writes one int through the pointer, which outlives the call.
+        let rc = unsafe { libc::ioctl(self.fd.get_ref().as_raw_fd(), libc::FIONREAD, &mut n) };
+        if rc == -1 { 0 } else { n.max(0) as usize }
+    }
+
+    /// The terminal's path (`/dev/pts/N`), when it could be read.
+    pub fn path(&self) -> Option<&str> {
+        self.path.as_deref()
     }
 
     /// The terminal's foreground process group.

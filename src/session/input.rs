@@ -286,8 +286,17 @@ impl Session {
             }
         }
         // The session's end may have closed the input meanwhile: never reopen it.
+        let line_typed = matches!(typed, Typed::Input | Typed::Secret(_))
+            && sent.iter().any(|b| *b == b'\r' || *b == b'\n');
         self.update(|s| {
-            s.touched();
+            if sent.is_empty() {
+                s.touched();
+            } else {
+                s.wrote();
+            }
+            if line_typed {
+                s.shell_typed_line();
+            }
             let result = match outcome {
                 Some(Ok(Ok(()))) if !is_pty && close => {
                     s.input.close();

@@ -18,6 +18,7 @@ use super::{Identity, Origin, Parts, Session, Snapshot, return_memory};
 use crate::config::Mode;
 use crate::limits::{DRAIN_DEADLINE, INSTALL_WITHIN, KILL_CONFIRM};
 use crate::output::{OutputBuffer, Redactor, Screen, Shape, Stream};
+use crate::process::waiting::InputFile;
 use crate::process::{Exit, ExitReceiver, PipeChild, PtyChild, SessionGroups, has_exited};
 
 pub struct NewSession {
@@ -123,6 +124,13 @@ pub fn launch(new: NewSession, spawned: Spawned) -> Arc<Session> {
             )
         }
     };
+    let input_file = match (&terminal, &input) {
+        (Some(master), _) => master.path().map(|p| InputFile::Terminal(p.to_owned())),
+        (None, Input::Pipe { pipe, .. }) => nix::sys::stat::fstat(pipe.as_ref())
+            .ok()
+            .map(|stat| InputFile::Pipe(stat.st_ino)),
+        (None, _) => None,
+    };
     let nonce = new.shell.then(new_nonce);
     let track = nonce.clone().map(|nonce| match mode {
         Mode::Pipe => Track::wrapped(nonce),
@@ -150,6 +158,7 @@ pub fn launch(new: NewSession, spawned: Spawned) -> Arc<Session> {
         },
         state,
         Parts {
+            input_file,
             terminal,
             screen,
             recording,
@@ -482,6 +491,7 @@ mod tests {
             timeout: Duration::from_secs(60),
             strip_ansi: false,
             idle: None,
+            until_input: false,
         };
         let (searched, cancel) = (AtomicU64::new(0), CancellationToken::new());
         let waited = session.wait(request, &searched, &cancel).await;

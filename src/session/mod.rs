@@ -30,6 +30,7 @@ mod state;
 mod terminal;
 mod view;
 mod wait;
+mod waiting;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -46,9 +47,11 @@ pub use shell::{Command, ExecRequest, ExecResult, OnTimeout};
 pub use state::{Reason, Snapshot, Status};
 pub use terminal::Target;
 pub use wait::{Streams, WaitRequest};
+pub use waiting::{Foreground, Waiting};
 
 use crate::config::Mode;
 use crate::output::Screen;
+use crate::process::waiting::InputFile;
 use crate::process::{PtyMaster, SessionGroups};
 use capture::Captures;
 use ingest::Control;
@@ -73,6 +76,8 @@ pub struct Session {
     writing: tokio::sync::Mutex<()>,
     /// The terminal of a PTY session.
     terminal: Option<Arc<PtyMaster>>,
+    /// What the session's programs read as their input, as `/proc/PID/fd` names it.
+    input_file: Option<InputFile>,
     /// A PTY session's emulator, fed by the sink thread (its own lock: `terminal_screen`
     /// never waits for the state, nor the state for the emulator).
     screen: Option<Arc<Mutex<Screen>>>,
@@ -123,6 +128,7 @@ struct Identity {
 
 /// What a new session is made of, besides its state.
 struct Parts {
+    input_file: Option<InputFile>,
     terminal: Option<Arc<PtyMaster>>,
     screen: Option<Arc<Mutex<Screen>>>,
     recording: Option<Arc<Recording>>,
@@ -200,6 +206,7 @@ impl Session {
             state: Mutex::new(state),
             changed: watch::Sender::new(()),
             writing: tokio::sync::Mutex::new(()),
+            input_file: parts.input_file,
             terminal: parts.terminal,
             screen: parts.screen,
             readers: Mutex::new(Vec::new()),
@@ -229,6 +236,7 @@ impl Session {
             origin: Origin::default(),
         };
         let parts = Parts {
+            input_file: None,
             terminal: None,
             screen: None,
             recording: None,
@@ -267,10 +275,13 @@ impl Session {
 
     pub fn snapshot(&self) -> Snapshot {
         let hidden = self.terminal.as_ref().is_some_and(|t| t.input_hidden());
+        let waiting = self.waiting();
         self.inspect(|s| {
             let mut snapshot = state::snapshot(&self.names(), s);
             snapshot.input_hidden = hidden && !s.status().is_final();
             snapshot.recording = self.recording.as_ref().map(|r| r.name().to_owned());
+            snapshot.awaiting_input = waiting.awaiting_input;
+            snapshot.foreground = waiting.foreground;
             snapshot
         })
     }

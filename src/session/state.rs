@@ -94,6 +94,8 @@ pub struct State {
     /// When output last entered the buffer (or the session started): idle waits count
     /// from here.
     last_output: Instant,
+    /// When input was last written to the program.
+    last_input: Instant,
     /// `on_full: "pause"`: output at or after `acknowledged` is never evicted; a reader
     /// holds what does not fit (and stops reading the child) until a client reads on.
     pause: bool,
@@ -123,6 +125,7 @@ impl State {
             output_incomplete: false,
             last_activity: SystemTime::now(),
             last_output: Instant::now(),
+            last_input: Instant::now(),
             pause: false,
             acknowledged: 0,
             holding: [false; 2],
@@ -180,6 +183,12 @@ impl State {
 
     pub fn last_output(&self) -> Instant {
         self.last_output
+    }
+
+    /// When output or input last went by: a program that was just answered, or is still
+    /// answering, is not waiting yet.
+    pub fn last_traffic(&self) -> Instant {
+        self.last_output.max(self.last_input)
     }
 
     pub fn acknowledged(&self) -> u64 {
@@ -285,6 +294,12 @@ impl State {
         self.last_activity = SystemTime::now();
     }
 
+    /// Input was written to the program.
+    pub fn wrote(&mut self) {
+        self.touched();
+        self.last_input = Instant::now();
+    }
+
     /// The controller starts ending a running session, for `reason` (and `why`, in words);
     /// false if it is already ending or final.
     pub fn begin_ending(&mut self, reason: Reason, why: Option<String>) -> bool {
@@ -344,6 +359,12 @@ impl State {
         }
     }
 
+    pub fn shell_typed_line(&mut self) {
+        if let Some(shell) = self.shell.as_mut() {
+            shell.typed_line();
+        }
+    }
+
     pub fn shell_collected(&mut self, seq: u64) {
         if let Some(shell) = self.shell.as_mut() {
             shell.collected(seq);
@@ -380,6 +401,11 @@ pub struct Snapshot {
     pub input_hidden: bool,
     /// File name of the session's asciicast recording in `recordings_dir`.
     pub recording: Option<String>,
+    /// Its foreground program waits for input (null: it cannot be known here).
+    pub awaiting_input: Option<bool>,
+    /// The program in its foreground (a terminal's foreground group leader; on pipes the
+    /// session's leader); null once it ended.
+    pub foreground: Option<super::Foreground>,
 }
 
 pub struct Names<'a> {
@@ -416,6 +442,8 @@ pub fn snapshot(id: &Names, s: &State) -> Snapshot {
         paused: s.paused(),
         input_hidden: false,
         recording: None,
+        awaiting_input: None,
+        foreground: None,
     }
 }
 

@@ -13,7 +13,7 @@ use super::io::read_error;
 use super::pages::Evicted;
 use super::state::{Snapshot, State};
 use crate::errors::{ErrorCode, ToolError};
-use crate::limits::{PAGE_MAX_ENTRIES, SEARCH_STEP_BYTES};
+use crate::limits::{AWAIT_POLL, PAGE_MAX_ENTRIES, SEARCH_STEP_BYTES};
 use crate::output::{
     AnsiStripper, Entry, Leftmost, Page, ReadError, Search, Stream, stripper_pair,
 };
@@ -41,6 +41,8 @@ pub struct WaitRequest {
     pub strip_ansi: bool,
     /// Answer `idle` once no output arrived for this long.
     pub idle: Option<Duration>,
+    /// Answer `awaiting_input` once the session waits for input.
+    pub until_input: bool,
 }
 
 #[derive(Debug, Serialize)]
@@ -225,8 +227,24 @@ impl Session {
                     None => std::future::pending().await,
                 }
             };
+            // Looked at once the output is quiet, then at most every AWAIT_POLL while it
+            // stays quiet; output arriving re-arms it through `changes`.
+            let look_at = match request.until_input {
+                true => match self.input_look(scan)? {
+                    Ok(result) => return Ok(result),
+                    Err(at) => Some(at),
+                },
+                false => None,
+            };
+            let look = async {
+                match look_at {
+                    Some(at) => tokio::time::sleep_until(at).await,
+                    None => std::future::pending().await,
+                }
+            };
             tokio::select! {
                 _ = changes.changed() => {}
+                () = look => {}
                 () = idle => {
                     // Output that arrived as the timer fired re-arms it instead.
                     if self.inspect(quiet_at) == idle_at {
@@ -236,6 +254,25 @@ impl Session {
                 () = tokio::time::sleep_until(deadline) => return Ok(self.finish_wait("timeout", scan)),
                 () = cancel.cancelled() => return Err(cancelled()),
             }
+        }
+    }
+
+    /// For `until_input`: the result once the session awaits input, else when to look
+    /// again; an error when it cannot be known.
+    fn input_look(&self, scan: u64) -> Result<Result<WaitResult, Instant>, ToolError> {
+        let quiet = Instant::from_std(self.quiet_at());
+        if Instant::now() < quiet {
+            return Ok(Err(quiet));
+        }
+        match self.waiting().awaiting_input {
+            Some(true) => Ok(Ok(self.finish_wait("awaiting_input", scan))),
+            Some(false) => Ok(Err(Instant::now() + AWAIT_POLL)),
+            None => Err(ToolError::invalid_argument(
+                "until_input",
+                "cannot be answered for this session: what its programs are doing cannot be \
+                 read from /proc here (a program that changed user, or a kernel that does not \
+                 allow it); wait for a pattern or with idle_ms instead",
+            )),
         }
     }
 
@@ -374,6 +411,7 @@ mod tests {
             timeout: Duration::from_secs(60),
             strip_ansi: false,
             idle: None,
+            until_input: false,
         };
         let searched = AtomicU64::new(0);
         let cancel = CancellationToken::new();

@@ -481,11 +481,13 @@ fn base_catalog(config: &Config) -> Vec<ToolSpec> {
             "terminal_wait",
             format!(
                 "Wait until a regex pattern matches a session's output at or after cursor, or \
-                 the session ends, or (with idle_ms) no output has arrived for idle_ms, or \
-                 timeout_ms passes; outcome is matched, exited, idle or timeout. Without a \
-                 pattern, wait for the session to end (or to fall quiet, with idle_ms). Use \
-                 idle_ms for full-screen programs and prompts no pattern can predict, then \
-                 look with terminal_screen or terminal_read. The match gives \
+                 the session ends, or (with until_input) its program waits for input, or \
+                 (with idle_ms) no output has arrived for idle_ms, or timeout_ms passes; \
+                 outcome is matched, exited, awaiting_input, idle or timeout. Without a \
+                 pattern, wait for the session to end (or for input, or quiet). Use \
+                 until_input after terminal_write to know when a prompt, a REPL, a pager or \
+                 an editor is ready for the next input, then look with terminal_screen or \
+                 terminal_read. The match gives \
                  its text, groups and cursors; continue from next_cursor (just after the \
                  match, or the end of output). Output is searched once as it arrives, and as \
                  if it ended where it ends now (so `$` matches at the current end). Use it to \
@@ -534,9 +536,16 @@ fn base_catalog(config: &Config) -> Vec<ToolSpec> {
                      arrived for this long (counted from the later of this call and the last \
                      output).",
                 ),
+                Param::new(
+                    "until_input",
+                    Kind::Bool,
+                    "Answer with outcome awaiting_input as soon as the session's foreground \
+                     program is blocked reading its terminal (or stdin pipe) and output has \
+                     been quiet for 20 ms. An error where this cannot be known.",
+                ),
             ],
             envelope(json!({
-                "outcome": {"type": "string", "enum": ["matched", "exited", "idle", "timeout"]},
+                "outcome": {"type": "string", "enum": ["matched", "exited", "awaiting_input", "idle", "timeout"]},
                 "match": {
                     "type": ["object", "null"],
                     "properties": {
@@ -742,6 +751,8 @@ fn snapshot_properties() -> Value {
         "paused": {"type": "boolean"},
         "input_hidden": {"type": "boolean"},
         "recording": {"type": ["string", "null"]},
+        "awaiting_input": {"type": ["boolean", "null"]},
+        "foreground": {"type": ["object", "null"], "properties": {"pid": {"type": "integer"}, "name": {"type": ["string", "null"]}}},
     })
 }
 

@@ -391,6 +391,7 @@ impl TerminalServer {
             streams,
             timeout: Duration::from_millis(timeout_ms),
             strip_ansi: args.bool("strip_ansi"),
+            until_input: args.bool("until_input"),
         };
         let searched = AtomicU64::new(0);
         let waiting = session.wait(request, &searched, &context.ct);

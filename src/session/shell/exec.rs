@@ -27,9 +27,10 @@ use super::install::{canonical_text, pipe_wrapper, readline_text, terminal_wrapp
 use super::{Busy, Typing};
 use crate::config::Mode;
 use crate::errors::{ErrorCode, ToolError};
-use crate::limits::{DRAIN_DEADLINE, EXEC_INTERRUPT_SETTLE};
+use crate::limits::{AWAIT_POLL, DRAIN_DEADLINE, EXEC_INTERRUPT_SETTLE};
 use crate::output::{Kept, Omitted, Shape, Stream};
 use crate::process::{procfs, signal_process};
+use crate::session::Foreground;
 use crate::session::Session;
 use crate::session::ingest::Control;
 use crate::session::input::Typed;
@@ -53,16 +54,10 @@ pub struct ExecRequest {
     pub raw: bool,
 }
 
-/// The program in a terminal's foreground.
-#[derive(Debug, Clone, Serialize)]
-pub struct Foreground {
-    pub pid: i32,
-    pub name: Option<String>,
-}
-
 #[derive(Debug, Serialize)]
 pub struct ExecResult {
-    /// `completed`, `timeout`, `exited` (the shell ended) or `running` (kept).
+    /// `completed`, `timeout`, `exited` (the shell ended), `running` (kept) or
+    /// `awaiting_input` (on a terminal, the command's program waits for input).
     pub outcome: &'static str,
     pub output: String,
     /// Pipe sessions: the command's stderr. On a terminal it is part of `output`.
@@ -119,6 +114,8 @@ pub struct Calls {
 enum Waited {
     Ended,
     ShellEnded,
+    /// On a terminal: the command's program waits for input.
+    AwaitingInput,
     TimedOut,
 }
 
@@ -148,12 +145,14 @@ impl Session {
             }
             None => self.to_continue()?,
         };
+        let watch_input = self.mode == Mode::Pty;
         let waited = tokio::select! {
-            waited = self.wait_command(seq, deadline) => waited,
+            waited = self.wait_command(seq, deadline, watch_input) => waited,
             () = cancel.cancelled() => Waited::TimedOut,
         };
         match (waited, request.on_timeout) {
             (Waited::Ended, _) => Ok(self.result(seq, "completed").await),
+            (Waited::AwaitingInput, _) => Ok(self.result(seq, "awaiting_input").await),
             (Waited::ShellEnded, _) => {
                 // The readers end the captures at EOF.
                 let settle = Instant::now() + DRAIN_DEADLINE * 2;
@@ -164,7 +163,7 @@ impl Session {
             (Waited::TimedOut, OnTimeout::Interrupt) => {
                 self.interrupt().await;
                 let settle = Instant::now() + EXEC_INTERRUPT_SETTLE;
-                self.wait_command(seq, settle).await;
+                self.wait_command(seq, settle, false).await;
                 Ok(self.result(seq, "timeout").await)
             }
         }
@@ -342,24 +341,62 @@ impl Session {
         }
     }
 
-    /// Wait until command `seq` ended, the shell ended, or `deadline`.
-    async fn wait_command(&self, seq: u64, deadline: Instant) -> Waited {
-        let ended = move |s: &State| {
-            s.shell()
-                .and_then(|t| t.current())
-                .is_some_and(|c| c.seq == seq && c.ended.is_some())
-        };
-        self.wait_until(deadline, move |s| ended(s) || s.status().is_final())
-            .await;
-        self.inspect(|s| {
-            if ended(s) {
-                Waited::Ended
-            } else if s.status().is_final() {
-                Waited::ShellEnded
-            } else {
-                Waited::TimedOut
+    /// Wait until command `seq` ended, the shell ended, or `deadline`; with `watch_input`,
+    /// also until the command, once started, waits for input (looked at once the output is
+    /// quiet, then at most every `AWAIT_POLL` while it stays quiet).
+    async fn wait_command(&self, seq: u64, deadline: Instant, watch_input: bool) -> Waited {
+        let mut changes = self.changed.subscribe();
+        loop {
+            let (ended, started, shell_ended) = self.inspect(|s| {
+                let command = s.shell().and_then(|t| t.current()).filter(|c| c.seq == seq);
+                (
+                    command.is_some_and(|c| c.ended.is_some()),
+                    command.is_some_and(|c| c.started.is_some()),
+                    s.status().is_final(),
+                )
+            });
+            if ended {
+                return Waited::Ended;
             }
-        })
+            if shell_ended {
+                return Waited::ShellEnded;
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Waited::TimedOut;
+            }
+            let look_at = if watch_input && started {
+                let quiet = Instant::from_std(self.quiet_at());
+                if now < quiet {
+                    Some(quiet)
+                } else if self.waiting().awaiting_input == Some(true) {
+                    // Output (the shell's end mark, a program's prompt) may still be on its
+                    // way to the reader: what was read is taken first, and anything new
+                    // means it is not waiting yet.
+                    let before = self.inspect(|s| s.last_traffic());
+                    self.ask_reader(Stream::Stdout, Control::Drain).await;
+                    if self.inspect(|s| s.last_traffic()) == before {
+                        return Waited::AwaitingInput;
+                    }
+                    continue;
+                } else {
+                    Some(now + AWAIT_POLL)
+                }
+            } else {
+                None
+            };
+            let look = async {
+                match look_at {
+                    Some(at) => tokio::time::sleep_until(at).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                _ = changes.changed() => {}
+                () = look => {}
+                () = tokio::time::sleep_until(deadline) => {}
+            }
+        }
     }
 
     /// Ctrl-C for the command: the terminal's interrupt character, or on pipes SIGINT to
@@ -446,18 +483,6 @@ impl Session {
             end_cursor,
             session: self.snapshot(),
         }
-    }
-
-    /// The program in the foreground: a terminal's foreground group leader, or the shell.
-    fn foreground(&self) -> Option<Foreground> {
-        let pid = match &self.terminal {
-            Some(terminal) => terminal.foreground()?,
-            None => self.pid,
-        };
-        Some(Foreground {
-            pid,
-            name: procfs::name(pid),
-        })
     }
 
     /// The screen's lines, without the empty ones at its bottom.

@@ -164,6 +164,14 @@ impl Track {
         (!self.at_prompt).then_some(Busy::Foreground)
     }
 
+    /// A line was typed into a terminal shell some other way (`terminal_write` with Enter):
+    /// at its prompt, the shell now runs it (or answers it with a new prompt).
+    pub fn typed_line(&mut self) {
+        if matches!(self.typing, Some(Typing::Readline | Typing::Canonical)) {
+            self.at_prompt = false;
+        }
+    }
+
     /// Note that `text` is being typed at cursor `at`; returns its sequence number.
     pub fn submit(&mut self, text: &str, at: u64) -> u64 {
         if let Some(last) = self.commands.back_mut() {

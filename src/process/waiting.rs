@@ -1,0 +1,273 @@
+//! Whether a program waits for its input, read from `/proc` without stopping it: the
+//! processes of its process group, none runnable, at least one blocked reading the input (a
+//! terminal, or a pipe) — in `read`, or in `poll`/`select`/`epoll` with the input in the set
+//! it waits on. What each one is doing is `/proc/PID/syscall` (the system call it is blocked
+//! in and its arguments); a `poll`/`select` set is read from `/proc/PID/mem`, an `epoll` set
+//! from `/proc/PID/fdinfo`. All of it needs ptrace-read access, which the server has to its
+//! own descendants; where it is missing (a process that changed user, a kernel without
+//! `/proc/PID/syscall`, a Yama policy) the answer is unknown, never a wrong "no".
+
+use std::fs;
+use std::os::unix::fs::FileExt;
+
+use super::procfs;
+
+/// What a session's input is, as `/proc/PID/fd/N` names it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum InputFile {
+    /// A terminal: its path (`/dev/pts/N`).
+    Terminal(String),
+    /// A pipe, by inode (`pipe:[INODE]`).
+    Pipe(u64),
+}
+
+impl InputFile {
+    fn is(&self, link: &str) -> bool {
+        match self {
+            // `/dev/tty` opened by a program is its controlling terminal, which for the
+            // session's processes is the session's terminal.
+            InputFile::Terminal(path) => link == path || link == "/dev/tty",
+            InputFile::Pipe(inode) => {
+                link.strip_prefix("pipe:[")
+                    .and_then(|rest| rest.strip_suffix(']'))
+                    .and_then(|n| n.parse::<u64>().ok())
+                    == Some(*inode)
+            }
+        }
+    }
+}
+
+/// The processes of group `pgid` among the descendants of `leader` (the leader included),
+/// found through `/proc/PID/task/TID/children`, so only the session's own tree is read.
+pub fn group_members(leader: i32, pgid: i32) -> Vec<i32> {
+    let mut members = Vec::new();
+    let mut todo = vec![leader];
+    let mut seen = 0;
+    while let Some(pid) = todo.pop() {
+        seen += 1;
+        if seen > MAX_PROCESSES {
+            break;
+        }
+        if procfs::stat(pid).is_some_and(|s| s.pgrp == pgid) {
+            members.push(pid);
+        }
+        todo.extend(children(pid));
+    }
+    members
+}
+
+/// Processes of one session's tree looked at, at most.
+const MAX_PROCESSES: usize = 4096;
+/// Entries of a `poll` set (or bytes of a `select` set) read, at most.
+const MAX_SET: usize = 256;
+
+fn children(pid: i32) -> Vec<i32> {
+    let Ok(tasks) = fs::read_dir(format!("/proc/{pid}/task")) else {
+        return Vec::new();
+    };
+    let mut children = Vec::new();
+    for task in tasks.flatten() {
+        let path = task.path().join("children");
+        if let Ok(text) = fs::read_to_string(path) {
+            children.extend(
+                text.split_whitespace()
+                    .filter_map(|c| c.parse::<i32>().ok()),
+            );
+        }
+    }
+    children
+}
+
+/// Whether the processes `members` wait for `input`: `Some(true)` when none is runnable and
+/// at least one is blocked reading it; `None` when what one of them does cannot be read.
+pub fn awaiting(members: &[i32], input: &InputFile) -> Option<bool> {
+    if members.is_empty() {
+        return Some(false);
+    }
+    let mut reading = false;
+    for &pid in members {
+        match procfs::stat(pid).map(|s| s.state) {
+            // Gone meanwhile, or a zombie: it reads nothing.
+            None | Some('Z' | 'X' | 'x') => continue,
+            // Sleeping is the only state in which a process waits for input.
+            Some('S') => {}
+            Some(_) => return Some(false),
+        }
+        match blocked_on(pid)? {
+            Blocked::Running => return Some(false),
+            Blocked::Call(call) => reading |= reads(pid, &call, input)?,
+        }
+    }
+    Some(reading)
+}
+
+enum Blocked {
+    Running,
+    Call(Call),
+}
+
+/// A system call a process is blocked in: its number and first arguments.
+struct Call {
+    nr: i64,
+    args: [u64; 3],
+}
+
+fn blocked_on(pid: i32) -> Option<Blocked> {
+    let text = fs::read_to_string(format!("/proc/{pid}/syscall")).ok()?;
+    let mut fields = text.split_whitespace();
+    let first = fields.next()?;
+    if first == "running" {
+        return Some(Blocked::Running);
+    }
+    // `-1 …` is a process blocked outside any system call (a page fault): not reading.
+    let nr: i64 = first.parse().ok()?;
+    let mut args = [0u64; 3];
+    for arg in &mut args {
+        let field = fields.next()?;
+        *arg = u64::from_str_radix(field.trim_start_matches("0x"), 16).ok()?;
+    }
+    Some(Blocked::Call(Call { nr, args }))
+}
+
+/// Whether `call` of `pid` waits to read `input`; `None` when its wait set cannot be read.
+fn reads(pid: i32, call: &Call, input: &InputFile) -> Option<bool> {
+    let is_input = |fd: u64| {
+        fs::read_link(format!("/proc/{pid}/fd/{fd}"))
+            .ok()
+            .is_some_and(|link| input.is(&link.to_string_lossy()))
+    };
+    let nr = call.nr;
+    if [
+        libc::SYS_read,
+        libc::SYS_readv,
+        libc::SYS_pread64,
+        libc::SYS_preadv,
+        libc::SYS_preadv2,
+    ]
+    .contains(&nr)
+    {
+        return Some(is_input(call.args[0]));
+    }
+    if POLLS.contains(&nr) {
+        let count = (call.args[1] as usize).min(MAX_SET);
+        let set = memory(pid, call.args[0], count * 8)?;
+        // struct pollfd { int fd; short events; short revents; }
+        let wanted = set.chunks_exact(8).any(|entry| {
+            let fd = i32::from_ne_bytes(entry[..4].try_into().expect("four bytes"));
+            let events = i16::from_ne_bytes(entry[4..6].try_into().expect("two bytes"));
+            fd >= 0 && events & (libc::POLLIN | libc::POLLRDNORM) != 0 && is_input(fd as u64)
+        });
+        return Some(wanted);
+    }
+    if SELECTS.contains(&nr) {
+        let nfds = (call.args[0] as usize).min(MAX_SET * 8);
+        if call.args[1] == 0 {
+            return Some(false);
+        }
+        let set = memory(pid, call.args[1], nfds.div_ceil(8))?;
+        let wanted = (0..nfds)
+            .filter(|fd| set[fd / 8] & (1 << (fd % 8)) != 0)
+            .any(|fd| is_input(fd as u64));
+        return Some(wanted);
+    }
+    if EPOLLS.contains(&nr) {
+        let info = fs::read_to_string(format!("/proc/{pid}/fdinfo/{}", call.args[0])).ok()?;
+        return Some(epoll_reads(&info).any(is_input));
+    }
+    Some(false)
+}
+
+#[cfg(target_arch = "x86_64")]
+const POLLS: [i64; 2] = [libc::SYS_poll, libc::SYS_ppoll];
+#[cfg(not(target_arch = "x86_64"))]
+const POLLS: [i64; 1] = [libc::SYS_ppoll];
+#[cfg(target_arch = "x86_64")]
+const SELECTS: [i64; 2] = [libc::SYS_select, libc::SYS_pselect6];
+#[cfg(not(target_arch = "x86_64"))]
+const SELECTS: [i64; 1] = [libc::SYS_pselect6];
+#[cfg(target_arch = "x86_64")]
+const EPOLLS: [i64; 3] = [
+    libc::SYS_epoll_wait,
+    libc::SYS_epoll_pwait,
+    libc::SYS_epoll_pwait2,
+];
+#[cfg(not(target_arch = "x86_64"))]
+const EPOLLS: [i64; 2] = [libc::SYS_epoll_pwait, libc::SYS_epoll_pwait2];
+
+/// The descriptors an epoll set (its `fdinfo`) waits on for input.
+fn epoll_reads(info: &str) -> impl Iterator<Item = u64> + '_ {
+    info.lines().filter_map(|line| {
+        // `tfd:        5 events:       19 data: …`
+        let mut fields = line.split_whitespace();
+        (fields.next()? == "tfd:").then_some(())?;
+        let fd = fields.next()?.parse().ok()?;
+        (fields.next()? == "events:").then_some(())?;
+        let events = u32::from_str_radix(fields.next()?, 16).ok()?;
+        (events & (libc::EPOLLIN as u32) != 0).then_some(fd)
+    })
+}
+
+/// `len` bytes of `pid`'s memory at `address`.
+fn memory(pid: i32, address: u64, len: usize) -> Option<Vec<u8>> {
+    let file = fs::File::open(format!("/proc/{pid}/mem")).ok()?;
+    let mut bytes = vec![0u8; len];
+    file.read_exact_at(&mut bytes, address).ok()?;
+    Some(bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_epoll_set_names_its_readers() {
+        let info = "pos:\t0\nflags:\t02\nmnt_id:\t15\ntfd:        0 events:       19 data:                0  pos:0 ino:3 sdev:1\ntfd:        7 events:        4 data:                7  pos:0 ino:4 sdev:1\n";
+        assert_eq!(epoll_reads(info).collect::<Vec<_>>(), [0]);
+    }
+
+    #[test]
+    fn a_pipe_is_known_by_its_inode() {
+        assert!(InputFile::Pipe(42).is("pipe:[42]"));
+        assert!(!InputFile::Pipe(42).is("pipe:[421]"));
+        assert!(InputFile::Terminal("/dev/pts/3".into()).is("/dev/pts/3"));
+        assert!(!InputFile::Terminal("/dev/pts/3".into()).is("/dev/pts/30"));
+        assert!(InputFile::Terminal("/dev/pts/3".into()).is("/dev/tty"));
+    }
+
+    /// This very process, blocked reading a pipe in another thread, waits for that pipe;
+    /// sleeping, it does not.
+    #[test]
+    fn a_thread_blocked_reading_a_pipe_is_seen() {
+        use std::os::fd::AsRawFd;
+        let (read, write) = nix::unistd::pipe().unwrap();
+        let inode = nix::sys::stat::fstat(&read).unwrap().st_ino;
+        let raw = read.as_raw_fd();
+        let reader = std::thread::spawn(move || {
+            let mut byte = [0u8; 1];
+            let _ = nix::unistd::read(&read, &mut byte);
+        });
+        let tid = loop {
+            let found = fs::read_dir("/proc/self/task")
+                .unwrap()
+                .flatten()
+                .find_map(|t| {
+                    let tid: i32 = t.file_name().to_str()?.parse().ok()?;
+                    let text = fs::read_to_string(t.path().join("syscall")).ok()?;
+                    text.starts_with(&format!("{} 0x{raw:x} ", libc::SYS_read))
+                        .then_some(tid)
+                });
+            if let Some(tid) = found {
+                break tid;
+            }
+            std::thread::yield_now();
+        };
+        let call = match blocked_on(tid).unwrap() {
+            Blocked::Call(call) => call,
+            Blocked::Running => panic!("running"),
+        };
+        assert_eq!(reads(tid, &call, &InputFile::Pipe(inode)), Some(true));
+        assert_eq!(reads(tid, &call, &InputFile::Pipe(inode + 1)), Some(false));
+        nix::unistd::write(&write, b"x").unwrap();
+        reader.join().unwrap();
+    }
+}

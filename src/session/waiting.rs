@@ -1,0 +1,112 @@
+//! Whether a session waits for input, and which program is in its foreground: read from
+//! `/proc` each time it is asked (see `process::waiting`), never cached.
+//!
+//! A session is awaiting input when its foreground process group (a terminal's, from
+//! `tcgetpgrp`; on pipes the session leader's) has no process runnable and one blocked
+//! reading the session's terminal or stdin pipe, and no output came in the last
+//! `AWAIT_QUIET` and no input was written then (output still arriving means the program is
+//! not done answering; input just written, that it has not read it yet).
+
+use std::time::Instant;
+
+use serde::Serialize;
+
+use super::Session;
+use crate::limits::AWAIT_QUIET;
+use crate::process::procfs;
+use crate::process::waiting::{InputFile, awaiting, group_members};
+
+/// The program in a session's foreground.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Foreground {
+    pub pid: i32,
+    pub name: Option<String>,
+}
+
+/// What `waiting` found.
+pub struct Waiting {
+    /// `None`: it cannot be known here.
+    pub awaiting_input: Option<bool>,
+    pub foreground: Option<Foreground>,
+}
+
+/// Whether `input` holds bytes nobody read yet: a terminal's input queue (looked at
+/// through a descriptor opened for the moment, which does not make it anyone's controlling
+/// terminal), or a pipe's contents.
+fn pending_input(input: &InputFile) -> bool {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::OpenOptionsExt;
+    let path = match input {
+        InputFile::Terminal(path) => path.clone(),
+        InputFile::Pipe(_) => return false,
+    };
+    let Ok(tty) = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOCTTY | libc::O_NONBLOCK)
+        .open(path)
+    else {
+        return false;
+    };
+    let mut n: libc::c_int = 0;
+    // SAFETY: FIONREAD writes one int through the pointer, which outlives the call.
+    let rc = unsafe { libc::ioctl(tty.as_raw_fd(), libc::FIONREAD, &mut n) };
+    rc == 0 && n > 0
+}
+
+impl Session {
+    /// The foreground group's leader (its ID), or the session leader on pipes.
+    fn foreground_group(&self) -> Option<i32> {
+        match &self.terminal {
+            Some(terminal) => terminal.foreground(),
+            None => Some(self.pid),
+        }
+    }
+
+    /// The program in the foreground.
+    pub fn foreground(&self) -> Option<Foreground> {
+        let pgid = self.foreground_group()?;
+        let name = procfs::name(pgid).or_else(|| {
+            let members = group_members(self.pid, pgid);
+            members.first().and_then(|pid| procfs::name(*pid))
+        });
+        Some(Foreground { pid: pgid, name })
+    }
+
+    /// Whether the session waits for input now, and its foreground program.
+    pub fn waiting(&self) -> Waiting {
+        let (done, closed, last_traffic) = self.inspect(|s| {
+            (
+                s.status().is_final(),
+                s.input().is_closed(),
+                s.last_traffic(),
+            )
+        });
+        if done {
+            return Waiting {
+                awaiting_input: Some(false),
+                foreground: None,
+            };
+        }
+        let foreground = self.foreground();
+        let awaiting_input = match (&self.input_file, &foreground) {
+            _ if closed => Some(false),
+            _ if last_traffic.elapsed() < AWAIT_QUIET => Some(false),
+            // Input it has not read yet: it is about to take it, not waiting for more;
+            // output not read yet: it has just written, and may not be done.
+            (Some(input), _) if pending_input(input) => Some(false),
+            _ if self.terminal.as_ref().is_some_and(|t| t.unread() > 0) => Some(false),
+            (Some(input), Some(fg)) => awaiting(&group_members(self.pid, fg.pid), input),
+            _ => None,
+        };
+        Waiting {
+            awaiting_input,
+            foreground,
+        }
+    }
+
+    /// When `waiting` may next answer differently as far as traffic goes: `AWAIT_QUIET`
+    /// after the last output or input.
+    pub(super) fn quiet_at(&self) -> Instant {
+        self.inspect(|s| s.last_traffic()) + AWAIT_QUIET
+    }
+}
