@@ -3,6 +3,7 @@
 //! only the command line and the serving loops; the fuzz targets (`fuzz/`) and the
 //! in-process tests drive the same framing and dispatch the binary serves with.
 
+pub mod access;
 pub mod audit;
 pub mod config;
 mod errors;

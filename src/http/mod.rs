@@ -1,14 +1,12 @@
 //! `mcp-terminal http`: MCP over Streamable HTTP at `/mcp` (rmcp's server, mounted in an
-//! axum router), behind the browser rules and the bearer token of `guard`.
+//! axum router), behind the browser rules and the bearer token of `access`.
 //!
 //! Flow at a glance: `prepare` checks the listen address and loads the token file before
 //! anything is served (a refusal exits 2); `serve` binds, prints the real URL, serves every
 //! MCP session from one shared `Sessions`, and on SIGTERM/SIGINT ends every terminal
 //! session (reason `shutdown`), then every MCP session, and returns.
 
-pub mod guard;
 mod mcp_sessions;
-pub mod token;
 
 use std::net::{SocketAddr, TcpListener, ToSocketAddrs};
 use std::path::PathBuf;
@@ -25,13 +23,12 @@ use serde_json::{Map, Value};
 use tokio::signal::unix::{SignalKind, signal};
 use tokio_util::sync::CancellationToken;
 
+use crate::access::{Access, guard, load_token};
 use crate::audit::AuditLog;
 use crate::limits::{HTTP_MAX_BODY_BYTES, SHUTDOWN_FLUSH, SHUTDOWN_GRACE};
 use crate::session::Sessions;
 use crate::tools::TerminalServer;
-use guard::Access;
 use mcp_sessions::CappedSessions;
-use token::{Loaded, Token};
 
 /// The command line of `mcp-terminal http`.
 pub struct Options {
@@ -64,24 +61,6 @@ pub fn prepare(options: Options) -> Result<Prepared, String> {
         mcp_idle: options.mcp_idle,
         web: options.web,
     })
-}
-
-/// Load the token from `token_file` (default: beside the default config), creating it
-/// when absent; only the file's path is printed.
-pub fn load_token(token_file: Option<PathBuf>) -> Result<Token, String> {
-    let path = match token_file {
-        Some(path) => path,
-        None => token::default_path()?,
-    };
-    let (token, loaded) = Token::load_or_create(&path)?;
-    if let Loaded::Created = loaded {
-        eprintln!(
-            "mcp-terminal: created a new token in {} (mode 0600); clients send it as \
-             `Authorization: Bearer <token>`",
-            path.display()
-        );
-    }
-    Ok(token)
 }
 
 fn listen_address(listen: &str, allow_remote: bool) -> Result<SocketAddr, String> {

@@ -18,7 +18,7 @@ use subtle::ConstantTimeEq;
 
 use super::View;
 use super::pages;
-use crate::http::token::random_hex;
+use crate::access::random_hex;
 
 const COOKIE: &str = "mcp_terminal_view";
 

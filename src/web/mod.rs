@@ -25,8 +25,7 @@ use axum::response::{Html, IntoResponse, Redirect, Response};
 use axum::routing::{any, get};
 use tokio::sync::Semaphore;
 
-use crate::http::guard::{self, Access};
-use crate::http::token::Token;
+use crate::access::{self, Access, Token, guard};
 use crate::limits::WEB_MAX_WATCHERS;
 use crate::session::Sessions;
 
@@ -174,7 +173,7 @@ pub fn prepare_beside(listen: &str, token_file: Option<PathBuf>) -> Result<Besid
              this machine only"
         ));
     }
-    let token = crate::http::load_token(token_file)?;
+    let token = access::load_token(token_file)?;
     let listener = TcpListener::bind(address)
         .and_then(|l| l.set_nonblocking(true).map(|()| l))
         .map_err(|e| format!("cannot listen on {address}: {e}"))?;

@@ -11,7 +11,7 @@ use axum::http::{HeaderMap, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
-use super::token::Token;
+use super::Token;
 
 pub struct Access {
     pub token: Token,

@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 
 use subtle::ConstantTimeEq;
 
+use super::random_hex;
 use crate::limits::{TOKEN_MAX_BYTES, TOKEN_MIN_CHARS};
 
 /// The shared secret every request must present. `Debug` is deliberately not derived.
@@ -123,13 +124,6 @@ impl Token {
             .map_err(|e| format!("cannot write the token file `{}`: {e}", path.display()))?;
         Ok(Token(token))
     }
-}
-
-/// `bytes` random bytes as lowercase hex.
-pub fn random_hex(bytes: usize) -> String {
-    (0..bytes)
-        .map(|_| format!("{:02x}", rand::random::<u8>()))
-        .collect()
 }
 
 /// `token` beside the default config file: `$XDG_CONFIG_HOME/mcp-terminal/token`, else
