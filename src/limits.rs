@@ -155,3 +155,7 @@ pub const WEB_TAIL_CHARS: u64 = 16_384;
 pub const WEB_TAIL_LINES: usize = 200;
 /// Live-update streams open at once; past it a page gets 503 and retries.
 pub const WEB_MAX_WATCHERS: usize = 64;
+/// A sign-in code of the live view is void this long after it was issued (and once used),
+/// and at most this many unspent ones are kept (past it the oldest is void).
+pub const WEB_SIGN_IN_CODE_TTL: Duration = Duration::from_secs(10 * 60);
+pub const WEB_SIGN_IN_CODES_MAX: usize = 16;

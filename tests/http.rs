@@ -621,11 +621,20 @@ fn recording_config(dir: &Path) -> String {
     config.display().to_string()
 }
 
+/// The code of a sign-in URL: 32 hex digits.
+fn code_of(url: &str) -> String {
+    let code = url.rsplit_once("?code=").expect("a sign-in code").1;
+    assert_eq!(code.len(), 32, "{url}");
+    assert!(code.bytes().all(|b| b.is_ascii_hexdigit()), "{url}");
+    code.to_string()
+}
+
 #[tokio::test]
-async fn live_view_sign_in_sets_a_strict_cookie_that_is_not_the_token() {
+async fn live_view_sign_in_is_a_one_time_code_that_buys_a_cookie_not_the_token() {
     let server = Server::start(&["--listen", "127.0.0.1:0", "--web"]);
     let (url, base) = sign_in_url(&server.stderr);
-    assert_eq!(url, format!("{}/ui/?token={}", server.base, server.token));
+    assert_eq!(url, format!("{}/ui/?code={}", server.base, code_of(&url)));
+    assert!(!url.contains(&server.token), "{url}");
 
     let response = browser().get(&url).send().await.unwrap();
     assert_eq!(response.status(), StatusCode::SEE_OTHER);
@@ -639,6 +648,7 @@ async fn live_view_sign_in_sets_a_strict_cookie_that_is_not_the_token() {
         assert!(attributes.contains(&attribute), "{set_cookie}");
     }
     assert!(!set_cookie.contains(&server.token[..16]), "{set_cookie}");
+    assert!(!set_cookie.contains(&code_of(&url)), "{set_cookie}");
     let cookie = attributes[0].to_string();
 
     let (status, headers, body) = view(&base, "/ui/", &cookie).await;
@@ -647,6 +657,13 @@ async fn live_view_sign_in_sets_a_strict_cookie_that_is_not_the_token() {
     let policy = headers["content-security-policy"].to_str().unwrap();
     assert!(policy.starts_with("default-src 'self'"), "{policy}");
     assert_eq!(headers["x-content-type-options"], "nosniff");
+
+    // The code is spent: the same address (a browser's history) signs nobody in again.
+    let again = browser().get(&url).send().await.unwrap();
+    assert_eq!(again.status(), StatusCode::UNAUTHORIZED);
+    assert!(again.headers().get("set-cookie").is_none());
+    let body = again.text().await.unwrap();
+    assert!(body.contains("already used, has expired"), "{body}");
 
     // Without a valid cookie or bearer token: 401 and a page that says how to sign in.
     for cookie in [
@@ -658,12 +675,21 @@ async fn live_view_sign_in_sets_a_strict_cookie_that_is_not_the_token() {
         assert_eq!(status, StatusCode::UNAUTHORIZED, "{cookie}");
         assert_eq!(headers["www-authenticate"], "Bearer");
         assert!(body.contains("Sign in to the live view"), "{body}");
-        assert!(body.contains("/ui/?token="), "{body}");
+        assert!(body.contains("/ui/?code="), "{body}");
     }
-    let wrong = format!("{base}/ui/?token={}", "0".repeat(64));
-    let response = browser().get(&wrong).send().await.unwrap();
-    assert_eq!(response.status(), StatusCode::UNAUTHORIZED);
-    assert!(response.headers().get("set-cookie").is_none());
+    // The token in the query signs nobody in, nor does a code the server never issued.
+    for query in [
+        format!("token={}", server.token),
+        format!("code={}", "0".repeat(32)),
+    ] {
+        let response = browser()
+            .get(format!("{base}/ui/?{query}"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::UNAUTHORIZED, "{query}");
+        assert!(response.headers().get("set-cookie").is_none(), "{query}");
+    }
     let bearer = browser()
         .get(format!("{base}/ui/"))
         .bearer_auth(&server.token)
@@ -671,17 +697,21 @@ async fn live_view_sign_in_sets_a_strict_cookie_that_is_not_the_token() {
         .await
         .unwrap();
     assert_eq!(bearer.status(), StatusCode::OK);
-    // The cookie opens the view, not the MCP endpoint.
-    let mcp = server
-        .post(&initialize(1))
-        .header("Cookie", &cookie)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(mcp.status(), StatusCode::UNAUTHORIZED);
+    // Neither the cookie nor the code opens the MCP endpoint.
+    for credential in [cookie.clone(), format!("Bearer {}", code_of(&url))] {
+        let mut request = server.post(&initialize(1));
+        request = if credential.starts_with("Bearer") {
+            request.header("Authorization", &credential)
+        } else {
+            request.header("Cookie", &credential)
+        };
+        let mcp = request.send().await.unwrap();
+        assert_eq!(mcp.status(), StatusCode::UNAUTHORIZED, "{credential}");
+    }
 
     let stderr = server.stderr();
-    assert_eq!(stderr.matches(&server.token).count(), 1, "{stderr}");
+    assert!(!stderr.contains(&server.token), "{stderr}");
+    assert_eq!(stderr.matches(&code_of(&url)).count(), 1, "{stderr}");
     assert!(stderr.lines().any(|l| l.starts_with(SIGN_IN)), "{stderr}");
 }
 
@@ -923,10 +953,8 @@ fn stdio_web_serves_the_view_beside_stdio_on_loopback_only() {
     let (url, base) = sign_in_url(&stderr);
     assert!(url.starts_with("http://127.0.0.1:"), "{url}");
     let token = std::fs::read_to_string(&token_file).unwrap();
-    assert!(
-        url.ends_with(&format!("/ui/?token={}", token.trim())),
-        "{url}"
-    );
+    code_of(&url);
+    assert!(!url.contains(token.trim()), "{url}");
     let runtime = tokio::runtime::Runtime::new().unwrap();
     runtime.block_on(async {
         let cookie = sign_in(&url).await;
@@ -943,6 +971,8 @@ fn stdio_web_serves_the_view_beside_stdio_on_loopback_only() {
     });
     drop(child.stdin.take());
     assert_eq!(child.wait().unwrap().code(), Some(0));
+    let printed = stderr.lock().unwrap().clone();
+    assert!(!printed.contains(token.trim()), "{printed}");
 
     let out = Command::new(BIN)
         .args(["stdio", "--web", "0.0.0.0:0", "--token-file"])

@@ -33,11 +33,6 @@ impl Token {
         &self.0
     }
 
-    /// The token itself, for the one place that prints it: the live view's sign-in URL.
-    pub fn reveal(&self) -> &str {
-        &self.0
-    }
-
     /// Read the token file, or create it with a fresh random token when it is absent.
     pub fn load_or_create(path: &Path) -> Result<(Token, Loaded), String> {
         match File::open(path) {

@@ -108,7 +108,10 @@ pub async fn serve(
     let server = TerminalServer::new(sessions.clone())
         .with_audit(audit)
         .with_audit_fields(audit_fields);
-    let router = router(server, sessions.clone(), &prepared, stop_mcp.clone());
+    let view = prepared
+        .web
+        .then(|| crate::web::View::new(sessions.clone(), prepared.access.clone()));
+    let router = router(server, view.clone(), &prepared, stop_mcp.clone());
     let stopped = stop_mcp.clone();
     let server = axum::serve(
         listener,
@@ -117,9 +120,8 @@ pub async fn serve(
     .with_graceful_shutdown(async move { stopped.cancelled().await });
     let serving = tokio::spawn(server.into_future());
     eprintln!("mcp-terminal: listening on http://{bound}/mcp");
-    if prepared.web {
-        let url = crate::web::sign_in_url(bound, &prepared.access.token);
-        eprintln!("mcp-terminal: live view: {url}");
+    if let Some(view) = view {
+        eprintln!("mcp-terminal: live view: {}", view.sign_in_url(bound));
     }
     tracing::info!(version = env!("CARGO_PKG_VERSION"), "serving MCP over HTTP");
 
@@ -158,7 +160,7 @@ fn audit_fields(context: &RequestContext<RoleServer>) -> Map<String, Value> {
 
 fn router(
     server: TerminalServer,
-    sessions: Arc<Sessions>,
+    view: Option<Arc<crate::web::View>>,
     prepared: &Prepared,
     stop_mcp: CancellationToken,
 ) -> Router {
@@ -180,8 +182,8 @@ fn router(
         .route_layer(axum::middleware::from_fn(mcp_sessions::full_is_503))
         // Outside the body limit: an unauthenticated client learns nothing, not even a 413.
         .route_layer(from_fn_with_state(access.clone(), guard::require_bearer));
-    if prepared.web {
-        router = router.merge(crate::web::router(sessions, access.clone()));
+    if let Some(view) = view {
+        router = router.merge(crate::web::router(view));
     }
     router.layer(from_fn_with_state(access, guard::browser_rules))
 }
