@@ -141,6 +141,15 @@ pub const HTTP_DEFAULT_LISTEN: &str = "127.0.0.1:8765";
 pub const HTTP_MAX_BODY_BYTES: usize = 1024 * 1024;
 pub const MAX_MCP_SESSIONS: usize = 64;
 pub const MCP_SESSION_IDLE: Duration = Duration::from_secs(30 * 60);
+/// Both HTTP listeners: connections served at once; how long a client may take to send a
+/// request head (from connecting, or from the end of the previous answer); how long a
+/// connection may move no byte either way; how long accepting pauses when the server is
+/// out of descriptors; how long a displaced connection may take to give up its place.
+pub const HTTP_MAX_CONNECTIONS: usize = 128;
+pub const HTTP_HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+pub const HTTP_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+pub const HTTP_ACCEPT_PAUSE: Duration = Duration::from_millis(100);
+pub const HTTP_EVICTION_WAIT: Duration = Duration::from_secs(1);
 /// Bearer token: the fewest characters accepted, and the largest token file read.
 pub const TOKEN_MIN_CHARS: usize = 32;
 pub const TOKEN_MAX_BYTES: usize = 4096;

@@ -11,7 +11,7 @@ use rmcp::ServiceExt;
 use tokio::signal::unix::{SignalKind, signal};
 
 use mcp_terminal::{
-    audit, config, framing, hangup, http, limits, process, session, stdio, tools, web,
+    access, audit, config, framing, hangup, http, limits, process, session, stdio, tools, web,
 };
 
 use config::Config;
@@ -70,6 +70,12 @@ enum Command {
         /// Milliseconds an MCP session may go without a request before it is closed.
         #[arg(long, hide = true, default_value_t = limits::MCP_SESSION_IDLE.as_millis() as u64)]
         mcp_session_idle_ms: u64,
+        /// Milliseconds a client may take to send a request head.
+        #[arg(long, hide = true, default_value_t = limits::HTTP_HEADER_READ_TIMEOUT.as_millis() as u64)]
+        header_read_timeout_ms: u64,
+        /// Milliseconds a connection may move no byte before it is closed.
+        #[arg(long, hide = true, default_value_t = limits::HTTP_IDLE_TIMEOUT.as_millis() as u64)]
+        connection_idle_ms: u64,
     },
     /// Write an owner config with every field at its default, all paths absolute.
     MakeConfig {
@@ -176,14 +182,22 @@ fn main() -> ExitCode {
             allow_origins,
             web,
             mcp_session_idle_ms,
+            header_read_timeout_ms,
+            connection_idle_ms,
         } => {
+            let millis = std::time::Duration::from_millis;
             let options = http::Options {
                 listen,
                 token_file,
                 allow_remote,
                 allow_origins,
-                mcp_idle: std::time::Duration::from_millis(mcp_session_idle_ms),
+                mcp_idle: millis(mcp_session_idle_ms),
                 web,
+                connections: access::listener::Limits {
+                    connections: limits::HTTP_MAX_CONNECTIONS,
+                    header_read: millis(header_read_timeout_ms),
+                    idle: millis(connection_idle_ms),
+                },
             };
             load_config(config.as_deref())
                 .and_then(|config| Ok((config, http::prepare(options)?)))

@@ -3,10 +3,13 @@
 //! inside the allowed roots.
 
 use std::os::fd::{AsRawFd, OwnedFd};
-use std::path::{Path, PathBuf};
+use std::path::{Component, Path, PathBuf};
 
 use nix::fcntl::OFlag;
 use nix::sys::stat::Mode;
+
+use crate::errors::{ErrorCode, ToolError};
+use crate::process::is_out_of_files;
 
 /// Names a client may never set, whatever the profile allows (case-insensitive).
 const DENIED_NAMES: &[&str] = &[
@@ -86,45 +89,92 @@ pub struct Cwd {
 /// Resolve a requested working directory: absolute, or relative to `default_cwd`;
 /// canonicalised through symlinks; an existing directory inside one of `roots` (which are
 /// canonical already). The directory is opened, and the path it was opened at is checked.
-pub fn resolve_cwd(requested: &str, default_cwd: &Path, roots: &[PathBuf]) -> Result<Cwd, String> {
+///
+/// A refusal (`CWD_NOT_ALLOWED`) never tells what lies outside the roots: a path that
+/// resolves outside them is "outside the allowed roots", whether it exists or what it is.
+/// A server out of file descriptors says so (`INTERNAL`), not that the path is wrong.
+pub fn resolve_cwd(
+    requested: &str,
+    default_cwd: &Path,
+    roots: &[PathBuf],
+) -> Result<Cwd, ToolError> {
+    let refused = |why: String| {
+        ToolError::new(
+            ErrorCode::CwdNotAllowed,
+            format!("cwd {why}; pick a directory inside the allowed roots"),
+        )
+    };
+    let outside = || {
+        let roots: Vec<String> = roots.iter().map(|r| r.display().to_string()).collect();
+        refused(format!(
+            "`{requested}` is outside the allowed roots ({})",
+            roots.join(", ")
+        ))
+    };
     if requested.contains('\0') {
-        return Err("contains NUL".into());
+        return Err(refused("contains NUL".into()));
     }
     let joined = default_cwd.join(requested);
-    let canonical = joined.canonicalize().map_err(|_| {
-        format!(
-            "`{}` does not exist or cannot be resolved",
-            joined.display()
-        )
-    })?;
-    let flags = OFlag::O_DIRECTORY | OFlag::O_PATH | OFlag::O_CLOEXEC;
-    let dir = nix::fcntl::open(&canonical, flags, Mode::empty())
-        .map_err(|_| format!("`{}` is not a directory", canonical.display()))?;
-    if !crate::process::can_enter(&dir) {
-        return Err(format!(
-            "`{}` cannot be entered by the server (no search permission on the directory)",
-            canonical.display()
-        ));
-    }
-    // What the descriptor really is, whatever happened to the path since.
-    let canonical = std::fs::read_link(format!("/proc/self/fd/{}", dir.as_raw_fd()))
-        .map_err(|_| format!("`{}` cannot be resolved", joined.display()))?;
+    let canonical = match joined.canonicalize() {
+        Ok(canonical) => canonical,
+        Err(e) if e.raw_os_error().is_some_and(is_out_of_files) => {
+            return Err(ToolError::out_of_files());
+        }
+        Err(_) if !inside_roots(&lexical(&joined), roots) => return Err(outside()),
+        Err(_) => {
+            return Err(refused(format!(
+                "`{}` does not exist or cannot be resolved",
+                joined.display()
+            )));
+        }
+    };
     if !inside_roots(&canonical, roots) {
-        return Err(format!(
-            "`{}` resolves to `{}`, outside the allowed roots ({})",
-            requested,
-            canonical.display(),
-            roots
-                .iter()
-                .map(|r| r.display().to_string())
-                .collect::<Vec<_>>()
-                .join(", ")
-        ));
+        return Err(outside());
     }
-    Ok(Cwd {
-        dir,
-        path: canonical,
-    })
+    let flags = OFlag::O_DIRECTORY | OFlag::O_PATH | OFlag::O_CLOEXEC;
+    let dir = match nix::fcntl::open(&canonical, flags, Mode::empty()) {
+        Ok(dir) => dir,
+        Err(e) if is_out_of_files(e as i32) => return Err(ToolError::out_of_files()),
+        Err(_) => {
+            return Err(refused(format!(
+                "`{}` is not a directory",
+                canonical.display()
+            )));
+        }
+    };
+    // What the descriptor really is, whatever happened to the path since.
+    let opened = std::fs::read_link(format!("/proc/self/fd/{}", dir.as_raw_fd()))
+        .map_err(|_| refused(format!("`{}` cannot be resolved", joined.display())))?;
+    if !inside_roots(&opened, roots) {
+        return Err(outside());
+    }
+    match crate::process::can_enter(&dir) {
+        Ok(true) => {}
+        Ok(false) => {
+            return Err(refused(format!(
+                "`{}` cannot be entered by the server (no search permission on the directory)",
+                opened.display()
+            )));
+        }
+        Err(_) => return Err(ToolError::out_of_files()),
+    }
+    Ok(Cwd { dir, path: opened })
+}
+
+/// `path` with `.` and `..` taken away by their names alone, not through the file system:
+/// where a path that does not resolve would be.
+fn lexical(path: &Path) -> PathBuf {
+    let mut out = PathBuf::new();
+    for part in path.components() {
+        match part {
+            Component::ParentDir => {
+                out.pop();
+            }
+            Component::CurDir => {}
+            other => out.push(other),
+        }
+    }
+    out
 }
 
 pub fn inside_roots(path: &Path, roots: &[PathBuf]) -> bool {

@@ -1239,3 +1239,313 @@ async fn live_view_in_chromium_follows_a_pty_screen_and_pipe_output() {
         LIVE_TEXT,
     );
 }
+
+// Connections: the cap, the header and idle timeouts, and running out of descriptors
+// (SPEC §11: "Header-read and idle timeouts and a connection cap apply to every listener").
+
+/// The `host:port` of a server's base URL.
+fn address(base: &str) -> String {
+    base.trim_start_matches("http://").to_string()
+}
+
+/// Open descriptors of process `pid`.
+fn fd_count(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .count()
+}
+
+/// Whether the server has closed `socket` (end of file or reset), without waiting.
+fn is_closed(socket: &std::net::TcpStream) -> bool {
+    socket.set_nonblocking(true).unwrap();
+    let mut buf = [0u8; 4096];
+    let closed = loop {
+        match (&*socket).read(&mut buf) {
+            Ok(0) => break true,
+            Ok(_) => continue,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break false,
+            Err(_) => break true,
+        }
+    };
+    socket.set_nonblocking(false).unwrap();
+    closed
+}
+
+/// Wait until the server has closed `socket`; how long that took.
+fn closed_after(socket: &std::net::TcpStream, since: Instant) -> Duration {
+    while !is_closed(socket) {
+        assert!(since.elapsed() < PATIENCE, "the server kept the connection");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    since.elapsed()
+}
+
+/// Send `request` on `socket` and read one whole answer (head and a Content-Length body):
+/// its status line.
+fn exchange(socket: &mut std::net::TcpStream, request: &str) -> String {
+    use std::io::Write;
+    socket.write_all(request.as_bytes()).unwrap();
+    socket.set_read_timeout(Some(PATIENCE)).unwrap();
+    let mut answer = Vec::new();
+    let mut byte = [0u8; 1];
+    while !answer.ends_with(b"\r\n\r\n") {
+        assert_eq!(socket.read(&mut byte).unwrap(), 1, "closed mid-answer");
+        answer.push(byte[0]);
+    }
+    let head = String::from_utf8(answer).unwrap();
+    let length: usize = head
+        .lines()
+        .find_map(|l| {
+            l.to_ascii_lowercase()
+                .strip_prefix("content-length:")
+                .map(|v| v.trim().parse().unwrap())
+        })
+        .unwrap_or(0);
+    let mut body = vec![0u8; length];
+    socket.read_exact(&mut body).unwrap();
+    head.lines().next().unwrap().to_string()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn half_open_connections_neither_hold_more_than_the_cap_nor_keep_a_client_out() {
+    // A header timeout far beyond the test: what frees places here is the cap, not a timer.
+    let server = Server::start(&[
+        "--listen",
+        "127.0.0.1:0",
+        "--web",
+        "--header-read-timeout-ms",
+        "600000",
+    ]);
+    let pid = server.child.id();
+    let before = fd_count(pid);
+    let opened = 300;
+    let cap = 128;
+    let mut half_open = Vec::new();
+    for _ in 0..opened {
+        use std::io::Write;
+        let mut socket = std::net::TcpStream::connect(address(&server.base)).unwrap();
+        socket
+            .write_all(b"GET /ui/ HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+            .unwrap();
+        half_open.push(socket);
+    }
+    // The oldest make way for the newest: all but the cap are closed by the server, and
+    // promptly (the bound is generous for a loaded machine; without the cap they would be
+    // held for the whole header timeout).
+    let since = Instant::now();
+    for socket in &half_open[..opened - cap] {
+        closed_after(socket, since);
+    }
+    assert!(
+        half_open[opened - cap..].iter().all(|s| !is_closed(s)),
+        "the newest are served"
+    );
+    let held = fd_count(pid);
+    assert!(held <= before + cap + 4, "{before} → {held} descriptors");
+
+    // A real client is served, through the view and through /mcp, while they are held.
+    let page = browser()
+        .get(format!("{}/ui/", server.base))
+        .bearer_auth(&server.token)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(page.status(), StatusCode::OK);
+    let id = server.open_session().await.expect("an MCP session opens");
+    let listed = server.call(&id, "terminal_list", json!({})).await;
+    assert_eq!(listed["structuredContent"]["ok"], json!(true), "{listed}");
+}
+
+#[test]
+fn with_every_place_signed_in_a_new_connection_gets_503_at_once() {
+    let server = Server::start(&[
+        "--listen",
+        "127.0.0.1:0",
+        "--web",
+        "--header-read-timeout-ms",
+        "600000",
+    ]);
+    let request = format!(
+        "GET /ui/style.css HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {}\r\n\r\n",
+        server.token
+    );
+    let mut signed_in: Vec<std::net::TcpStream> = (0..128)
+        .map(|_| {
+            let mut socket = std::net::TcpStream::connect(address(&server.base)).unwrap();
+            assert_eq!(exchange(&mut socket, &request), "HTTP/1.1 200 OK");
+            socket
+        })
+        .collect();
+    let mut late = std::net::TcpStream::connect(address(&server.base)).unwrap();
+    late.set_read_timeout(Some(PATIENCE)).unwrap();
+    let mut answer = String::new();
+    late.read_to_string(&mut answer).ok();
+    assert!(
+        answer.starts_with("HTTP/1.1 503 Service Unavailable\r\n"),
+        "{answer}"
+    );
+    assert!(answer.contains("128 connections are open"), "{answer}");
+    // A place freed is a place taken.
+    drop(signed_in.pop());
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        let mut socket = std::net::TcpStream::connect(address(&server.base)).unwrap();
+        use std::io::Write;
+        if socket.write_all(request.as_bytes()).is_ok() {
+            let mut head = [0u8; 12];
+            if socket.read_exact(&mut head).is_ok() && &head == b"HTTP/1.1 200" {
+                break;
+            }
+        }
+        assert!(Instant::now() < deadline, "the freed place was never taken");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn silent_slow_and_stalled_connections_are_closed_by_the_timeouts() {
+    use std::io::Write;
+    let server = Server::start(&[
+        "--listen",
+        "127.0.0.1:0",
+        "--header-read-timeout-ms",
+        "300",
+        "--connection-idle-ms",
+        "1000",
+    ]);
+    let connect = || std::net::TcpStream::connect(address(&server.base)).unwrap();
+
+    let silent = connect();
+    let since = Instant::now();
+    assert!(closed_after(&silent, since) >= Duration::from_millis(300));
+
+    let mut slow = connect();
+    let since = Instant::now();
+    slow.write_all(b"GET /mcp HTTP/1.1\r\nHost: 127.0").unwrap();
+    assert!(closed_after(&slow, since) >= Duration::from_millis(300));
+
+    // Between requests the same timer runs: a kept-alive connection must ask again in time.
+    let mut kept = connect();
+    let ping = json!({"jsonrpc": "2.0", "id": 1, "method": "ping"}).to_string();
+    let refused = format!(
+        "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\nAuthorization: Bearer {}\r\n\r\n{ping}",
+        ping.len(),
+        server.token
+    );
+    let status = exchange(&mut kept, &refused);
+    assert!(status.starts_with("HTTP/1.1 "), "{status}");
+    let since = Instant::now();
+    assert!(closed_after(&kept, since) >= Duration::from_millis(300));
+
+    // A signed-in request whose body stalls: no byte moves, so the idle timeout ends it.
+    let mut stalled = connect();
+    let since = Instant::now();
+    write!(
+        stalled,
+        "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n\
+         Accept: application/json, text/event-stream\r\nContent-Length: 1000\r\n\
+         Authorization: Bearer {}\r\n\r\n{{\"jsonrpc\"",
+        server.token
+    )
+    .unwrap();
+    assert!(closed_after(&stalled, since) >= Duration::from_millis(1000));
+
+    // And a client that behaves is served as before.
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(async {
+        let id = server.open_session().await.expect("an MCP session opens");
+        let listed = server.call(&id, "terminal_list", json!({})).await;
+        assert_eq!(listed["structuredContent"]["ok"], json!(true), "{listed}");
+    });
+}
+
+#[test]
+fn out_of_descriptors_a_start_says_so_not_that_the_cwd_is_wrong() {
+    use std::io::{BufRead, Write};
+    use std::os::unix::process::CommandExt;
+    const LIMIT: u64 = 64;
+    let dir = tempfile::tempdir().unwrap();
+    let token_file = dir.path().join("token");
+    let mut command = Command::new(BIN);
+    command
+        .args(["stdio", "--web", "127.0.0.1:0", "--token-file"])
+        .arg(&token_file)
+        .current_dir(dir.path())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    // SAFETY: setrlimit is async-signal-safe and only reads the struct.
+    unsafe {
+        command.pre_exec(|| {
+            let limit = libc::rlimit {
+                rlim_cur: LIMIT,
+                rlim_max: LIMIT,
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &limit) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let mut child = command.spawn().unwrap();
+    let stderr = collect_stderr(&mut child);
+    let (_, base) = sign_in_url(&stderr);
+    let token = std::fs::read_to_string(&token_file).unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let mut stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+    let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+    writeln!(stdin, "{}\n{initialized}", initialize(1)).unwrap();
+    let mut ask = |request: Value| -> Value {
+        writeln!(stdin, "{request}").unwrap();
+        let mut line = String::new();
+        stdout.read_line(&mut line).unwrap();
+        let answer: Value = serde_json::from_str(&line).unwrap();
+        if answer["id"] == json!(1) {
+            line.clear();
+            stdout.read_line(&mut line).unwrap();
+            return serde_json::from_str(&line).unwrap();
+        }
+        answer
+    };
+
+    // Live-view event streams, signed in, until every descriptor the server may open is
+    // taken (the ones it cannot accept wait in the listen queue).
+    let request = format!(
+        "GET /ui/events HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {}\r\n\r\n",
+        token.trim()
+    );
+    let mut streams = Vec::new();
+    let deadline = Instant::now() + PATIENCE;
+    while fd_count(child.id()) < LIMIT as usize {
+        let mut socket = std::net::TcpStream::connect(address(&base)).unwrap();
+        socket.write_all(request.as_bytes()).unwrap();
+        streams.push(socket);
+        assert!(Instant::now() < deadline, "the server never ran out");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+
+    let call = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+        "params": {"name": "terminal_start", "arguments": {"command_id": "long"}}});
+    let answer = ask(call);
+    let error = &answer["result"]["structuredContent"]["error"];
+    assert_eq!(error["code"], json!("INTERNAL"), "{answer}");
+    let message = error["message"].as_str().unwrap();
+    assert!(message.contains("out of file descriptors"), "{message}");
+
+    // Once connections close, starts work again.
+    drop(streams);
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        let call = json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call",
+            "params": {"name": "terminal_start", "arguments": {"command_id": "long"}}});
+        let answer = ask(call);
+        if answer["result"]["structuredContent"]["ok"] == json!(true) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{answer}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    drop(stdin);
+    assert_eq!(child.wait().unwrap().code(), Some(0));
+}

@@ -23,7 +23,7 @@ use serde_json::{Map, Value};
 use tokio::signal::unix::{SignalKind, signal};
 use tokio_util::sync::CancellationToken;
 
-use crate::access::{Access, guard, load_token};
+use crate::access::{Access, guard, listener, load_token};
 use crate::audit::AuditLog;
 use crate::limits::{HTTP_MAX_BODY_BYTES, SHUTDOWN_FLUSH, SHUTDOWN_GRACE};
 use crate::session::Sessions;
@@ -40,6 +40,7 @@ pub struct Options {
     pub mcp_idle: Duration,
     /// Also serve the live view under `/ui/`.
     pub web: bool,
+    pub connections: listener::Limits,
 }
 
 /// Everything checked before serving: the address to bind and who may connect.
@@ -48,6 +49,7 @@ pub struct Prepared {
     access: Arc<Access>,
     mcp_idle: Duration,
     web: bool,
+    connections: listener::Limits,
 }
 
 /// Check the address and load (or create) the token; errors are usage errors (exit 2).
@@ -60,6 +62,7 @@ pub fn prepare(options: Options) -> Result<Prepared, String> {
         access: Arc::new(access),
         mcp_idle: options.mcp_idle,
         web: options.web,
+        connections: options.connections,
     })
 }
 
@@ -112,13 +115,12 @@ pub async fn serve(
         .web
         .then(|| crate::web::View::new(sessions.clone(), prepared.access.clone()));
     let router = router(server, view.clone(), &prepared, stop_mcp.clone());
-    let stopped = stop_mcp.clone();
-    let server = axum::serve(
+    let serving = tokio::spawn(listener::serve(
         listener,
-        router.into_make_service_with_connect_info::<SocketAddr>(),
-    )
-    .with_graceful_shutdown(async move { stopped.cancelled().await });
-    let serving = tokio::spawn(server.into_future());
+        router,
+        prepared.connections,
+        stop_mcp.clone(),
+    ));
     eprintln!("mcp-terminal: listening on http://{bound}/mcp");
     if let Some(view) = view {
         eprintln!("mcp-terminal: live view: {}", view.sign_in_url(bound));

@@ -64,6 +64,12 @@ pub fn has_exited(pid: i32) -> bool {
     }
 }
 
+/// Whether an OS error number says there is no file descriptor to spare: EMFILE (this
+/// process is at its limit) or ENFILE (the system is).
+pub fn is_out_of_files(errno: i32) -> bool {
+    matches!(errno, libc::EMFILE | libc::ENFILE)
+}
+
 /// Signal one process. A process that no longer exists is fine.
 pub fn signal_process(pid: i32, signal: Signal) {
     let _ = nix::sys::signal::kill(Pid::from_raw(pid), signal);

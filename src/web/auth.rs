@@ -148,6 +148,7 @@ pub async fn require_viewer(
             tracing::info!("refused a live view sign-in with a spent, expired or unknown code");
             return unauthorized(true);
         }
+        crate::access::listener::prove(&request);
         let path = request.uri().path();
         let location = HeaderValue::from_str(path).unwrap_or(HeaderValue::from_static("/ui/"));
         return (
@@ -165,6 +166,7 @@ pub async fn require_viewer(
     }
     let headers = request.headers();
     if view.sign_in.cookie_ok(headers) || view.access.bearer_ok(headers) {
+        crate::access::listener::prove(&request);
         return next.run(request).await;
     }
     unauthorized(false)

@@ -25,9 +25,12 @@ use axum::middleware::{from_fn, from_fn_with_state};
 use axum::response::{Html, IntoResponse, Redirect, Response};
 use axum::routing::{any, get};
 use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
 
-use crate::access::{self, Access, guard};
-use crate::limits::WEB_MAX_WATCHERS;
+use crate::access::{self, Access, guard, listener};
+use crate::limits::{
+    HTTP_HEADER_READ_TIMEOUT, HTTP_IDLE_TIMEOUT, HTTP_MAX_CONNECTIONS, WEB_MAX_WATCHERS,
+};
 use crate::session::Sessions;
 
 /// What every route of the view shares.
@@ -199,11 +202,18 @@ pub fn serve_beside(sessions: Arc<Sessions>, beside: Beside) -> Result<(), Strin
     let view = View::new(sessions, beside.access.clone());
     let url = view.sign_in_url(bound);
     let app = router(view).layer(from_fn_with_state(beside.access, guard::browser_rules));
-    tokio::spawn(async move {
-        if let Err(e) = axum::serve(listener, app).await {
-            tracing::warn!("the live view stopped: {e}");
-        }
-    });
+    let limits = listener::Limits {
+        connections: HTTP_MAX_CONNECTIONS,
+        header_read: HTTP_HEADER_READ_TIMEOUT,
+        idle: HTTP_IDLE_TIMEOUT,
+    };
+    // Served until the process ends.
+    tokio::spawn(listener::serve(
+        listener,
+        app,
+        limits,
+        CancellationToken::new(),
+    ));
     eprintln!("mcp-terminal: live view: {url}");
     Ok(())
 }
