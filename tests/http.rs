@@ -414,7 +414,7 @@ async fn request_bodies_over_1_mib_get_413() {
 }
 
 #[tokio::test]
-async fn at_most_64_mcp_sessions_are_open_and_closing_one_frees_a_place() {
+async fn at_most_64_mcp_sessions_are_open_and_closing_one_answers_200_and_frees_a_place() {
     let server = Server::start(&["--listen", "127.0.0.1:0"]);
     let mut ids = Vec::new();
     for _ in 0..64 {
@@ -433,7 +433,9 @@ async fn at_most_64_mcp_sessions_are_open_and_closing_one_frees_a_place() {
         .send()
         .await
         .unwrap();
-    assert!(closed.status().is_success(), "{}", closed.status());
+    // 200, not 202: the session is closed by the time of the answer, and clients (the
+    // Python SDK) take anything but 200 or 204 for a failed termination.
+    assert_eq!(closed.status(), StatusCode::OK);
     assert!(server.open_session().await.is_ok(), "a place was freed");
 }
 

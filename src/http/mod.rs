@@ -182,6 +182,7 @@ fn router(
     let mut router = Router::new()
         .route_service("/mcp", mcp)
         .route_layer(axum::middleware::from_fn(mcp_sessions::full_is_503))
+        .route_layer(axum::middleware::from_fn(mcp_sessions::closed_is_200))
         // Outside the body limit: an unauthenticated client learns nothing, not even a 413.
         .route_layer(from_fn_with_state(access.clone(), guard::require_bearer));
     if let Some(view) = view {
