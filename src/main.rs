@@ -94,6 +94,7 @@ enum Command {
     /// Validate a config (default: the owner's default config file) and print a summary;
     /// exit 2 with the first error.
     CheckConfig {
+        /// The config file to check (default: the owner's default config file).
         #[arg(long)]
         config: Option<PathBuf>,
     },
@@ -135,6 +136,7 @@ enum ProfileAction {
         /// Shown to clients in terminal_start's description.
         #[arg(long)]
         description: Option<String>,
+        /// The config file to change (default: the owner's default config file).
         #[arg(long)]
         config: Option<PathBuf>,
         /// PROGRAM and its arguments, after `--`.
@@ -143,12 +145,15 @@ enum ProfileAction {
     },
     /// List the approved commands.
     List {
+        /// The config file to read (default: the owner's default config file).
         #[arg(long)]
         config: Option<PathBuf>,
     },
     /// Withdraw a command.
     Remove {
+        /// The command id to withdraw.
         id: String,
+        /// The config file to change (default: the owner's default config file).
         #[arg(long)]
         config: Option<PathBuf>,
     },

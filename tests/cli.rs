@@ -206,6 +206,53 @@ fn help_version_and_usage_errors() {
 }
 
 #[test]
+fn check_config_shows_which_profiles_are_shells_and_every_option_has_help() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("config.json");
+    mcp_terminal()
+        .args(["make-config", "--shells", "--output"])
+        .arg(&path)
+        .arg("--root")
+        .arg(dir.path())
+        .assert()
+        .success();
+    let checked = mcp_terminal()
+        .args(["check-config", "--config"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert!(checked.status.success(), "{}", stderr_of(&checked));
+    let summary = stdout_of(&checked);
+    let line = |id: &str| {
+        summary
+            .lines()
+            .find(|l| l.split_whitespace().next() == Some(id))
+            .unwrap_or_else(|| panic!("no `{id}` in {summary}"))
+            .to_owned()
+    };
+    assert!(line("sh").contains(" pipe shell "), "{summary}");
+    assert!(!line("stream").contains("shell"), "{summary}");
+
+    // Every option of these commands says what it is.
+    for args in [
+        &["profile", "add", "--help"][..],
+        &["profile", "list", "--help"],
+        &["profile", "remove", "--help"],
+        &["check-config", "--help"],
+    ] {
+        let help = stdout_of(&mcp_terminal().args(args).output().unwrap());
+        let config = help
+            .lines()
+            .find(|l| l.trim_start().starts_with("--config"))
+            .unwrap_or_else(|| panic!("{args:?}: {help}"));
+        assert!(
+            config.contains("default config file"),
+            "{args:?}: `{config}` has no help text"
+        );
+    }
+}
+
+#[test]
 fn stdio_on_immediate_eof_exits_0() {
     let dir = tempfile::tempdir().unwrap();
     mcp_terminal()

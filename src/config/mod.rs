@@ -247,9 +247,13 @@ impl Config {
             } else {
                 format!(" secrets:{}", p.allowed_secrets.join(","))
             };
+            // As `profile list` shows it: a shell runs any command line a client sends.
+            let kind = match p.shell {
+                Some(_) => format!("{} shell", p.mode.as_str()),
+                None => p.mode.as_str().to_owned(),
+            };
             out.push_str(&format!(
-                "  {id:<16} {:<4} {}{env}{secrets}\n",
-                p.mode.as_str(),
+                "  {id:<16} {kind:<10} {}{env}{secrets}\n",
                 p.argv.join(" ")
             ));
         }
