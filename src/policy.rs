@@ -11,8 +11,12 @@ use nix::sys::stat::Mode;
 use crate::errors::{ErrorCode, ToolError};
 use crate::process::is_out_of_files;
 
-/// Names a client may never set, whatever the profile allows (case-insensitive).
+/// Names a client may never set, whatever the profile allows (case-insensitive). Each one
+/// makes a program, or the shell, or a library loaded by every program, run code or load it
+/// from a place the variable names. The list is defence in depth, not a guarantee: the
+/// owner approves `allowed_env` knowing the programs.
 const DENIED_NAMES: &[&str] = &[
+    // Where programs come from and how the shell starts.
     "PATH",
     "HOME",
     "SHELL",
@@ -20,16 +24,62 @@ const DENIED_NAMES: &[&str] = &[
     "BASH_ENV",
     "IFS",
     "CDPATH",
-    "NODE_OPTIONS",
-    "PERL5OPT",
-    "RUBYOPT",
+    "SHELLOPTS",
+    "BASHOPTS",
+    "ZDOTDIR",
+    // Expanded by an interactive shell at each prompt or command: command substitution runs.
+    "PROMPT_COMMAND",
+    "PS0",
+    "PS1",
+    "PS2",
+    "PS4",
+    // The C library and the interpreters' own load paths and options.
+    "GLIBC_TUNABLES",
     "GCONV_PATH",
+    "NODE_OPTIONS",
+    "NODE_PATH",
+    "RUBYOPT",
+    "RUBYLIB",
+    "LUA_INIT",
+    "LUA_PATH",
+    "LUA_CPATH",
+    "PHPRC",
+    "PHP_INI_SCAN_DIR",
+    "TCLLIBPATH",
+    "CLASSPATH",
     "JAVA_TOOL_OPTIONS",
     "_JAVA_OPTIONS",
     "JDK_JAVA_OPTIONS",
+    // Commands other programs run on the client's behalf.
+    "VISUAL",
+    "BROWSER",
+    "LESSOPEN",
+    "LESSCLOSE",
+    "GIT_SSH",
+    "GIT_SSH_COMMAND",
+    "GIT_EXEC_PATH",
+    "GIT_EXTERNAL_DIFF",
+    "GIT_PROXY_COMMAND",
+    "GIT_TEMPLATE_DIR",
     TAG_VAR,
 ];
-const DENIED_PREFIXES: &[&str] = &["PYTHON", "LD_", "DYLD_"];
+/// Prefixes: Python's, Perl's and Ruby's own variables, the dynamic loader's, exported bash
+/// functions (`BASH_FUNC_name%%`, run as code by every bash that starts), and git's
+/// configuration from the environment (which can set any command git runs).
+const DENIED_PREFIXES: &[&str] = &[
+    "PYTHON",
+    "PERL",
+    "RUBY",
+    "LD_",
+    "DYLD_",
+    "BASH_FUNC_",
+    "GIT_CONFIG",
+    "LUA_INIT_",
+];
+/// Suffixes: the programs that page, edit or ask for a password for another (`PAGER`,
+/// `GIT_PAGER`, `MANPAGER`, `EDITOR`, `GIT_EDITOR`, `SSH_ASKPASS`, `SUDO_ASKPASS`, …).
+const DENIED_SUFFIXES: &[&str] = &["PAGER", "EDITOR", "ASKPASS"];
+/// Words that name what a client must not be able to plant (a credential it then reads).
 const DENIED_PARTS: &[&str] = &[
     "TOKEN",
     "SECRET",
@@ -71,6 +121,9 @@ pub fn denied_env_name(name: &str) -> Option<String> {
     }
     if let Some(prefix) = DENIED_PREFIXES.iter().find(|p| upper.starts_with(*p)) {
         return Some(format!("`{name}` starts with the denied prefix {prefix}"));
+    }
+    if let Some(suffix) = DENIED_SUFFIXES.iter().find(|p| upper.ends_with(*p)) {
+        return Some(format!("`{name}` ends with the denied word {suffix}"));
     }
     if let Some(part) = DENIED_PARTS.iter().find(|p| upper.contains(*p)) {
         return Some(format!("`{name}` contains the denied word {part}"));
@@ -204,10 +257,38 @@ mod tests {
             "_JAVA_OPTIONS",
             "bash_env",
             "mcp_terminal_session",
+            "PERL5LIB",
+            "PERLLIB",
+            "RUBYLIB",
+            "NODE_PATH",
+            "PROMPT_COMMAND",
+            "BASH_FUNC_ls%%",
+            "GLIBC_TUNABLES",
+            "GIT_SSH_COMMAND",
+            "GIT_CONFIG_COUNT",
+            "GIT_CONFIG_VALUE_0",
+            "LESSOPEN",
+            "PAGER",
+            "GIT_PAGER",
+            "MANPAGER",
+            "EDITOR",
+            "VISUAL",
+            "SHELLOPTS",
+            "SSH_ASKPASS",
+            "SUDO_ASKPASS",
+            "PS1",
+            "LUA_INIT_5_4",
         ] {
             assert!(denied_env_name(name).is_some(), "{name} should be denied");
         }
-        for name in ["GREETING", "LANGUAGE", "MY_VAR"] {
+        for name in [
+            "GREETING",
+            "LANGUAGE",
+            "MY_VAR",
+            "GIT_AUTHOR_NAME",
+            "NODE_ENV",
+            "TERM",
+        ] {
             assert!(denied_env_name(name).is_none(), "{name} should be allowed");
         }
     }

@@ -205,6 +205,50 @@ fn help_version_and_usage_errors() {
     }
 }
 
+/// Each of these makes a program or a shell run code of the client's choosing; a profile
+/// that lets the client set one is refused.
+#[test]
+fn allowed_env_refuses_every_name_that_runs_code() {
+    let names = [
+        "PERL5LIB",
+        "PERLLIB",
+        "RUBYLIB",
+        "NODE_OPTIONS",
+        "NODE_PATH",
+        "PROMPT_COMMAND",
+        "PS1",
+        "BASH_FUNC_ls%%",
+        "GLIBC_TUNABLES",
+        "GIT_SSH_COMMAND",
+        "GIT_CONFIG_COUNT",
+        "LESSOPEN",
+        "PAGER",
+        "GIT_PAGER",
+        "EDITOR",
+        "VISUAL",
+        "SHELLOPTS",
+        "SSH_ASKPASS",
+    ];
+    let dir = tempfile::tempdir().unwrap();
+    for name in names {
+        let path = config_with(dir.path(), |c| {
+            set(c, "/commands/stream/allowed_env", json!(["GREETING", name]))
+        });
+        let out = mcp_terminal()
+            .args(["check-config", "--config"])
+            .arg(&path)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{name}");
+        let message = stderr_of(&out);
+        let expected = format!("`commands.stream.allowed_env[1]`: `{name}` ");
+        assert!(
+            message.contains(&expected) && message.contains("clients may never set it"),
+            "{name}: {message}"
+        );
+    }
+}
+
 #[test]
 fn check_config_shows_which_profiles_are_shells_and_every_option_has_help() {
     let dir = tempfile::tempdir().unwrap();
