@@ -14,6 +14,7 @@ mod json;
 pub mod limits;
 mod output;
 mod policy;
+mod private_file;
 pub mod process;
 pub mod session;
 pub mod stdio;

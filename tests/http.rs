@@ -262,6 +262,56 @@ fn token_files_others_can_read_or_too_short_are_refused_with_exit_2() {
     assert!(!stderr.contains("short-token"), "{stderr}");
 }
 
+/// A token file is used only when it is a regular file of the server's user: a symlink, a
+/// FIFO (which would block the open forever) or another user's file is refused, exit 2.
+#[test]
+fn token_files_that_are_links_fifos_or_another_users_are_refused_before_reading() {
+    let dir = tempfile::tempdir().unwrap();
+    let secret = "s3cr3t-".repeat(6);
+    let real = dir.path().join("real");
+    write_token(&real, &secret, 0o600);
+    let link = dir.path().join("link");
+    std::os::unix::fs::symlink(&real, &link).unwrap();
+    let fifo = dir.path().join("fifo");
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+    let mut cases = vec![
+        (link, "is a symbolic link"),
+        (fifo, "is not a regular file"),
+    ];
+    if nix::unistd::geteuid().is_root() {
+        let theirs = dir.path().join("theirs");
+        write_token(&theirs, &secret, 0o600);
+        std::os::unix::fs::chown(&theirs, Some(65534), None).unwrap();
+        cases.push((theirs, "belongs to user 65534"));
+    }
+    for (path, why) in cases {
+        let mut child = Command::new(BIN)
+            .args(["http", "--listen", "127.0.0.1:0", "--token-file"])
+            .arg(&path)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stderr = collect_stderr(&mut child);
+        let deadline = Instant::now() + PATIENCE;
+        let status = loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                break status;
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                panic!("{}: the server hung at start-up", path.display());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        let stderr = wait_for(&stderr, "mcp-terminal: the token file");
+        assert_eq!(status.code(), Some(2), "{stderr}");
+        assert!(stderr.contains(why), "{stderr}");
+        assert!(!stderr.contains(&secret), "{stderr}");
+    }
+}
+
 #[tokio::test]
 async fn a_token_file_with_surrounding_whitespace_is_accepted() {
     let dir = tempfile::tempdir().unwrap();

@@ -3,12 +3,12 @@
 //! ever formats a value: errors name the secret, and `Debug` prints a placeholder.
 
 use std::collections::BTreeMap;
-use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
 
 use serde_json::{Map, Value, json};
 
 use crate::limits::{SECRET_MAX_BYTES, SECRET_MIN_BYTES, SECRET_NAME_MAX_CHARS};
+use crate::private_file::{self, Refusal};
 use crate::strict::{Fields, type_name};
 
 /// Where the owner keeps a secret's value.
@@ -120,20 +120,23 @@ fn read_value(source: &Source) -> Result<SecretValue, String> {
             .into_encoded_bytes(),
         Source::File(path) => {
             let shown = path.display();
-            let meta = std::fs::metadata(path)
-                .map_err(|_| format!("cannot read the file {shown} (missing or not allowed)"))?;
-            if !meta.is_file() {
-                return Err(format!("{shown} is not a regular file"));
-            }
-            if meta.mode() & 0o077 != 0 {
-                return Err(format!(
-                    "{shown} is readable or writable by group or others (mode {:o}); \
-                     chmod 600 it, as ssh requires of keys",
-                    meta.mode() & 0o777
-                ));
-            }
-            let mut bytes = std::fs::read(path)
-                .map_err(|_| format!("cannot read the file {shown} (not allowed)"))?;
+            // The value and a line ending: more is refused unread.
+            let mut bytes = match private_file::read(path, SECRET_MAX_BYTES + 2) {
+                Ok(bytes) => bytes,
+                Err(Refusal::Missing | Refusal::Unopenable(_) | Refusal::Unreadable(_)) => {
+                    return Err(format!(
+                        "cannot read the file {shown} (missing or not allowed)"
+                    ));
+                }
+                Err(Refusal::Shared { mode }) => {
+                    return Err(format!(
+                        "{shown} is readable or writable by group or others (mode {mode:o}); \
+                         chmod 600 it, as ssh requires of keys"
+                    ));
+                }
+                Err(Refusal::TooLarge { .. }) => return Err(value_length()),
+                Err(refusal) => return Err(refusal.describe(path)),
+            };
             if bytes.ends_with(b"\n") {
                 bytes.pop();
                 if bytes.ends_with(b"\r") {
@@ -144,9 +147,7 @@ fn read_value(source: &Source) -> Result<SecretValue, String> {
         }
     };
     if !(SECRET_MIN_BYTES..=SECRET_MAX_BYTES).contains(&raw.len()) {
-        return Err(format!(
-            "the value must be {SECRET_MIN_BYTES} to {SECRET_MAX_BYTES} bytes long"
-        ));
+        return Err(value_length());
     }
     if raw.contains(&0) || raw.contains(&b'\n') || raw.contains(&b'\r') {
         return Err("the value must not contain NUL or a line break".into());
@@ -155,6 +156,10 @@ fn read_value(source: &Source) -> Result<SecretValue, String> {
     String::from_utf8(raw)
         .map(SecretValue)
         .map_err(|_| "the value must be UTF-8 text".into())
+}
+
+fn value_length() -> String {
+    format!("the value must be {SECRET_MIN_BYTES} to {SECRET_MAX_BYTES} bytes long")
 }
 
 #[cfg(test)]
