@@ -377,6 +377,9 @@ enum Serve {
 }
 
 fn serve(config: Config, transport: Serve) -> Result<(), String> {
+    // SAFETY: no thread but this one exists yet: the runtime, the logger's writer and the
+    // guardian all start below.
+    unsafe { config::remove_from_environment(&config.secrets) };
     init_logging();
     // A log that cannot be opened is a config error, reported before anything starts.
     let audit = open_audit(&config)?;

@@ -18,7 +18,7 @@ use serde_json::{Value, json};
 pub use defaults::{default_config, shell_profiles};
 pub use edit::{ConfigFile, config_path, default_config_path, resolve_program};
 pub use parse::parse_config;
-pub use secrets::Secret;
+pub use secrets::{Secret, remove_from_environment};
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Config {

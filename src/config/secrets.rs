@@ -158,6 +158,61 @@ fn read_value(source: &Source) -> Result<SecretValue, String> {
         .map_err(|_| "the value must be UTF-8 text".into())
 }
 
+/// Take the variable of every `env` secret out of this process's environment: out of the
+/// environment list (so nothing in the server, and no process it starts, reads it again), and
+/// out of the memory `/proc/PID/environ` shows, the block the kernel laid out at exec, which
+/// taking a variable out of the list leaves as it was: the entry's bytes there become NULs.
+///
+/// # Safety
+/// No other thread may exist yet: the environment changes here without the lock that other
+/// threads' reads of it would take.
+pub unsafe fn remove_from_environment(secrets: &BTreeMap<String, Secret>) {
+    let block = exec_environment_block();
+    for secret in secrets.values() {
+        let Source::Env(var) = &secret.source else {
+            continue;
+        };
+        let prefix = [var.as_bytes(), b"="].concat();
+        let mut entries = Vec::new();
+        // SAFETY: `environ` is a NULL-terminated array of NUL-terminated strings, and no
+        // other thread can change it (the caller's promise).
+        unsafe {
+            let mut at = libc::environ;
+            while !at.is_null() && !(*at).is_null() {
+                let entry = std::ffi::CStr::from_ptr(*at);
+                if entry.to_bytes().starts_with(&prefix) {
+                    entries.push((*at, entry.to_bytes().len()));
+                }
+                at = at.add(1);
+            }
+            std::env::remove_var(var);
+        }
+        for (entry, len) in entries {
+            let address = entry as usize;
+            if block
+                .as_ref()
+                .is_some_and(|range| range.contains(&address) && address + len < range.end)
+            {
+                // SAFETY: the entry lies in the exec block, writable stack memory of this
+                // process that nothing points into any more (it left the list above).
+                unsafe { std::ptr::write_bytes(entry, 0, len) };
+            }
+        }
+    }
+}
+
+/// Where the environment the kernel laid out at exec lies: `env_start` and `env_end`, the
+/// 50th and 51st fields of `/proc/self/stat`.
+fn exec_environment_block() -> Option<std::ops::Range<usize>> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    let (_, fields) = stat.rsplit_once(')')?;
+    // After the command name: field 3 (state) is the first.
+    let mut fields = fields.split_whitespace().skip(50 - 3);
+    let start = fields.next()?.parse().ok()?;
+    let end = fields.next()?.parse().ok()?;
+    Some(start..end)
+}
+
 fn value_length() -> String {
     format!("the value must be {SECRET_MIN_BYTES} to {SECRET_MAX_BYTES} bytes long")
 }

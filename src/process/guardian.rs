@@ -65,7 +65,6 @@ impl Guardian {
     /// caller waits for no more than that.
     pub fn start(instance: &str) -> io::Result<Guardian> {
         use std::ffi::CString;
-        use std::os::unix::ffi::OsStrExt;
 
         use nix::fcntl::OFlag;
         use nix::spawn::{PosixSpawnAttr, PosixSpawnFileActions, PosixSpawnFlags, posix_spawn};
@@ -95,9 +94,10 @@ impl Guardian {
             c"--instance".to_owned(),
             c_string(instance.as_bytes())?,
         ];
-        let env = std::env::vars_os()
-            .map(|(key, value)| c_string(&[key.as_bytes(), b"=", value.as_bytes()].concat()))
-            .collect::<io::Result<Vec<_>>>()?;
+        // Nothing of the server's environment: the guardian needs none of it, and whatever
+        // is in it (an owner's secret set for another purpose) would show in its
+        // /proc/PID/environ for as long as the server runs.
+        let env: [CString; 0] = [];
         // Collected by the reaper, or by `finish`.
         let pid = posix_spawn(c"/proc/self/exe", &actions, &attr, &args, &env)?.as_raw();
         drop(theirs);
