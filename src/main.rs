@@ -474,12 +474,24 @@ async fn run(sessions: Arc<Sessions>, audit: Option<Arc<audit::AuditLog>>) -> Re
     Ok(())
 }
 
+/// Logs go to stderr at the levels `MCP_TERMINAL_LOG` asks for, under one ceiling it cannot
+/// lift: below info only this crate logs. Libraries log what passes through them at debug
+/// and trace (rmcp every request and answer, so the text a client writes and the output it
+/// reads; hyper a connection's bytes), and no log may hold either: this crate logs byte
+/// counts and names, never text.
 fn init_logging() {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("MCP_TERMINAL_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,rmcp=warn"));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
+    use tracing_subscriber::filter::{FilterExt, filter_fn};
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    use tracing_subscriber::{EnvFilter, Layer};
+    let asked = EnvFilter::try_from_env("MCP_TERMINAL_LOG")
+        .unwrap_or_else(|_| EnvFilter::new("info,rmcp=warn"));
+    let ceiling = filter_fn(|event| {
+        event.target().starts_with("mcp_terminal") || *event.level() <= tracing::Level::INFO
+    });
+    let stderr = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
         .with_ansi(false)
-        .init();
+        .with_filter(asked.and(ceiling));
+    tracing_subscriber::registry().with(stderr).init();
 }

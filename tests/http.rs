@@ -1601,3 +1601,162 @@ fn out_of_descriptors_a_start_says_so_not_that_the_cwd_is_wrong() {
     drop(stdin);
     assert_eq!(child.wait().unwrap().code(), Some(0));
 }
+
+// Logs (SPEC §12: no log at any level holds what a client writes or a session prints).
+
+/// `mcp-terminal stdio` driven by raw JSON lines.
+struct StdioServer {
+    child: Child,
+    stdin: std::process::ChildStdin,
+    stdout: std::io::BufReader<std::process::ChildStdout>,
+    stderr: Arc<Mutex<String>>,
+    next_id: u64,
+}
+
+impl StdioServer {
+    fn start(dir: &Path, env: &[(&str, &str)]) -> StdioServer {
+        use std::io::Write;
+        let mut child = Command::new(BIN)
+            .arg("stdio")
+            .current_dir(dir)
+            .envs(env.iter().copied())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stderr = collect_stderr(&mut child);
+        let mut stdin = child.stdin.take().unwrap();
+        let stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+        let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+        writeln!(stdin, "{}\n{initialized}", initialize(0)).unwrap();
+        let mut server = StdioServer {
+            child,
+            stdin,
+            stdout,
+            stderr,
+            next_id: 0,
+        };
+        server.answer(0);
+        server
+    }
+
+    /// The answer with `id`, skipping any other line.
+    fn answer(&mut self, id: u64) -> Value {
+        use std::io::BufRead;
+        loop {
+            let mut line = String::new();
+            assert!(
+                self.stdout.read_line(&mut line).unwrap() > 0,
+                "stdout closed"
+            );
+            let message: Value = serde_json::from_str(&line).unwrap();
+            if message["id"] == json!(id) {
+                return message;
+            }
+        }
+    }
+
+    /// A tools/call: its structured content.
+    fn call(&mut self, tool: &str, arguments: Value) -> Value {
+        use std::io::Write;
+        self.next_id += 1;
+        let request = json!({"jsonrpc": "2.0", "id": self.next_id, "method": "tools/call",
+            "params": {"name": tool, "arguments": arguments}});
+        writeln!(self.stdin, "{request}").unwrap();
+        self.answer(self.next_id)["result"]["structuredContent"].clone()
+    }
+
+    /// Close stdin and wait for the exit: everything it wrote on stderr.
+    fn finish(mut self) -> String {
+        drop(self.stdin);
+        assert_eq!(self.child.wait().unwrap().code(), Some(0));
+        self.stderr.lock().unwrap().clone()
+    }
+}
+
+/// What a log must never hold: the text written, as the client sent it and as the session
+/// printed it back (`interactive` echoes each line). The wait's pattern and the read name
+/// it only by a class, so a request logged whole would show the marker only through the
+/// write or an answer.
+const LOG_MARKER: &str = "log-probe-1f2e";
+const LOG_MARKER_PATTERN: &str = "echo: log-probe-[0-9a-f]{4}";
+
+/// Whether the server logged the tool error below at debug level.
+fn logged_at_debug(stderr: &str) -> bool {
+    stderr
+        .lines()
+        .any(|l| l.contains(" DEBUG ") && l.contains("mcp_terminal::tools: tool error"))
+}
+
+#[tokio::test]
+async fn no_log_level_holds_written_text_or_output_over_http() {
+    // `spawn` runs the server at MCP_TERMINAL_LOG=trace: every target at every level asked.
+    let server = Server::start(&["--listen", "127.0.0.1:0"]);
+    let id = server.open_session().await.unwrap();
+    let started = server
+        .call(&id, "terminal_start", json!({"command_id": "interactive"}))
+        .await;
+    let sid = started["structuredContent"]["session_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let text = format!("{LOG_MARKER}\n");
+    let written = server
+        .call(
+            &id,
+            "terminal_write",
+            json!({"session_id": sid, "text": text}),
+        )
+        .await;
+    assert_eq!(written["structuredContent"]["ok"], json!(true), "{written}");
+    let waited = server
+        .call(
+            &id,
+            "terminal_wait",
+            json!({"session_id": sid, "pattern": LOG_MARKER_PATTERN}),
+        )
+        .await;
+    assert_eq!(waited["structuredContent"]["outcome"], json!("matched"));
+    let read = server
+        .call(&id, "terminal_read", json!({"session_id": sid}))
+        .await;
+    assert!(read.to_string().contains(LOG_MARKER), "{read}");
+    // A tool error, which this crate logs at debug: proof that debug lines are written.
+    server
+        .call(
+            &id,
+            "terminal_status",
+            json!({"session_id": "0".repeat(32)}),
+        )
+        .await;
+    let stderr = server.stderr();
+    assert!(logged_at_debug(&stderr), "{stderr}");
+    assert!(!stderr.contains(LOG_MARKER), "{stderr}");
+}
+
+#[test]
+fn no_log_level_holds_written_text_or_output_over_stdio() {
+    let dir = tempfile::tempdir().unwrap();
+    // Asking each library for its every line by name changes nothing either.
+    let levels = "trace,rmcp=trace,hyper=trace,axum=trace,tower=trace,mcp_terminal=trace";
+    let mut server = StdioServer::start(dir.path(), &[("MCP_TERMINAL_LOG", levels)]);
+    let started = server.call("terminal_start", json!({"command_id": "interactive"}));
+    let sid = started["session_id"].as_str().unwrap().to_string();
+    let written = server.call(
+        "terminal_write",
+        json!({"session_id": sid, "text": format!("{LOG_MARKER}\n")}),
+    );
+    assert_eq!(written["ok"], json!(true), "{written}");
+    let waited = server.call(
+        "terminal_wait",
+        json!({"session_id": sid, "pattern": LOG_MARKER_PATTERN}),
+    );
+    assert_eq!(waited["outcome"], json!("matched"), "{waited}");
+    let read = server.call("terminal_read", json!({"session_id": sid}));
+    assert!(read.to_string().contains(LOG_MARKER), "{read}");
+    server.call("terminal_status", json!({"session_id": "0".repeat(32)}));
+    let stderr = server.finish();
+    assert!(logged_at_debug(&stderr), "{stderr}");
+    assert!(!stderr.contains(LOG_MARKER), "{stderr}");
+}
