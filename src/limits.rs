@@ -14,8 +14,10 @@ pub const STDOUT_PIPE_BYTES: usize = 256 * 1024;
 /// Error replies to malformed lines that may wait for stdout; while they do, stdin is not read.
 pub const REPLY_QUEUE_MAX: usize = 16;
 /// Requests the service holds unanswered before no more input is read (a client that
-/// never reads its answers cannot grow the server).
+/// never reads its answers cannot grow the server). Over HTTP, the most in flight on the
+/// server, and the most for one MCP session (half, so one cannot take every place).
 pub const MAX_IN_FLIGHT: usize = 64;
+pub const MCP_SESSION_MAX_IN_FLIGHT: usize = MAX_IN_FLIGHT / 2;
 
 /// Largest cursor a client may pass (2^63 - 1).
 pub const MAX_CURSOR: u64 = i64::MAX as u64;
@@ -115,6 +117,17 @@ pub const SCROLLBACK_MAX_LINES: usize = 10_000;
 /// string, so an unterminated one cannot grow the server).
 pub const TITLE_MAX_BYTES: usize = 1024;
 
+/// A wait's pattern: each automaton compiled from it at most this large, each lazy DFA's
+/// cache at most this large (cleared and refilled past it), its whole search at most this
+/// large (else `INVALID_ARGUMENT`), and the searches of all client patterns held at once at
+/// most this large together (else `INVALID_ARGUMENT` saying to wait). `\w{20}` takes about
+/// 3 MiB, a plain pattern about 600 KiB (mostly cache room it may never use).
+pub const PATTERN_NFA_BYTES: usize = 1 << 20;
+pub const PATTERN_DFA_CACHE_BYTES: usize = 256 * 1024;
+pub const PATTERN_MAX_BYTES: usize = 4 << 20;
+pub const PATTERNS_TOTAL_BYTES: usize = 64 << 20;
+/// Client patterns compiled at once (off the async workers); the others wait their turn.
+pub const PATTERN_COMPILES_AT_ONCE: usize = 2;
 /// Text a `terminal_wait` searches per step under the session lock.
 pub const SEARCH_STEP_BYTES: usize = 64 * 1024;
 

@@ -1611,6 +1611,7 @@ struct StdioServer {
     stdout: std::io::BufReader<std::process::ChildStdout>,
     stderr: Arc<Mutex<String>>,
     next_id: u64,
+    early: std::collections::HashMap<u64, Value>,
 }
 
 impl StdioServer {
@@ -1636,14 +1637,18 @@ impl StdioServer {
             stdout,
             stderr,
             next_id: 0,
+            early: std::collections::HashMap::new(),
         };
         server.answer(0);
         server
     }
 
-    /// The answer with `id`, skipping any other line.
+    /// The answer with `id`; answers to other requests that come first are kept for later.
     fn answer(&mut self, id: u64) -> Value {
         use std::io::BufRead;
+        if let Some(answer) = self.early.remove(&id) {
+            return answer;
+        }
         loop {
             let mut line = String::new();
             assert!(
@@ -1651,20 +1656,30 @@ impl StdioServer {
                 "stdout closed"
             );
             let message: Value = serde_json::from_str(&line).unwrap();
-            if message["id"] == json!(id) {
-                return message;
+            match message["id"].as_u64() {
+                Some(got) if got == id => return message,
+                Some(other) => {
+                    self.early.insert(other, message);
+                }
+                None => {}
             }
         }
     }
 
-    /// A tools/call: its structured content.
-    fn call(&mut self, tool: &str, arguments: Value) -> Value {
+    /// Send a tools/call without waiting for its answer: its id.
+    fn send(&mut self, tool: &str, arguments: Value) -> u64 {
         use std::io::Write;
         self.next_id += 1;
         let request = json!({"jsonrpc": "2.0", "id": self.next_id, "method": "tools/call",
             "params": {"name": tool, "arguments": arguments}});
         writeln!(self.stdin, "{request}").unwrap();
-        self.answer(self.next_id)["result"]["structuredContent"].clone()
+        self.next_id
+    }
+
+    /// A tools/call: its structured content.
+    fn call(&mut self, tool: &str, arguments: Value) -> Value {
+        let id = self.send(tool, arguments);
+        self.answer(id)["result"]["structuredContent"].clone()
     }
 
     /// Close stdin and wait for the exit: everything it wrote on stderr.
@@ -1759,4 +1774,171 @@ fn no_log_level_holds_written_text_or_output_over_stdio() {
     let stderr = server.finish();
     assert!(logged_at_debug(&stderr), "{stderr}");
     assert!(!stderr.contains(LOG_MARKER), "{stderr}");
+}
+
+// Requests in flight and the memory of patterns (SPEC §11 limits; README "Limits").
+
+impl Server {
+    /// Send a tools/call in session `id` and return once the answer's headers came (the
+    /// answer itself streams later): the request is then in flight.
+    async fn send_call(&self, id: &str, tool: &str, arguments: Value) -> reqwest::Response {
+        let request = json!({"jsonrpc": "2.0", "id": 9, "method": "tools/call",
+            "params": {"name": tool, "arguments": arguments}});
+        self.authed(&request)
+            .header("Mcp-Session-Id", id)
+            .send()
+            .await
+            .unwrap()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn requests_in_flight_are_capped_per_mcp_session_and_for_the_server() {
+    let server = Server::start(&["--listen", "127.0.0.1:0"]);
+    let (a, b, c) = (
+        server.open_session().await.unwrap(),
+        server.open_session().await.unwrap(),
+        server.open_session().await.unwrap(),
+    );
+    let started = server
+        .call(&a, "terminal_start", json!({"command_id": "long"}))
+        .await;
+    let sid = started["structuredContent"]["session_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    // Waits that outlast the test: each holds its place until the server is dropped.
+    let wait = json!({"session_id": sid, "pattern": "never printed by the long demo", "timeout_ms": 60_000});
+    let mut in_flight = Vec::new();
+    for _ in 0..32 {
+        let response = server.send_call(&a, "terminal_wait", wait.clone()).await;
+        assert_eq!(response.status(), StatusCode::OK);
+        in_flight.push(response);
+    }
+    let refused = server.send_call(&a, "terminal_wait", wait.clone()).await;
+    assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(refused.headers()["retry-after"], "1");
+    let body = refused.text().await.unwrap();
+    assert!(body.contains("32 requests of this MCP session"), "{body}");
+
+    // Another session has places of its own, up to the server's 64.
+    for _ in 0..32 {
+        let response = server.send_call(&b, "terminal_wait", wait.clone()).await;
+        assert_eq!(response.status(), StatusCode::OK);
+        in_flight.push(response);
+    }
+    let refused = server.send_call(&c, "terminal_list", json!({})).await;
+    assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+    let body = refused.text().await.unwrap();
+    assert!(
+        body.contains("64 requests are in flight on this server"),
+        "{body}"
+    );
+    // A notification takes no place: a client at the cap can still cancel.
+    let cancel = json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+        "params": {"requestId": 9}});
+    let sent = server
+        .authed(&cancel)
+        .header("Mcp-Session-Id", &c)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(sent.status(), StatusCode::ACCEPTED);
+
+    // An answer that has gone out gives its place back.
+    drop(in_flight.pop());
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        let response = server.send_call(&c, "terminal_list", json!({})).await;
+        if response.status() == StatusCode::OK {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the place was never given back");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// The most resident memory process `pid` has had, in KiB (VmHWM).
+fn peak_rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap()
+}
+
+#[test]
+fn pathological_patterns_are_refused_and_concurrent_waits_keep_memory_bounded() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut server = StdioServer::start(dir.path(), &[]);
+    let started = server.call("terminal_start", json!({"command_id": "long"}));
+    let sid = started["session_id"].as_str().unwrap().to_string();
+    let pid = server.child.id();
+    let before = peak_rss_kib(pid);
+
+    // 64 waits at once (every place stdio has) with a pattern whose search would hold
+    // about 17 MB: each is refused at once, saying why.
+    let ids: Vec<u64> = (0..64)
+        .map(|_| {
+            server.send(
+                "terminal_wait",
+                json!({"session_id": sid, "pattern": r"\w{100}\W{100}", "timeout_ms": 2000}),
+            )
+        })
+        .collect();
+    for id in ids {
+        let answer = server.answer(id)["result"]["structuredContent"].clone();
+        assert_eq!(
+            answer["error"]["code"],
+            json!("INVALID_ARGUMENT"),
+            "{answer}"
+        );
+        let message = answer["error"]["message"].as_str().unwrap();
+        assert!(message.contains("larger than the 4096 KiB"), "{message}");
+        assert_eq!(answer["error"]["parameter"], json!("pattern"));
+    }
+    let refused = peak_rss_kib(pid);
+    // Generous against allocator noise; without the bounds it was over 1 GB.
+    assert!(
+        refused - before < 64 * 1024,
+        "peak {before} → {refused} KiB"
+    );
+
+    // 64 waits at once with a pattern that is allowed but large (about 3 MiB each): as
+    // many wait as the patterns' budget holds, the others are told to wait. The session
+    // is ended once the first refusal has freed a place for the request that ends it.
+    let ids: Vec<u64> = (0..64)
+        .map(|_| {
+            server.send(
+                "terminal_wait",
+                json!({"session_id": sid, "pattern": r"\w{20}zzz", "timeout_ms": 60_000}),
+            )
+        })
+        .collect();
+    let ended = server.send(
+        "terminal_terminate",
+        json!({"session_id": sid, "grace_ms": 0}),
+    );
+    let (mut waited, mut busy) = (0, 0);
+    for id in ids {
+        let answer = server.answer(id)["result"]["structuredContent"].clone();
+        if answer["ok"] == json!(true) {
+            assert_eq!(answer["outcome"], json!("exited"), "{answer}");
+            waited += 1;
+        } else {
+            let message = answer["error"]["message"].as_str().unwrap();
+            assert!(message.contains("cannot be searched now"), "{message}");
+            busy += 1;
+        }
+    }
+    assert!(waited >= 16 && busy >= 1, "{waited} waited, {busy} refused");
+    assert_eq!(
+        server.answer(ended)["result"]["structuredContent"]["ok"],
+        json!(true)
+    );
+    let after = peak_rss_kib(pid);
+    // The budget is 64 MiB; its searches never grew their caches here.
+    assert!(after - before < 128 * 1024, "peak {before} → {after} KiB");
+    server.finish();
 }

@@ -6,6 +6,7 @@
 //! MCP session from one shared `Sessions`, and on SIGTERM/SIGINT ends every terminal
 //! session (reason `shutdown`), then every MCP session, and returns.
 
+mod in_flight;
 mod mcp_sessions;
 
 use std::net::{SocketAddr, TcpListener, ToSocketAddrs};
@@ -183,6 +184,10 @@ fn router(
         .route_service("/mcp", mcp)
         .route_layer(axum::middleware::from_fn(mcp_sessions::full_is_503))
         .route_layer(axum::middleware::from_fn(mcp_sessions::closed_is_200))
+        .route_layer(from_fn_with_state(
+            Arc::new(in_flight::InFlight::default()),
+            in_flight::cap,
+        ))
         // Outside the body limit: an unauthenticated client learns nothing, not even a 413.
         .route_layer(from_fn_with_state(access.clone(), guard::require_bearer));
     if let Some(view) = view {
