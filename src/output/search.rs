@@ -3,9 +3,11 @@
 //! A lazy DFA (the `regex` crate's engine, `regex-automata`) is fed each new piece of
 //! text once, keeping its state between pieces, so nothing is rescanned however small the
 //! pieces are. It only answers "has a match ended yet"; once it has, the caller runs the
-//! full `Regex` once over the searched region to get the leftmost match and its groups.
-//! The output so far is searched as if it ended where it ends now, so `$` and `\b` can
-//! match at the current end.
+//! full `Regex` once over the searched region to get the leftmost match and its groups:
+//! over the text fed, ending where it ended when the match was seen to end there, so the
+//! match is always found by that one look. The output so far is searched as if it ended
+//! where it ends now, so `$` and `\b` can match at the current end; a search never starts
+//! over, so `^` and `\b` never see a start of text that is not one.
 //!
 //! Where every match begins with one of a few literals (`ready`, `flood total: \d+`), a
 //! SIMD literal search (the crate's prefilter) skips the text in which no match can
@@ -236,19 +238,6 @@ impl Search {
         self.stepped
     }
 
-    /// Search on as if nothing had been fed yet: after a match the DFA reported that the
-    /// full regex did not confirm (its text evicted meanwhile, or the look-around at the
-    /// end of the text fed then undone by what followed), so that later matches are
-    /// reported too. Past its first match a leftmost-first DFA would otherwise stay dead.
-    pub fn restart(&mut self) {
-        if let Ok(start) = self
-            .dfa
-            .start_state_forward(&mut self.cache, &Input::new(""))
-        {
-            self.state = start;
-        }
-    }
-
     /// Feed the next piece of text; true once a match has ended within what was fed.
     /// `at_end`: nothing follows this piece yet, so a match may end exactly at its end.
     pub fn feed(&mut self, text: &str, at_end: bool) -> bool {
@@ -391,18 +380,6 @@ mod tests {
         assert_eq!(PATTERNS_HELD.load(Ordering::SeqCst), 0);
     }
 
-    #[test]
-    fn a_restart_reports_the_matches_after_an_unconfirmed_one() {
-        let mut search = Search::new("ab+").unwrap();
-        assert!(search.feed("xxab ", false));
-        assert!(
-            !search.feed("yyab ", false),
-            "past a match the DFA stays dead"
-        );
-        search.restart();
-        assert!(search.feed("zzab ", false));
-    }
-
     fn feed_all(pattern: &str, pieces: &[&str]) -> Option<usize> {
         let mut s = Search::new(pattern).unwrap();
         pieces.iter().position(|p| s.feed(p, true))
@@ -466,6 +443,11 @@ mod tests {
         r"(?-u:\b)cab",
         "[ab]c{2}",
         "xyz",
+        // A match at the end of a piece that the next piece undoes, while a longer one
+        // goes on through it; and look-behind at a piece's start that is no text's start.
+        "x$|xy+z",
+        r"^x|(?-u:\b)y",
+        "(?m)^y+$",
     ];
 
     /// Patterns with groups that may or may not take part, and alternations whose leftmost
@@ -488,7 +470,7 @@ mod tests {
         #[test]
         fn pieces_report_the_first_match_where_the_whole_text_has_it(
             pattern in proptest::sample::select(PATTERNS),
-            text in "[abc1日本\n ]{0,200}",
+            text in "[abcxyz1日本\n ]{0,200}",
             cuts in proptest::collection::vec(0usize..120, 0..40),
         ) {
             let mut ends: Vec<usize> = cuts
@@ -512,6 +494,13 @@ mod tests {
                 start = end;
             }
             prop_assert_eq!(found, expected, "pieces ending at {:?}", ends);
+            // The caller finds it by one look at the text fed, ending where it ended: the
+            // whole-text search of that prefix.
+            if let Some(i) = found {
+                let prefix = &text[..ends[i]];
+                let located = search.leftmost(prefix).map(|m| m.whole);
+                prop_assert_eq!(located, regex.find(prefix).map(|m| m.range()));
+            }
         }
 
         /// The leftmost match and its groups are the `regex` crate's.
