@@ -1,6 +1,8 @@
 //! `mcp-terminal http` at the HTTP level (SPEC §11): the token file rules, bearer auth,
-//! Host and Origin checks, the body limit, the MCP session cap and expiry, and shutdown,
-//! through a real HTTP client against the real binary. The token never appears on stderr.
+//! Host and Origin checks, the body limit, the MCP session cap and expiry, requests in
+//! flight, the connection cap and timeouts, the live view and its one-time sign-in, logs at
+//! every level, and shutdown, through a real HTTP client (or raw sockets, or raw JSON lines
+//! for `stdio`) against the real binary. The token never appears on stderr.
 
 use std::io::Read;
 use std::os::unix::fs::PermissionsExt;
