@@ -2,8 +2,9 @@
 //! audit log. Each is opened without following a symlink at its last component and without
 //! blocking (a FIFO at the path cannot hang start-up), then checked on the opened
 //! descriptor, so that what was checked is what is used: a regular file, owned by the user
-//! the server runs as, with no permission for group or others. A file read is measured
-//! before it is read and never read past its cap.
+//! the server runs as, with no permission for group or others (an audit log may also be a
+//! character device such as `/dev/null`). A file read is measured before it is read and
+//! never read past its cap.
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, Read};
@@ -112,12 +113,19 @@ pub fn read(path: &Path, max: usize) -> Result<Vec<u8>, Refusal> {
 }
 
 /// Open a private file for appending, creating it with mode 0600 when absent; an existing
-/// file of the server's user that group or others may access is made private (0600).
+/// file of the server's user that group or others may access is made private (0600). A
+/// character device (`/dev/null`, `/dev/full`) is taken as it is: only root makes one, and
+/// it keeps nothing.
 pub fn open_append(path: &Path) -> Result<File, Refusal> {
+    use std::os::unix::fs::FileTypeExt;
     let file = opened(
         path,
         OpenOptions::new().append(true).create(true).mode(0o600),
     )?;
+    let kind = file.metadata().map_err(Refusal::Unreadable)?.file_type();
+    if kind.is_char_device() {
+        return Ok(file);
+    }
     let meta = owned(&file)?;
     if meta.mode() & 0o077 != 0 {
         let private = std::fs::Permissions::from_mode(meta.mode() & 0o700);
@@ -180,5 +188,8 @@ mod tests {
         nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
         // No reader: the open fails at once rather than wait for one.
         assert!(open_append(&fifo).is_err());
+        let before = std::fs::metadata("/dev/null").unwrap().mode();
+        open_append(Path::new("/dev/null")).unwrap();
+        assert_eq!(std::fs::metadata("/dev/null").unwrap().mode(), before);
     }
 }
