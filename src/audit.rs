@@ -3,19 +3,21 @@
 //! Each line holds the time, tool, session id, command id, outcome (`ok` or the error
 //! code) and duration; `terminal_exec` command lines in full; written text only as a byte
 //! count, and a secret only by its name, since either may hold what must not be logged.
-//! The file is opened once with `O_APPEND` (mode 0600 when created) and each line goes out
-//! in one unbuffered write, so lines never interleave and nothing waits in a buffer. A
-//! failing write (disk full) is reported once on stderr; the call is answered regardless.
+//! The file is opened once with `O_APPEND` (mode 0600, never through a symlink, see
+//! `private_file`) and each line goes out in one unbuffered write, so lines never
+//! interleave and nothing waits in a buffer. A failing write (disk full) is reported once
+//! on stderr; the call is answered regardless.
 
 use std::fs::File;
 use std::io::Write;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime};
 
 use serde_json::{Map, Value};
+
+use crate::private_file;
 
 pub struct AuditLog {
     path: PathBuf,
@@ -38,19 +40,16 @@ pub struct AuditLine {
 }
 
 impl AuditLog {
-    /// Open (or create, mode 0600) the log for appending. Failing is a config error.
+    /// Open (or create, mode 0600) the log for appending: never through a symlink, only a
+    /// regular file of the server's user, made private (0600) if group or others had any
+    /// access. Failing is a config error.
     pub fn open(path: &Path) -> Result<AuditLog, String> {
-        let file = std::fs::OpenOptions::new()
-            .append(true)
-            .create(true)
-            .mode(0o600)
-            .open(path)
-            .map_err(|e| {
-                format!(
-                    "`audit_log`: cannot open `{}` for appending: {e}",
-                    path.display()
-                )
-            })?;
+        let file = private_file::open_append(path).map_err(|refusal| {
+            format!(
+                "`audit_log`: cannot open it for appending: {}",
+                refusal.describe(path)
+            )
+        })?;
         Ok(AuditLog {
             path: path.to_path_buf(),
             file: Mutex::new(file),

@@ -106,6 +106,17 @@ impl ToolError {
         )
     }
 
+    /// The server (or the system) has no file descriptor to spare, so nothing was done.
+    pub fn out_of_files() -> Self {
+        ToolError::new(
+            ErrorCode::Internal,
+            "the server is out of file descriptors (too many open connections, sessions or \
+             files), so nothing was started; end sessions you no longer need \
+             (terminal_terminate, terminal_forget) or ask the owner to raise the server's \
+             open-file limit, then try again",
+        )
+    }
+
     /// The structured content of the error result.
     pub fn to_json(&self) -> Value {
         let mut error = Map::new();

@@ -3,6 +3,7 @@
 //! only the command line and the serving loops; the fuzz targets (`fuzz/`) and the
 //! in-process tests drive the same framing and dispatch the binary serves with.
 
+pub mod access;
 pub mod audit;
 pub mod config;
 mod errors;
@@ -13,6 +14,7 @@ mod json;
 pub mod limits;
 mod output;
 mod policy;
+mod private_file;
 pub mod process;
 pub mod session;
 pub mod stdio;

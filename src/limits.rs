@@ -14,8 +14,10 @@ pub const STDOUT_PIPE_BYTES: usize = 256 * 1024;
 /// Error replies to malformed lines that may wait for stdout; while they do, stdin is not read.
 pub const REPLY_QUEUE_MAX: usize = 16;
 /// Requests the service holds unanswered before no more input is read (a client that
-/// never reads its answers cannot grow the server).
+/// never reads its answers cannot grow the server). Over HTTP, the most in flight on the
+/// server, and the most for one MCP session (half, so one cannot take every place).
 pub const MAX_IN_FLIGHT: usize = 64;
+pub const MCP_SESSION_MAX_IN_FLIGHT: usize = MAX_IN_FLIGHT / 2;
 
 /// Largest cursor a client may pass (2^63 - 1).
 pub const MAX_CURSOR: u64 = i64::MAX as u64;
@@ -130,6 +132,17 @@ pub const TITLE_MAX_BYTES: usize = 1024;
 pub const AWAIT_QUIET: Duration = Duration::from_millis(20);
 pub const AWAIT_POLL: Duration = Duration::from_millis(10);
 
+/// A wait's pattern: each automaton compiled from it at most this large, each lazy DFA's
+/// cache at most this large (cleared and refilled past it), its whole search at most this
+/// large (else `INVALID_ARGUMENT`), and the searches of all client patterns held at once at
+/// most this large together (else `INVALID_ARGUMENT` saying to wait). `\w{20}` takes about
+/// 3 MiB, a plain pattern about 600 KiB (mostly cache room it may never use).
+pub const PATTERN_NFA_BYTES: usize = 1 << 20;
+pub const PATTERN_DFA_CACHE_BYTES: usize = 256 * 1024;
+pub const PATTERN_MAX_BYTES: usize = 4 << 20;
+pub const PATTERNS_TOTAL_BYTES: usize = 64 << 20;
+/// Client patterns compiled at once (off the async workers); the others wait their turn.
+pub const PATTERN_COMPILES_AT_ONCE: usize = 2;
 /// Text a `terminal_wait` searches per step under the session lock.
 pub const SEARCH_STEP_BYTES: usize = 64 * 1024;
 
@@ -167,6 +180,15 @@ pub const HTTP_DEFAULT_LISTEN: &str = "127.0.0.1:8765";
 pub const HTTP_MAX_BODY_BYTES: usize = 1024 * 1024;
 pub const MAX_MCP_SESSIONS: usize = 64;
 pub const MCP_SESSION_IDLE: Duration = Duration::from_secs(30 * 60);
+/// Both HTTP listeners: connections served at once; how long a client may take to send a
+/// request head (from connecting, or from the end of the previous answer); how long a
+/// connection may move no byte either way; how long accepting pauses when the server is
+/// out of descriptors; how long a displaced connection may take to give up its place.
+pub const HTTP_MAX_CONNECTIONS: usize = 128;
+pub const HTTP_HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+pub const HTTP_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+pub const HTTP_ACCEPT_PAUSE: Duration = Duration::from_millis(100);
+pub const HTTP_EVICTION_WAIT: Duration = Duration::from_secs(1);
 /// Bearer token: the fewest characters accepted, and the largest token file read.
 pub const TOKEN_MIN_CHARS: usize = 32;
 pub const TOKEN_MAX_BYTES: usize = 4096;
@@ -181,3 +203,7 @@ pub const WEB_TAIL_CHARS: u64 = 16_384;
 pub const WEB_TAIL_LINES: usize = 200;
 /// Live-update streams open at once; past it a page gets 503 and retries.
 pub const WEB_MAX_WATCHERS: usize = 64;
+/// A sign-in code of the live view is void this long after it was issued (and once used),
+/// and at most this many unspent ones are kept (past it the oldest is void).
+pub const WEB_SIGN_IN_CODE_TTL: Duration = Duration::from_secs(10 * 60);
+pub const WEB_SIGN_IN_CODES_MAX: usize = 16;

@@ -11,7 +11,7 @@ use rmcp::ServiceExt;
 use tokio::signal::unix::{SignalKind, signal};
 
 use mcp_terminal::{
-    audit, config, framing, hangup, http, limits, process, session, stdio, tools, web,
+    access, audit, config, framing, hangup, http, limits, process, session, stdio, tools, web,
 };
 
 use config::Config;
@@ -70,6 +70,12 @@ enum Command {
         /// Milliseconds an MCP session may go without a request before it is closed.
         #[arg(long, hide = true, default_value_t = limits::MCP_SESSION_IDLE.as_millis() as u64)]
         mcp_session_idle_ms: u64,
+        /// Milliseconds a client may take to send a request head.
+        #[arg(long, hide = true, default_value_t = limits::HTTP_HEADER_READ_TIMEOUT.as_millis() as u64)]
+        header_read_timeout_ms: u64,
+        /// Milliseconds a connection may move no byte before it is closed.
+        #[arg(long, hide = true, default_value_t = limits::HTTP_IDLE_TIMEOUT.as_millis() as u64)]
+        connection_idle_ms: u64,
     },
     /// Write an owner config with every field at its default, all paths absolute.
     MakeConfig {
@@ -88,6 +94,7 @@ enum Command {
     /// Validate a config (default: the owner's default config file) and print a summary;
     /// exit 2 with the first error.
     CheckConfig {
+        /// The config file to check (default: the owner's default config file).
         #[arg(long)]
         config: Option<PathBuf>,
     },
@@ -137,6 +144,7 @@ enum ProfileAction {
         /// Shown to clients in terminal_start's description.
         #[arg(long)]
         description: Option<String>,
+        /// The config file to change (default: the owner's default config file).
         #[arg(long)]
         config: Option<PathBuf>,
         /// PROGRAM and its arguments, after `--`.
@@ -145,12 +153,15 @@ enum ProfileAction {
     },
     /// List the approved commands.
     List {
+        /// The config file to read (default: the owner's default config file).
         #[arg(long)]
         config: Option<PathBuf>,
     },
     /// Withdraw a command.
     Remove {
+        /// The command id to withdraw.
         id: String,
+        /// The config file to change (default: the owner's default config file).
         #[arg(long)]
         config: Option<PathBuf>,
     },
@@ -184,14 +195,22 @@ fn main() -> ExitCode {
             allow_origins,
             web,
             mcp_session_idle_ms,
+            header_read_timeout_ms,
+            connection_idle_ms,
         } => {
+            let millis = std::time::Duration::from_millis;
             let options = http::Options {
                 listen,
                 token_file,
                 allow_remote,
                 allow_origins,
-                mcp_idle: std::time::Duration::from_millis(mcp_session_idle_ms),
+                mcp_idle: millis(mcp_session_idle_ms),
                 web,
+                connections: access::listener::Limits {
+                    connections: limits::HTTP_MAX_CONNECTIONS,
+                    header_read: millis(header_read_timeout_ms),
+                    idle: millis(connection_idle_ms),
+                },
             };
             load_config(config.as_deref())
                 .and_then(|config| Ok((config, http::prepare(options)?)))
@@ -386,6 +405,9 @@ enum Serve {
 }
 
 fn serve(config: Config, transport: Serve) -> Result<(), String> {
+    // SAFETY: no thread but this one exists yet: the runtime, the logger's writer and the
+    // guardian all start below.
+    unsafe { config::remove_from_environment(&config.secrets) };
     init_logging();
     // A log that cannot be opened is a config error, reported before anything starts.
     let audit = open_audit(&config)?;
@@ -480,12 +502,24 @@ async fn run(sessions: Arc<Sessions>, audit: Option<Arc<audit::AuditLog>>) -> Re
     Ok(())
 }
 
+/// Logs go to stderr at the levels `MCP_TERMINAL_LOG` asks for, under one ceiling it cannot
+/// lift: below info only this crate logs. Libraries log what passes through them at debug
+/// and trace (rmcp every request and answer, so the text a client writes and the output it
+/// reads; hyper a connection's bytes), and no log may hold either: this crate logs byte
+/// counts and names, never text.
 fn init_logging() {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("MCP_TERMINAL_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,rmcp=warn"));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
+    use tracing_subscriber::filter::{FilterExt, filter_fn};
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    use tracing_subscriber::{EnvFilter, Layer};
+    let asked = EnvFilter::try_from_env("MCP_TERMINAL_LOG")
+        .unwrap_or_else(|_| EnvFilter::new("info,rmcp=warn"));
+    let ceiling = filter_fn(|event| {
+        event.target().starts_with("mcp_terminal") || *event.level() <= tracing::Level::INFO
+    });
+    let stderr = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
         .with_ansi(false)
-        .init();
+        .with_filter(asked.and(ceiling));
+    tracing_subscriber::registry().with(stderr).init();
 }

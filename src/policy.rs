@@ -3,13 +3,20 @@
 //! inside the allowed roots.
 
 use std::os::fd::{AsRawFd, OwnedFd};
-use std::path::{Path, PathBuf};
+use std::path::{Component, Path, PathBuf};
 
 use nix::fcntl::OFlag;
 use nix::sys::stat::Mode;
 
-/// Names a client may never set, whatever the profile allows (case-insensitive).
+use crate::errors::{ErrorCode, ToolError};
+use crate::process::is_out_of_files;
+
+/// Names a client may never set, whatever the profile allows (case-insensitive). Each one
+/// makes a program, or the shell, or a library loaded by every program, run code or load it
+/// from a place the variable names. The list is defence in depth, not a guarantee: the
+/// owner approves `allowed_env` knowing the programs.
 const DENIED_NAMES: &[&str] = &[
+    // Where programs come from and how the shell starts.
     "PATH",
     "HOME",
     "SHELL",
@@ -17,16 +24,62 @@ const DENIED_NAMES: &[&str] = &[
     "BASH_ENV",
     "IFS",
     "CDPATH",
-    "NODE_OPTIONS",
-    "PERL5OPT",
-    "RUBYOPT",
+    "SHELLOPTS",
+    "BASHOPTS",
+    "ZDOTDIR",
+    // Expanded by an interactive shell at each prompt or command: command substitution runs.
+    "PROMPT_COMMAND",
+    "PS0",
+    "PS1",
+    "PS2",
+    "PS4",
+    // The C library and the interpreters' own load paths and options.
+    "GLIBC_TUNABLES",
     "GCONV_PATH",
+    "NODE_OPTIONS",
+    "NODE_PATH",
+    "RUBYOPT",
+    "RUBYLIB",
+    "LUA_INIT",
+    "LUA_PATH",
+    "LUA_CPATH",
+    "PHPRC",
+    "PHP_INI_SCAN_DIR",
+    "TCLLIBPATH",
+    "CLASSPATH",
     "JAVA_TOOL_OPTIONS",
     "_JAVA_OPTIONS",
     "JDK_JAVA_OPTIONS",
+    // Commands other programs run on the client's behalf.
+    "VISUAL",
+    "BROWSER",
+    "LESSOPEN",
+    "LESSCLOSE",
+    "GIT_SSH",
+    "GIT_SSH_COMMAND",
+    "GIT_EXEC_PATH",
+    "GIT_EXTERNAL_DIFF",
+    "GIT_PROXY_COMMAND",
+    "GIT_TEMPLATE_DIR",
     TAG_VAR,
 ];
-const DENIED_PREFIXES: &[&str] = &["PYTHON", "LD_", "DYLD_"];
+/// Prefixes: Python's, Perl's and Ruby's own variables, the dynamic loader's, exported bash
+/// functions (`BASH_FUNC_name%%`, run as code by every bash that starts), and git's
+/// configuration from the environment (which can set any command git runs).
+const DENIED_PREFIXES: &[&str] = &[
+    "PYTHON",
+    "PERL",
+    "RUBY",
+    "LD_",
+    "DYLD_",
+    "BASH_FUNC_",
+    "GIT_CONFIG",
+    "LUA_INIT_",
+];
+/// Suffixes: the programs that page, edit or ask for a password for another (`PAGER`,
+/// `GIT_PAGER`, `MANPAGER`, `EDITOR`, `GIT_EDITOR`, `SSH_ASKPASS`, `SUDO_ASKPASS`, …).
+const DENIED_SUFFIXES: &[&str] = &["PAGER", "EDITOR", "ASKPASS"];
+/// Words that name what a client must not be able to plant (a credential it then reads).
 const DENIED_PARTS: &[&str] = &[
     "TOKEN",
     "SECRET",
@@ -69,6 +122,9 @@ pub fn denied_env_name(name: &str) -> Option<String> {
     if let Some(prefix) = DENIED_PREFIXES.iter().find(|p| upper.starts_with(*p)) {
         return Some(format!("`{name}` starts with the denied prefix {prefix}"));
     }
+    if let Some(suffix) = DENIED_SUFFIXES.iter().find(|p| upper.ends_with(*p)) {
+        return Some(format!("`{name}` ends with the denied word {suffix}"));
+    }
     if let Some(part) = DENIED_PARTS.iter().find(|p| upper.contains(*p)) {
         return Some(format!("`{name}` contains the denied word {part}"));
     }
@@ -86,45 +142,92 @@ pub struct Cwd {
 /// Resolve a requested working directory: absolute, or relative to `default_cwd`;
 /// canonicalised through symlinks; an existing directory inside one of `roots` (which are
 /// canonical already). The directory is opened, and the path it was opened at is checked.
-pub fn resolve_cwd(requested: &str, default_cwd: &Path, roots: &[PathBuf]) -> Result<Cwd, String> {
+///
+/// A refusal (`CWD_NOT_ALLOWED`) never tells what lies outside the roots: a path that
+/// resolves outside them is "outside the allowed roots", whether it exists or what it is.
+/// A server out of file descriptors says so (`INTERNAL`), not that the path is wrong.
+pub fn resolve_cwd(
+    requested: &str,
+    default_cwd: &Path,
+    roots: &[PathBuf],
+) -> Result<Cwd, ToolError> {
+    let refused = |why: String| {
+        ToolError::new(
+            ErrorCode::CwdNotAllowed,
+            format!("cwd {why}; pick a directory inside the allowed roots"),
+        )
+    };
+    let outside = || {
+        let roots: Vec<String> = roots.iter().map(|r| r.display().to_string()).collect();
+        refused(format!(
+            "`{requested}` is outside the allowed roots ({})",
+            roots.join(", ")
+        ))
+    };
     if requested.contains('\0') {
-        return Err("contains NUL".into());
+        return Err(refused("contains NUL".into()));
     }
     let joined = default_cwd.join(requested);
-    let canonical = joined.canonicalize().map_err(|_| {
-        format!(
-            "`{}` does not exist or cannot be resolved",
-            joined.display()
-        )
-    })?;
-    let flags = OFlag::O_DIRECTORY | OFlag::O_PATH | OFlag::O_CLOEXEC;
-    let dir = nix::fcntl::open(&canonical, flags, Mode::empty())
-        .map_err(|_| format!("`{}` is not a directory", canonical.display()))?;
-    if !crate::process::can_enter(&dir) {
-        return Err(format!(
-            "`{}` cannot be entered by the server (no search permission on the directory)",
-            canonical.display()
-        ));
-    }
-    // What the descriptor really is, whatever happened to the path since.
-    let canonical = std::fs::read_link(format!("/proc/self/fd/{}", dir.as_raw_fd()))
-        .map_err(|_| format!("`{}` cannot be resolved", joined.display()))?;
+    let canonical = match joined.canonicalize() {
+        Ok(canonical) => canonical,
+        Err(e) if e.raw_os_error().is_some_and(is_out_of_files) => {
+            return Err(ToolError::out_of_files());
+        }
+        Err(_) if !inside_roots(&lexical(&joined), roots) => return Err(outside()),
+        Err(_) => {
+            return Err(refused(format!(
+                "`{}` does not exist or cannot be resolved",
+                joined.display()
+            )));
+        }
+    };
     if !inside_roots(&canonical, roots) {
-        return Err(format!(
-            "`{}` resolves to `{}`, outside the allowed roots ({})",
-            requested,
-            canonical.display(),
-            roots
-                .iter()
-                .map(|r| r.display().to_string())
-                .collect::<Vec<_>>()
-                .join(", ")
-        ));
+        return Err(outside());
     }
-    Ok(Cwd {
-        dir,
-        path: canonical,
-    })
+    let flags = OFlag::O_DIRECTORY | OFlag::O_PATH | OFlag::O_CLOEXEC;
+    let dir = match nix::fcntl::open(&canonical, flags, Mode::empty()) {
+        Ok(dir) => dir,
+        Err(e) if is_out_of_files(e as i32) => return Err(ToolError::out_of_files()),
+        Err(_) => {
+            return Err(refused(format!(
+                "`{}` is not a directory",
+                canonical.display()
+            )));
+        }
+    };
+    // What the descriptor really is, whatever happened to the path since.
+    let opened = std::fs::read_link(format!("/proc/self/fd/{}", dir.as_raw_fd()))
+        .map_err(|_| refused(format!("`{}` cannot be resolved", joined.display())))?;
+    if !inside_roots(&opened, roots) {
+        return Err(outside());
+    }
+    match crate::process::can_enter(&dir) {
+        Ok(true) => {}
+        Ok(false) => {
+            return Err(refused(format!(
+                "`{}` cannot be entered by the server (no search permission on the directory)",
+                opened.display()
+            )));
+        }
+        Err(_) => return Err(ToolError::out_of_files()),
+    }
+    Ok(Cwd { dir, path: opened })
+}
+
+/// `path` with `.` and `..` taken away by their names alone, not through the file system:
+/// where a path that does not resolve would be.
+fn lexical(path: &Path) -> PathBuf {
+    let mut out = PathBuf::new();
+    for part in path.components() {
+        match part {
+            Component::ParentDir => {
+                out.pop();
+            }
+            Component::CurDir => {}
+            other => out.push(other),
+        }
+    }
+    out
 }
 
 pub fn inside_roots(path: &Path, roots: &[PathBuf]) -> bool {
@@ -154,10 +257,38 @@ mod tests {
             "_JAVA_OPTIONS",
             "bash_env",
             "mcp_terminal_session",
+            "PERL5LIB",
+            "PERLLIB",
+            "RUBYLIB",
+            "NODE_PATH",
+            "PROMPT_COMMAND",
+            "BASH_FUNC_ls%%",
+            "GLIBC_TUNABLES",
+            "GIT_SSH_COMMAND",
+            "GIT_CONFIG_COUNT",
+            "GIT_CONFIG_VALUE_0",
+            "LESSOPEN",
+            "PAGER",
+            "GIT_PAGER",
+            "MANPAGER",
+            "EDITOR",
+            "VISUAL",
+            "SHELLOPTS",
+            "SSH_ASKPASS",
+            "SUDO_ASKPASS",
+            "PS1",
+            "LUA_INIT_5_4",
         ] {
             assert!(denied_env_name(name).is_some(), "{name} should be denied");
         }
-        for name in ["GREETING", "LANGUAGE", "MY_VAR"] {
+        for name in [
+            "GREETING",
+            "LANGUAGE",
+            "MY_VAR",
+            "GIT_AUTHOR_NAME",
+            "NODE_ENV",
+            "TERM",
+        ] {
             assert!(denied_env_name(name).is_none(), "{name} should be allowed");
         }
     }

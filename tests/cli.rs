@@ -192,6 +192,97 @@ fn help_version_and_usage_errors() {
     }
 }
 
+/// Each of these makes a program or a shell run code of the client's choosing; a profile
+/// that lets the client set one is refused.
+#[test]
+fn allowed_env_refuses_every_name_that_runs_code() {
+    let names = [
+        "PERL5LIB",
+        "PERLLIB",
+        "RUBYLIB",
+        "NODE_OPTIONS",
+        "NODE_PATH",
+        "PROMPT_COMMAND",
+        "PS1",
+        "BASH_FUNC_ls%%",
+        "GLIBC_TUNABLES",
+        "GIT_SSH_COMMAND",
+        "GIT_CONFIG_COUNT",
+        "LESSOPEN",
+        "PAGER",
+        "GIT_PAGER",
+        "EDITOR",
+        "VISUAL",
+        "SHELLOPTS",
+        "SSH_ASKPASS",
+    ];
+    let dir = tempfile::tempdir().unwrap();
+    for name in names {
+        let path = config_with(dir.path(), false, |c| {
+            set(c, "/commands/stream/allowed_env", json!(["GREETING", name]))
+        });
+        let out = mcp_terminal()
+            .args(["check-config", "--config"])
+            .arg(&path)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{name}");
+        let message = stderr_of(&out);
+        let expected = format!("`commands.stream.allowed_env[1]`: `{name}` ");
+        assert!(
+            message.contains(&expected) && message.contains("clients may never set it"),
+            "{name}: {message}"
+        );
+    }
+}
+
+#[test]
+fn check_config_shows_which_profiles_are_shells_and_every_option_has_help() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("config.json");
+    mcp_terminal()
+        .args(["make-config", "--shells", "--output"])
+        .arg(&path)
+        .arg("--root")
+        .arg(dir.path())
+        .assert()
+        .success();
+    let checked = mcp_terminal()
+        .args(["check-config", "--config"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert!(checked.status.success(), "{}", stderr_of(&checked));
+    let summary = stdout_of(&checked);
+    let line = |id: &str| {
+        summary
+            .lines()
+            .find(|l| l.split_whitespace().next() == Some(id))
+            .unwrap_or_else(|| panic!("no `{id}` in {summary}"))
+            .to_owned()
+    };
+    assert!(line("sh").contains(" pipe shell "), "{summary}");
+    assert!(!line("stream").contains("shell"), "{summary}");
+
+    // Every option of these commands says what it is.
+    for args in [
+        &["profile", "add", "--help"][..],
+        &["profile", "list", "--help"],
+        &["profile", "remove", "--help"],
+        &["check-config", "--help"],
+    ] {
+        let help = stdout_of(&mcp_terminal().args(args).output().unwrap());
+        let config = help
+            .lines()
+            .find(|l| l.trim_start().starts_with("--config"))
+            .unwrap_or_else(|| panic!("{args:?}: {help}"));
+        assert!(
+            config.contains("default config file"),
+            "{args:?}: `{config}` has no help text"
+        );
+    }
+}
+
 #[test]
 fn stdio_on_immediate_eof_exits_0() {
     let dir = tempfile::tempdir().unwrap();
@@ -482,6 +573,90 @@ fn profile_add_validates_and_rewrites_atomically_keeping_the_rest() {
         before["allowed_roots"].as_array().unwrap().len() + 1
     );
     assert_eq!(roots.last().unwrap(), &json!(canonical.to_str().unwrap()));
+}
+
+/// The audit log is appended to only as a regular file of the server's user: not through a
+/// symlink (whose target would get the lines), not a FIFO (whose open would block), and an
+/// existing file that others could read is made private.
+#[test]
+fn an_audit_log_is_never_opened_through_a_symlink_and_is_kept_private() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().canonicalize().unwrap();
+    let target = root.join("elsewhere.txt");
+    std::fs::write(&target, "").unwrap();
+    let link = root.join("audit-link.jsonl");
+    std::os::unix::fs::symlink(&target, &link).unwrap();
+    let fifo = root.join("audit-fifo.jsonl");
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+    let serve = |audit: &std::path::Path| {
+        let config = config_with(dir.path(), false, |c| set(c, "/audit_log", json!(audit)));
+        mcp_terminal()
+            .arg("stdio")
+            .arg("--config")
+            .arg(&config)
+            .write_stdin("")
+            .timeout(std::time::Duration::from_secs(30))
+            .output()
+            .unwrap()
+    };
+    for (path, why) in [(&link, "is a symbolic link"), (&fifo, "cannot be opened")] {
+        let out = serve(path);
+        assert_eq!(out.status.code(), Some(2), "{}", stderr_of(&out));
+        assert!(stderr_of(&out).contains(why), "{}", stderr_of(&out));
+        assert!(out.stdout.is_empty());
+    }
+    assert_eq!(std::fs::read_to_string(&target).unwrap(), "");
+
+    let shared = root.join("audit.jsonl");
+    std::fs::write(&shared, "").unwrap();
+    std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let out = serve(&shared);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
+    let mode = std::fs::metadata(&shared).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600);
+}
+
+/// A `file` secret is read only from a private regular file of the server's user, and no
+/// more than a value's length is ever read from it.
+#[test]
+fn file_secrets_come_only_from_a_private_file_and_are_never_read_past_their_cap() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().canonicalize().unwrap();
+    let real = root.join("real.pass");
+    std::fs::write(&real, "Cli-Secret-Value-0042\n").unwrap();
+    std::fs::set_permissions(&real, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let link = root.join("link.pass");
+    std::os::unix::fs::symlink(&real, &link).unwrap();
+    // 64 GiB of nothing (a sparse file): reading it whole would exhaust the memory.
+    let huge = root.join("huge.pass");
+    std::fs::File::create(&huge)
+        .unwrap()
+        .set_len(64 << 30)
+        .unwrap();
+    std::fs::set_permissions(&huge, std::fs::Permissions::from_mode(0o600)).unwrap();
+    for (path, why) in [
+        (&link, "is a symbolic link"),
+        (&huge, "must be 4 to 4096 bytes"),
+    ] {
+        let config = config_with(dir.path(), false, |c| {
+            set(c, "/secrets", json!({"deploy": {"file": path}}))
+        });
+        let out = mcp_terminal()
+            .args(["check-config", "--config"])
+            .arg(&config)
+            .timeout(std::time::Duration::from_secs(30))
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{}", stderr_of(&out));
+        let stderr = stderr_of(&out);
+        assert!(
+            stderr.contains("`secrets.deploy`: ") && stderr.contains(why),
+            "{stderr}"
+        );
+        assert!(!stderr.contains("Cli-Secret"), "{stderr}");
+    }
 }
 
 #[test]

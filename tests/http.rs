@@ -1,7 +1,10 @@
 //! `mcp-terminal http` at the HTTP level (SPEC §11): the token file rules, bearer auth,
-//! Host and Origin checks, the body limit, the MCP session cap and expiry, and shutdown,
-//! through a real HTTP client against the real binary. The token never appears on stderr.
+//! Host and Origin checks, the body limit, the MCP session cap and expiry, requests in
+//! flight, the connection cap and timeouts, the live view and its one-time sign-in, logs at
+//! every level, and shutdown, through a real HTTP client (or raw sockets, or raw JSON lines
+//! for `stdio`) against the real binary. The token never appears on stderr.
 
+use std::io::Read;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -152,6 +155,48 @@ fn token_files_others_can_read_or_too_short_are_refused_with_exit_2() {
     assert_eq!(code, Some(2), "{stderr}");
     assert!(stderr.contains("at least 32"), "{stderr}");
     assert!(!stderr.contains("short-token"), "{stderr}");
+}
+
+/// A token file is used only when it is a regular file of the server's user: a symlink, a
+/// FIFO (which would block the open forever) or another user's file is refused, exit 2.
+#[test]
+fn token_files_that_are_links_fifos_or_another_users_are_refused_before_reading() {
+    let dir = tempfile::tempdir().unwrap();
+    let secret = "s3cr3t-".repeat(6);
+    let real = dir.path().join("real");
+    write_token(&real, &secret, 0o600);
+    let link = dir.path().join("link");
+    std::os::unix::fs::symlink(&real, &link).unwrap();
+    let fifo = dir.path().join("fifo");
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+    let mut cases = vec![
+        (link, "is a symbolic link"),
+        (fifo, "is not a regular file"),
+    ];
+    if nix::unistd::geteuid().is_root() {
+        let theirs = dir.path().join("theirs");
+        write_token(&theirs, &secret, 0o600);
+        std::os::unix::fs::chown(&theirs, Some(65534), None).unwrap();
+        cases.push((theirs, "belongs to user 65534"));
+    }
+    for (path, why) in cases {
+        let mut child = Command::new(BIN)
+            .args(["http", "--listen", "127.0.0.1:0", "--token-file"])
+            .arg(&path)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stderr = Stderr::of(&mut child);
+        // A server hung at start-up (a FIFO read) fails here, within PATIENCE.
+        let status = support::stderr::wait_exit(&mut child);
+        stderr.line("mcp-terminal: the token file");
+        let stderr = stderr.text();
+        assert_eq!(status.code(), Some(2), "{stderr}");
+        assert!(stderr.contains(why), "{stderr}");
+        assert!(!stderr.contains(&secret), "{stderr}");
+    }
 }
 
 #[tokio::test]
@@ -309,7 +354,7 @@ async fn request_bodies_over_1_mib_get_413() {
 }
 
 #[tokio::test]
-async fn at_most_64_mcp_sessions_are_open_and_closing_one_frees_a_place() {
+async fn at_most_64_mcp_sessions_are_open_and_closing_one_answers_200_and_frees_a_place() {
     let server = Server::start(&["--listen", "127.0.0.1:0"], LOG);
     let mut ids = Vec::new();
     for _ in 0..64 {
@@ -328,7 +373,9 @@ async fn at_most_64_mcp_sessions_are_open_and_closing_one_frees_a_place() {
         .send()
         .await
         .unwrap();
-    assert!(closed.status().is_success(), "{}", closed.status());
+    // 200, not 202: the session is closed by the time of the answer, and clients (the
+    // Python SDK) take anything but 200 or 204 for a failed termination.
+    assert_eq!(closed.status(), StatusCode::OK);
     assert!(server.open_session().await.is_ok(), "a place was freed");
 }
 
@@ -487,11 +534,20 @@ fn recording_config(dir: &Path) -> String {
     config.display().to_string()
 }
 
+/// The code of a sign-in URL: 32 hex digits.
+fn code_of(url: &str) -> String {
+    let code = url.rsplit_once("?code=").expect("a sign-in code").1;
+    assert_eq!(code.len(), 32, "{url}");
+    assert!(code.bytes().all(|b| b.is_ascii_hexdigit()), "{url}");
+    code.to_string()
+}
+
 #[tokio::test]
-async fn live_view_sign_in_sets_a_strict_cookie_that_is_not_the_token() {
+async fn live_view_sign_in_is_a_one_time_code_that_buys_a_cookie_not_the_token() {
     let server = Server::start(&["--listen", "127.0.0.1:0", "--web"], LOG);
     let (url, base) = sign_in_url(&server.stderr);
-    assert_eq!(url, format!("{}/ui/?token={}", server.base, server.token));
+    assert_eq!(url, format!("{}/ui/?code={}", server.base, code_of(&url)));
+    assert!(!url.contains(&server.token), "{url}");
 
     let response = browser().get(&url).send().await.unwrap();
     assert_eq!(response.status(), StatusCode::SEE_OTHER);
@@ -505,6 +561,7 @@ async fn live_view_sign_in_sets_a_strict_cookie_that_is_not_the_token() {
         assert!(attributes.contains(&attribute), "{set_cookie}");
     }
     assert!(!set_cookie.contains(&server.token[..16]), "{set_cookie}");
+    assert!(!set_cookie.contains(&code_of(&url)), "{set_cookie}");
     let cookie = attributes[0].to_string();
 
     let (status, headers, body) = view(&base, "/ui/", &cookie).await;
@@ -513,6 +570,13 @@ async fn live_view_sign_in_sets_a_strict_cookie_that_is_not_the_token() {
     let policy = headers["content-security-policy"].to_str().unwrap();
     assert!(policy.starts_with("default-src 'self'"), "{policy}");
     assert_eq!(headers["x-content-type-options"], "nosniff");
+
+    // The code is spent: the same address (a browser's history) signs nobody in again.
+    let again = browser().get(&url).send().await.unwrap();
+    assert_eq!(again.status(), StatusCode::UNAUTHORIZED);
+    assert!(again.headers().get("set-cookie").is_none());
+    let body = again.text().await.unwrap();
+    assert!(body.contains("already used, has expired"), "{body}");
 
     // Without a valid cookie or bearer token: 401 and a page that says how to sign in.
     for cookie in [
@@ -524,12 +588,21 @@ async fn live_view_sign_in_sets_a_strict_cookie_that_is_not_the_token() {
         assert_eq!(status, StatusCode::UNAUTHORIZED, "{cookie}");
         assert_eq!(headers["www-authenticate"], "Bearer");
         assert!(body.contains("Sign in to the live view"), "{body}");
-        assert!(body.contains("/ui/?token="), "{body}");
+        assert!(body.contains("/ui/?code="), "{body}");
     }
-    let wrong = format!("{base}/ui/?token={}", "0".repeat(64));
-    let response = browser().get(&wrong).send().await.unwrap();
-    assert_eq!(response.status(), StatusCode::UNAUTHORIZED);
-    assert!(response.headers().get("set-cookie").is_none());
+    // The token in the query signs nobody in, nor does a code the server never issued.
+    for query in [
+        format!("token={}", server.token),
+        format!("code={}", "0".repeat(32)),
+    ] {
+        let response = browser()
+            .get(format!("{base}/ui/?{query}"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::UNAUTHORIZED, "{query}");
+        assert!(response.headers().get("set-cookie").is_none(), "{query}");
+    }
     let bearer = browser()
         .get(format!("{base}/ui/"))
         .bearer_auth(&server.token)
@@ -537,17 +610,21 @@ async fn live_view_sign_in_sets_a_strict_cookie_that_is_not_the_token() {
         .await
         .unwrap();
     assert_eq!(bearer.status(), StatusCode::OK);
-    // The cookie opens the view, not the MCP endpoint.
-    let mcp = server
-        .post(&initialize(1))
-        .header("Cookie", &cookie)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(mcp.status(), StatusCode::UNAUTHORIZED);
+    // Neither the cookie nor the code opens the MCP endpoint.
+    for credential in [cookie.clone(), format!("Bearer {}", code_of(&url))] {
+        let mut request = server.post(&initialize(1));
+        request = if credential.starts_with("Bearer") {
+            request.header("Authorization", &credential)
+        } else {
+            request.header("Cookie", &credential)
+        };
+        let mcp = request.send().await.unwrap();
+        assert_eq!(mcp.status(), StatusCode::UNAUTHORIZED, "{credential}");
+    }
 
     let stderr = server.stderr();
-    assert_eq!(stderr.matches(&server.token).count(), 1, "{stderr}");
+    assert!(!stderr.contains(&server.token), "{stderr}");
+    assert_eq!(stderr.matches(&code_of(&url)).count(), 1, "{stderr}");
     assert!(stderr.lines().any(|l| l.starts_with(SIGN_IN)), "{stderr}");
 }
 
@@ -778,10 +855,8 @@ fn stdio_web_serves_the_view_beside_stdio_on_loopback_only() {
     let (url, base) = sign_in_url(&stderr);
     assert!(url.starts_with("http://127.0.0.1:"), "{url}");
     let token = std::fs::read_to_string(&token_file).unwrap();
-    assert!(
-        url.ends_with(&format!("/ui/?token={}", token.trim())),
-        "{url}"
-    );
+    code_of(&url);
+    assert!(!url.contains(token.trim()), "{url}");
     let runtime = tokio::runtime::Runtime::new().unwrap();
     runtime.block_on(async {
         let cookie = sign_in(&url).await;
@@ -798,6 +873,8 @@ fn stdio_web_serves_the_view_beside_stdio_on_loopback_only() {
     });
     drop(child.stdin.take());
     assert_eq!(child.wait().unwrap().code(), Some(0));
+    let printed = stderr.text();
+    assert!(!printed.contains(token.trim()), "{printed}");
 
     let out = Command::new(BIN)
         .args(["stdio", "--web", "0.0.0.0:0", "--token-file"])
@@ -1047,4 +1124,664 @@ async fn live_view_in_chromium_follows_a_pty_screen_and_pipe_output() {
          && document.querySelector('#live .status').textContent === 'EXITED'",
         LIVE_TEXT,
     );
+}
+
+// Connections: the cap, the header and idle timeouts, and running out of descriptors
+// (SPEC §11: "Header-read and idle timeouts and a connection cap apply to every listener").
+
+/// The `host:port` of a server's base URL.
+fn address(base: &str) -> String {
+    base.trim_start_matches("http://").to_string()
+}
+
+/// Open descriptors of process `pid`.
+fn fd_count(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .count()
+}
+
+/// Whether the server has closed `socket` (end of file or reset), without waiting.
+fn is_closed(socket: &std::net::TcpStream) -> bool {
+    socket.set_nonblocking(true).unwrap();
+    let mut buf = [0u8; 4096];
+    let closed = loop {
+        match (&*socket).read(&mut buf) {
+            Ok(0) => break true,
+            Ok(_) => continue,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break false,
+            Err(_) => break true,
+        }
+    };
+    socket.set_nonblocking(false).unwrap();
+    closed
+}
+
+/// Wait until the server has closed `socket`; how long that took.
+fn closed_after(socket: &std::net::TcpStream, since: Instant) -> Duration {
+    while !is_closed(socket) {
+        assert!(since.elapsed() < PATIENCE, "the server kept the connection");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    since.elapsed()
+}
+
+/// Send `request` on `socket` and read one whole answer (head and a Content-Length body):
+/// its status line.
+fn exchange(socket: &mut std::net::TcpStream, request: &str) -> String {
+    use std::io::Write;
+    socket.write_all(request.as_bytes()).unwrap();
+    socket.set_read_timeout(Some(PATIENCE)).unwrap();
+    let mut answer = Vec::new();
+    let mut byte = [0u8; 1];
+    while !answer.ends_with(b"\r\n\r\n") {
+        assert_eq!(socket.read(&mut byte).unwrap(), 1, "closed mid-answer");
+        answer.push(byte[0]);
+    }
+    let head = String::from_utf8(answer).unwrap();
+    let length: usize = head
+        .lines()
+        .find_map(|l| {
+            l.to_ascii_lowercase()
+                .strip_prefix("content-length:")
+                .map(|v| v.trim().parse().unwrap())
+        })
+        .unwrap_or(0);
+    let mut body = vec![0u8; length];
+    socket.read_exact(&mut body).unwrap();
+    head.lines().next().unwrap().to_string()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn half_open_connections_neither_hold_more_than_the_cap_nor_keep_a_client_out() {
+    // A header timeout far beyond the test: what frees places here is the cap, not a timer.
+    let server = Server::start(
+        &[
+            "--listen",
+            "127.0.0.1:0",
+            "--web",
+            "--header-read-timeout-ms",
+            "600000",
+        ],
+        LOG,
+    );
+    let pid = server.child.id();
+    let before = fd_count(pid);
+    let opened = 300;
+    let cap = 128;
+    let mut half_open = Vec::new();
+    for _ in 0..opened {
+        use std::io::Write;
+        let mut socket = std::net::TcpStream::connect(address(&server.base)).unwrap();
+        socket
+            .write_all(b"GET /ui/ HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+            .unwrap();
+        half_open.push(socket);
+    }
+    // The oldest make way for the newest: all but the cap are closed by the server, and
+    // promptly (the bound is generous for a loaded machine; without the cap they would be
+    // held for the whole header timeout).
+    let since = Instant::now();
+    for socket in &half_open[..opened - cap] {
+        closed_after(socket, since);
+    }
+    assert!(
+        half_open[opened - cap..].iter().all(|s| !is_closed(s)),
+        "the newest are served"
+    );
+    let held = fd_count(pid);
+    assert!(held <= before + cap + 4, "{before} → {held} descriptors");
+
+    // A real client is served, through the view and through /mcp, while they are held.
+    let page = browser()
+        .get(format!("{}/ui/", server.base))
+        .bearer_auth(&server.token)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(page.status(), StatusCode::OK);
+    let id = server.open_session().await.expect("an MCP session opens");
+    let listed = server.call(&id, "terminal_list", json!({})).await;
+    assert_eq!(listed["structuredContent"]["ok"], json!(true), "{listed}");
+}
+
+#[test]
+fn with_every_place_signed_in_a_new_connection_gets_503_at_once() {
+    let server = Server::start(
+        &[
+            "--listen",
+            "127.0.0.1:0",
+            "--web",
+            "--header-read-timeout-ms",
+            "600000",
+        ],
+        LOG,
+    );
+    let request = format!(
+        "GET /ui/style.css HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {}\r\n\r\n",
+        server.token
+    );
+    let mut signed_in: Vec<std::net::TcpStream> = (0..128)
+        .map(|_| {
+            let mut socket = std::net::TcpStream::connect(address(&server.base)).unwrap();
+            assert_eq!(exchange(&mut socket, &request), "HTTP/1.1 200 OK");
+            socket
+        })
+        .collect();
+    let mut late = std::net::TcpStream::connect(address(&server.base)).unwrap();
+    late.set_read_timeout(Some(PATIENCE)).unwrap();
+    let mut answer = String::new();
+    late.read_to_string(&mut answer).ok();
+    assert!(
+        answer.starts_with("HTTP/1.1 503 Service Unavailable\r\n"),
+        "{answer}"
+    );
+    assert!(answer.contains("128 connections are open"), "{answer}");
+    // A place freed is a place taken.
+    drop(signed_in.pop());
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        let mut socket = std::net::TcpStream::connect(address(&server.base)).unwrap();
+        use std::io::Write;
+        if socket.write_all(request.as_bytes()).is_ok() {
+            let mut head = [0u8; 12];
+            if socket.read_exact(&mut head).is_ok() && &head == b"HTTP/1.1 200" {
+                break;
+            }
+        }
+        assert!(Instant::now() < deadline, "the freed place was never taken");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn silent_slow_and_stalled_connections_are_closed_by_the_timeouts() {
+    use std::io::Write;
+    let server = Server::start(
+        &[
+            "--listen",
+            "127.0.0.1:0",
+            "--header-read-timeout-ms",
+            "300",
+            "--connection-idle-ms",
+            "1000",
+        ],
+        LOG,
+    );
+    let connect = || std::net::TcpStream::connect(address(&server.base)).unwrap();
+
+    let silent = connect();
+    let since = Instant::now();
+    assert!(closed_after(&silent, since) >= Duration::from_millis(300));
+
+    let mut slow = connect();
+    let since = Instant::now();
+    slow.write_all(b"GET /mcp HTTP/1.1\r\nHost: 127.0").unwrap();
+    assert!(closed_after(&slow, since) >= Duration::from_millis(300));
+
+    // Between requests the same timer runs: a kept-alive connection must ask again in time.
+    let mut kept = connect();
+    let ping = json!({"jsonrpc": "2.0", "id": 1, "method": "ping"}).to_string();
+    let refused = format!(
+        "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\nAuthorization: Bearer {}\r\n\r\n{ping}",
+        ping.len(),
+        server.token
+    );
+    let status = exchange(&mut kept, &refused);
+    assert!(status.starts_with("HTTP/1.1 "), "{status}");
+    let since = Instant::now();
+    assert!(closed_after(&kept, since) >= Duration::from_millis(300));
+
+    // A signed-in request whose body stalls: no byte moves, so the idle timeout ends it.
+    let mut stalled = connect();
+    let since = Instant::now();
+    write!(
+        stalled,
+        "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n\
+         Accept: application/json, text/event-stream\r\nContent-Length: 1000\r\n\
+         Authorization: Bearer {}\r\n\r\n{{\"jsonrpc\"",
+        server.token
+    )
+    .unwrap();
+    assert!(closed_after(&stalled, since) >= Duration::from_millis(1000));
+
+    // And a client that behaves is served as before.
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(async {
+        let id = server.open_session().await.expect("an MCP session opens");
+        let listed = server.call(&id, "terminal_list", json!({})).await;
+        assert_eq!(listed["structuredContent"]["ok"], json!(true), "{listed}");
+    });
+}
+
+#[test]
+fn out_of_descriptors_a_start_says_so_not_that_the_cwd_is_wrong() {
+    use std::io::{BufRead, Write};
+    use std::os::unix::process::CommandExt;
+    const LIMIT: u64 = 64;
+    let dir = tempfile::tempdir().unwrap();
+    let token_file = dir.path().join("token");
+    let mut command = Command::new(BIN);
+    command
+        .args(["stdio", "--web", "127.0.0.1:0", "--token-file"])
+        .arg(&token_file)
+        .current_dir(dir.path())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    // SAFETY: setrlimit is async-signal-safe and only reads the struct.
+    unsafe {
+        command.pre_exec(|| {
+            let limit = libc::rlimit {
+                rlim_cur: LIMIT,
+                rlim_max: LIMIT,
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &limit) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let mut child = command.spawn().unwrap();
+    let stderr = Stderr::of(&mut child);
+    let (_, base) = sign_in_url(&stderr);
+    let token = std::fs::read_to_string(&token_file).unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let mut stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+    let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+    writeln!(stdin, "{}\n{initialized}", initialize(1)).unwrap();
+    let mut ask = |request: Value| -> Value {
+        writeln!(stdin, "{request}").unwrap();
+        let mut line = String::new();
+        stdout.read_line(&mut line).unwrap();
+        let answer: Value = serde_json::from_str(&line).unwrap();
+        if answer["id"] == json!(1) {
+            line.clear();
+            stdout.read_line(&mut line).unwrap();
+            return serde_json::from_str(&line).unwrap();
+        }
+        answer
+    };
+
+    // Live-view event streams, signed in, until every descriptor the server may open is
+    // taken (the ones it cannot accept wait in the listen queue).
+    let request = format!(
+        "GET /ui/events HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {}\r\n\r\n",
+        token.trim()
+    );
+    let mut streams = Vec::new();
+    let deadline = Instant::now() + PATIENCE;
+    while fd_count(child.id()) < LIMIT as usize {
+        let mut socket = std::net::TcpStream::connect(address(&base)).unwrap();
+        socket.write_all(request.as_bytes()).unwrap();
+        streams.push(socket);
+        assert!(Instant::now() < deadline, "the server never ran out");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+
+    let call = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+        "params": {"name": "terminal_start", "arguments": {"command_id": "long"}}});
+    let answer = ask(call);
+    let error = &answer["result"]["structuredContent"]["error"];
+    assert_eq!(error["code"], json!("INTERNAL"), "{answer}");
+    let message = error["message"].as_str().unwrap();
+    assert!(message.contains("out of file descriptors"), "{message}");
+
+    // Once connections close, starts work again.
+    drop(streams);
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        let call = json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call",
+            "params": {"name": "terminal_start", "arguments": {"command_id": "long"}}});
+        let answer = ask(call);
+        if answer["result"]["structuredContent"]["ok"] == json!(true) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{answer}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    drop(stdin);
+    assert_eq!(child.wait().unwrap().code(), Some(0));
+}
+
+// Logs (SPEC §12: no log at any level holds what a client writes or a session prints).
+
+/// `mcp-terminal stdio` driven by raw JSON lines.
+struct StdioServer {
+    child: Child,
+    stdin: std::process::ChildStdin,
+    stdout: std::io::BufReader<std::process::ChildStdout>,
+    stderr: Stderr,
+    next_id: u64,
+    early: std::collections::HashMap<u64, Value>,
+}
+
+impl StdioServer {
+    fn start(dir: &Path, env: &[(&str, &str)]) -> StdioServer {
+        use std::io::Write;
+        let mut child = Command::new(BIN)
+            .arg("stdio")
+            .current_dir(dir)
+            .envs(env.iter().copied())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stderr = Stderr::of(&mut child);
+        let mut stdin = child.stdin.take().unwrap();
+        let stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+        let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+        writeln!(stdin, "{}\n{initialized}", initialize(0)).unwrap();
+        let mut server = StdioServer {
+            child,
+            stdin,
+            stdout,
+            stderr,
+            next_id: 0,
+            early: std::collections::HashMap::new(),
+        };
+        server.answer(0);
+        server
+    }
+
+    /// The answer with `id`; answers to other requests that come first are kept for later.
+    fn answer(&mut self, id: u64) -> Value {
+        use std::io::BufRead;
+        if let Some(answer) = self.early.remove(&id) {
+            return answer;
+        }
+        loop {
+            let mut line = String::new();
+            assert!(
+                self.stdout.read_line(&mut line).unwrap() > 0,
+                "stdout closed"
+            );
+            let message: Value = serde_json::from_str(&line).unwrap();
+            match message["id"].as_u64() {
+                Some(got) if got == id => return message,
+                Some(other) => {
+                    self.early.insert(other, message);
+                }
+                None => {}
+            }
+        }
+    }
+
+    /// Send a tools/call without waiting for its answer: its id.
+    fn send(&mut self, tool: &str, arguments: Value) -> u64 {
+        use std::io::Write;
+        self.next_id += 1;
+        let request = json!({"jsonrpc": "2.0", "id": self.next_id, "method": "tools/call",
+            "params": {"name": tool, "arguments": arguments}});
+        writeln!(self.stdin, "{request}").unwrap();
+        self.next_id
+    }
+
+    /// A tools/call: its structured content.
+    fn call(&mut self, tool: &str, arguments: Value) -> Value {
+        let id = self.send(tool, arguments);
+        self.answer(id)["result"]["structuredContent"].clone()
+    }
+
+    /// Close stdin and wait for the exit: everything it wrote on stderr.
+    fn finish(mut self) -> String {
+        drop(self.stdin);
+        assert_eq!(self.child.wait().unwrap().code(), Some(0));
+        self.stderr.text()
+    }
+}
+
+/// What a log must never hold: the text written, as the client sent it and as the session
+/// printed it back (`interactive` echoes each line). The wait's pattern and the read name
+/// it only by a class, so a request logged whole would show the marker only through the
+/// write or an answer.
+const LOG_MARKER: &str = "log-probe-1f2e";
+const LOG_MARKER_PATTERN: &str = "echo: log-probe-[0-9a-f]{4}";
+
+/// Whether the server logged the tool error below at debug level.
+fn logged_at_debug(stderr: &str) -> bool {
+    stderr
+        .lines()
+        .any(|l| l.contains(" DEBUG ") && l.contains("mcp_terminal::tools: tool error"))
+}
+
+#[tokio::test]
+async fn no_log_level_holds_written_text_or_output_over_http() {
+    // The server runs at MCP_TERMINAL_LOG=trace: every target at every level asked.
+    let server = Server::start(&["--listen", "127.0.0.1:0"], "trace");
+    let id = server.open_session().await.unwrap();
+    let started = server
+        .call(&id, "terminal_start", json!({"command_id": "interactive"}))
+        .await;
+    let sid = started["structuredContent"]["session_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let text = format!("{LOG_MARKER}\n");
+    let written = server
+        .call(
+            &id,
+            "terminal_write",
+            json!({"session_id": sid, "text": text}),
+        )
+        .await;
+    assert_eq!(written["structuredContent"]["ok"], json!(true), "{written}");
+    let waited = server
+        .call(
+            &id,
+            "terminal_wait",
+            json!({"session_id": sid, "pattern": LOG_MARKER_PATTERN}),
+        )
+        .await;
+    assert_eq!(waited["structuredContent"]["outcome"], json!("matched"));
+    let read = server
+        .call(&id, "terminal_read", json!({"session_id": sid}))
+        .await;
+    assert!(read.to_string().contains(LOG_MARKER), "{read}");
+    // A tool error, which this crate logs at debug: proof that debug lines are written.
+    server
+        .call(
+            &id,
+            "terminal_status",
+            json!({"session_id": "0".repeat(32)}),
+        )
+        .await;
+    let stderr = server.stderr();
+    assert!(logged_at_debug(&stderr), "{stderr}");
+    assert!(!stderr.contains(LOG_MARKER), "{stderr}");
+}
+
+#[test]
+fn no_log_level_holds_written_text_or_output_over_stdio() {
+    let dir = tempfile::tempdir().unwrap();
+    // Asking each library for its every line by name changes nothing either.
+    let levels = "trace,rmcp=trace,hyper=trace,axum=trace,tower=trace,mcp_terminal=trace";
+    let mut server = StdioServer::start(dir.path(), &[("MCP_TERMINAL_LOG", levels)]);
+    let started = server.call("terminal_start", json!({"command_id": "interactive"}));
+    let sid = started["session_id"].as_str().unwrap().to_string();
+    let written = server.call(
+        "terminal_write",
+        json!({"session_id": sid, "text": format!("{LOG_MARKER}\n")}),
+    );
+    assert_eq!(written["ok"], json!(true), "{written}");
+    let waited = server.call(
+        "terminal_wait",
+        json!({"session_id": sid, "pattern": LOG_MARKER_PATTERN}),
+    );
+    assert_eq!(waited["outcome"], json!("matched"), "{waited}");
+    let read = server.call("terminal_read", json!({"session_id": sid}));
+    assert!(read.to_string().contains(LOG_MARKER), "{read}");
+    server.call("terminal_status", json!({"session_id": "0".repeat(32)}));
+    let stderr = server.finish();
+    assert!(logged_at_debug(&stderr), "{stderr}");
+    assert!(!stderr.contains(LOG_MARKER), "{stderr}");
+}
+
+// Requests in flight and the memory of patterns (SPEC §11 limits; README "Limits").
+
+impl Server {
+    /// Send a tools/call in session `id` and return once the answer's headers came (the
+    /// answer itself streams later): the request is then in flight.
+    async fn send_call(&self, id: &str, tool: &str, arguments: Value) -> reqwest::Response {
+        let request = json!({"jsonrpc": "2.0", "id": 9, "method": "tools/call",
+            "params": {"name": tool, "arguments": arguments}});
+        self.authed(&request)
+            .header("Mcp-Session-Id", id)
+            .send()
+            .await
+            .unwrap()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn requests_in_flight_are_capped_per_mcp_session_and_for_the_server() {
+    let server = Server::start(&["--listen", "127.0.0.1:0"], LOG);
+    let (a, b, c) = (
+        server.open_session().await.unwrap(),
+        server.open_session().await.unwrap(),
+        server.open_session().await.unwrap(),
+    );
+    let started = server
+        .call(&a, "terminal_start", json!({"command_id": "long"}))
+        .await;
+    let sid = started["structuredContent"]["session_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    // Waits that outlast the test: each holds its place until the server is dropped.
+    let wait = json!({"session_id": sid, "pattern": "never printed by the long demo", "timeout_ms": 60_000});
+    let mut in_flight = Vec::new();
+    for _ in 0..32 {
+        let response = server.send_call(&a, "terminal_wait", wait.clone()).await;
+        assert_eq!(response.status(), StatusCode::OK);
+        in_flight.push(response);
+    }
+    let refused = server.send_call(&a, "terminal_wait", wait.clone()).await;
+    assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(refused.headers()["retry-after"], "1");
+    let body = refused.text().await.unwrap();
+    assert!(body.contains("32 requests of this MCP session"), "{body}");
+
+    // Another session has places of its own, up to the server's 64.
+    for _ in 0..32 {
+        let response = server.send_call(&b, "terminal_wait", wait.clone()).await;
+        assert_eq!(response.status(), StatusCode::OK);
+        in_flight.push(response);
+    }
+    let refused = server.send_call(&c, "terminal_list", json!({})).await;
+    assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+    let body = refused.text().await.unwrap();
+    assert!(
+        body.contains("64 requests are in flight on this server"),
+        "{body}"
+    );
+    // A notification takes no place: a client at the cap can still cancel.
+    let cancel = json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+        "params": {"requestId": 9}});
+    let sent = server
+        .authed(&cancel)
+        .header("Mcp-Session-Id", &c)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(sent.status(), StatusCode::ACCEPTED);
+
+    // An answer that has gone out gives its place back.
+    drop(in_flight.pop());
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        let response = server.send_call(&c, "terminal_list", json!({})).await;
+        if response.status() == StatusCode::OK {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the place was never given back");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// The most resident memory process `pid` has had, in KiB (VmHWM).
+fn peak_rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap()
+}
+
+#[test]
+fn pathological_patterns_are_refused_and_concurrent_waits_keep_memory_bounded() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut server = StdioServer::start(dir.path(), &[]);
+    let started = server.call("terminal_start", json!({"command_id": "long"}));
+    let sid = started["session_id"].as_str().unwrap().to_string();
+    let pid = server.child.id();
+    let before = peak_rss_kib(pid);
+
+    // 64 waits at once (every place stdio has) with a pattern whose search would hold
+    // about 17 MB: each is refused at once, saying why.
+    let ids: Vec<u64> = (0..64)
+        .map(|_| {
+            server.send(
+                "terminal_wait",
+                json!({"session_id": sid, "pattern": r"\w{100}\W{100}", "timeout_ms": 2000}),
+            )
+        })
+        .collect();
+    for id in ids {
+        let answer = server.answer(id)["result"]["structuredContent"].clone();
+        assert_eq!(
+            answer["error"]["code"],
+            json!("INVALID_ARGUMENT"),
+            "{answer}"
+        );
+        let message = answer["error"]["message"].as_str().unwrap();
+        assert!(message.contains("larger than the 4096 KiB"), "{message}");
+        assert_eq!(answer["error"]["parameter"], json!("pattern"));
+    }
+    let refused = peak_rss_kib(pid);
+    // Generous against allocator noise; without the bounds it was over 1 GB.
+    assert!(
+        refused - before < 64 * 1024,
+        "peak {before} → {refused} KiB"
+    );
+
+    // 64 waits at once with a pattern that is allowed but large (about 3 MiB each): as
+    // many wait as the patterns' budget holds, the others are told to wait. The session
+    // is ended once the first refusal has freed a place for the request that ends it.
+    let ids: Vec<u64> = (0..64)
+        .map(|_| {
+            server.send(
+                "terminal_wait",
+                json!({"session_id": sid, "pattern": r"\w{20}zzz", "timeout_ms": 60_000}),
+            )
+        })
+        .collect();
+    let ended = server.send(
+        "terminal_terminate",
+        json!({"session_id": sid, "grace_ms": 0}),
+    );
+    let (mut waited, mut busy) = (0, 0);
+    for id in ids {
+        let answer = server.answer(id)["result"]["structuredContent"].clone();
+        if answer["ok"] == json!(true) {
+            assert_eq!(answer["outcome"], json!("exited"), "{answer}");
+            waited += 1;
+        } else {
+            let message = answer["error"]["message"].as_str().unwrap();
+            assert!(message.contains("cannot be searched now"), "{message}");
+            busy += 1;
+        }
+    }
+    assert!(waited >= 16 && busy >= 1, "{waited} waited, {busy} refused");
+    assert_eq!(
+        server.answer(ended)["result"]["structuredContent"]["ok"],
+        json!(true)
+    );
+    let after = peak_rss_kib(pid);
+    // The budget is 64 MiB; its searches never grew their caches here.
+    assert!(after - before < 128 * 1024, "peak {before} → {after} KiB");
+    server.finish();
 }

@@ -18,7 +18,7 @@ use serde_json::{Value, json};
 pub use defaults::{default_config, shell_profiles};
 pub use edit::{ConfigFile, config_path, default_config_path, resolve_program};
 pub use parse::parse_config;
-pub use secrets::Secret;
+pub use secrets::{Secret, remove_from_environment};
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Config {
@@ -247,9 +247,13 @@ impl Config {
             } else {
                 format!(" secrets:{}", p.allowed_secrets.join(","))
             };
+            // As `profile list` shows it: a shell runs any command line a client sends.
+            let kind = match p.shell {
+                Some(_) => format!("{} shell", p.mode.as_str()),
+                None => p.mode.as_str().to_owned(),
+            };
             out.push_str(&format!(
-                "  {id:<16} {:<4} {}{env}{secrets}\n",
-                p.mode.as_str(),
+                "  {id:<16} {kind:<10} {}{env}{secrets}\n",
                 p.argv.join(" ")
             ));
         }

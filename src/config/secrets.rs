@@ -3,12 +3,12 @@
 //! ever formats a value: errors name the secret, and `Debug` prints a placeholder.
 
 use std::collections::BTreeMap;
-use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
 
 use serde_json::{Map, Value, json};
 
 use crate::limits::{SECRET_MAX_BYTES, SECRET_MIN_BYTES, SECRET_NAME_MAX_CHARS};
+use crate::private_file::{self, Refusal};
 use crate::strict::{Fields, type_name};
 
 /// Where the owner keeps a secret's value.
@@ -120,20 +120,23 @@ fn read_value(source: &Source) -> Result<SecretValue, String> {
             .into_encoded_bytes(),
         Source::File(path) => {
             let shown = path.display();
-            let meta = std::fs::metadata(path)
-                .map_err(|_| format!("cannot read the file {shown} (missing or not allowed)"))?;
-            if !meta.is_file() {
-                return Err(format!("{shown} is not a regular file"));
-            }
-            if meta.mode() & 0o077 != 0 {
-                return Err(format!(
-                    "{shown} is readable or writable by group or others (mode {:o}); \
-                     chmod 600 it, as ssh requires of keys",
-                    meta.mode() & 0o777
-                ));
-            }
-            let mut bytes = std::fs::read(path)
-                .map_err(|_| format!("cannot read the file {shown} (not allowed)"))?;
+            // The value and a line ending: more is refused unread.
+            let mut bytes = match private_file::read(path, SECRET_MAX_BYTES + 2) {
+                Ok(bytes) => bytes,
+                Err(Refusal::Missing | Refusal::Unopenable(_) | Refusal::Unreadable(_)) => {
+                    return Err(format!(
+                        "cannot read the file {shown} (missing or not allowed)"
+                    ));
+                }
+                Err(Refusal::Shared { mode }) => {
+                    return Err(format!(
+                        "{shown} is readable or writable by group or others (mode {mode:o}); \
+                         chmod 600 it, as ssh requires of keys"
+                    ));
+                }
+                Err(Refusal::TooLarge { .. }) => return Err(value_length()),
+                Err(refusal) => return Err(refusal.describe(path)),
+            };
             if bytes.ends_with(b"\n") {
                 bytes.pop();
                 if bytes.ends_with(b"\r") {
@@ -144,9 +147,7 @@ fn read_value(source: &Source) -> Result<SecretValue, String> {
         }
     };
     if !(SECRET_MIN_BYTES..=SECRET_MAX_BYTES).contains(&raw.len()) {
-        return Err(format!(
-            "the value must be {SECRET_MIN_BYTES} to {SECRET_MAX_BYTES} bytes long"
-        ));
+        return Err(value_length());
     }
     if raw.contains(&0) || raw.contains(&b'\n') || raw.contains(&b'\r') {
         return Err("the value must not contain NUL or a line break".into());
@@ -155,6 +156,65 @@ fn read_value(source: &Source) -> Result<SecretValue, String> {
     String::from_utf8(raw)
         .map(SecretValue)
         .map_err(|_| "the value must be UTF-8 text".into())
+}
+
+/// Take the variable of every `env` secret out of this process's environment: out of the
+/// environment list (so nothing in the server, and no process it starts, reads it again), and
+/// out of the memory `/proc/PID/environ` shows, the block the kernel laid out at exec, which
+/// taking a variable out of the list leaves as it was: the entry's bytes there become NULs.
+///
+/// # Safety
+/// No other thread may exist yet: the environment changes here without the lock that other
+/// threads' reads of it would take.
+pub unsafe fn remove_from_environment(secrets: &BTreeMap<String, Secret>) {
+    let block = exec_environment_block();
+    for secret in secrets.values() {
+        let Source::Env(var) = &secret.source else {
+            continue;
+        };
+        let prefix = [var.as_bytes(), b"="].concat();
+        let mut entries = Vec::new();
+        // SAFETY: `environ` is a NULL-terminated array of NUL-terminated strings, and no
+        // other thread can change it (the caller's promise).
+        unsafe {
+            let mut at = libc::environ;
+            while !at.is_null() && !(*at).is_null() {
+                let entry = std::ffi::CStr::from_ptr(*at);
+                if entry.to_bytes().starts_with(&prefix) {
+                    entries.push((*at, entry.to_bytes().len()));
+                }
+                at = at.add(1);
+            }
+            std::env::remove_var(var);
+        }
+        for (entry, len) in entries {
+            let address = entry as usize;
+            if block
+                .as_ref()
+                .is_some_and(|range| range.contains(&address) && address + len < range.end)
+            {
+                // SAFETY: the entry lies in the exec block, writable stack memory of this
+                // process that nothing points into any more (it left the list above).
+                unsafe { std::ptr::write_bytes(entry, 0, len) };
+            }
+        }
+    }
+}
+
+/// Where the environment the kernel laid out at exec lies: `env_start` and `env_end`, the
+/// 50th and 51st fields of `/proc/self/stat`.
+fn exec_environment_block() -> Option<std::ops::Range<usize>> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    let (_, fields) = stat.rsplit_once(')')?;
+    // After the command name: field 3 (state) is the first.
+    let mut fields = fields.split_whitespace().skip(50 - 3);
+    let start = fields.next()?.parse().ok()?;
+    let end = fields.next()?.parse().ok()?;
+    Some(start..end)
+}
+
+fn value_length() -> String {
+    format!("the value must be {SECRET_MIN_BYTES} to {SECRET_MAX_BYTES} bytes long")
 }
 
 #[cfg(test)]

@@ -5,12 +5,15 @@
 //!
 //! rmcp answers every session-manager error with 500; a refusal for the cap is not a fault
 //! of the server but a full house, so `full_is_503` turns exactly that refusal into 503.
+//! rmcp answers a session's `DELETE` with 202 Accepted although the session is closed by
+//! then; clients expect 200 (the Python SDK logs a 202 as a failed termination), so
+//! `closed_is_200` says what happened.
 
 use std::cell::Cell;
 use std::time::Duration;
 
 use axum::extract::Request;
-use axum::http::StatusCode;
+use axum::http::{Method, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use futures::Stream;
@@ -49,6 +52,16 @@ pub async fn full_is_503(request: Request, next: Next) -> Response {
         format!("Service Unavailable: {why}.\n"),
     )
         .into_response()
+}
+
+/// `DELETE /mcp`: the session is closed when rmcp answers, so 202 Accepted becomes 200 OK.
+pub async fn closed_is_200(request: Request, next: Next) -> Response {
+    let delete = request.method() == Method::DELETE;
+    let mut response = next.run(request).await;
+    if delete && response.status() == StatusCode::ACCEPTED {
+        *response.status_mut() = StatusCode::OK;
+    }
+    response
 }
 
 pub struct CappedSessions {

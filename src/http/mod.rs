@@ -1,14 +1,13 @@
 //! `mcp-terminal http`: MCP over Streamable HTTP at `/mcp` (rmcp's server, mounted in an
-//! axum router), behind the browser rules and the bearer token of `guard`.
+//! axum router), behind the browser rules and the bearer token of `access`.
 //!
 //! Flow at a glance: `prepare` checks the listen address and loads the token file before
 //! anything is served (a refusal exits 2); `serve` binds, prints the real URL, serves every
 //! MCP session from one shared `Sessions`, and on SIGTERM/SIGINT ends every terminal
 //! session (reason `shutdown`), then every MCP session, and returns.
 
-pub mod guard;
+mod in_flight;
 mod mcp_sessions;
-pub mod token;
 
 use std::net::{SocketAddr, TcpListener, ToSocketAddrs};
 use std::path::PathBuf;
@@ -25,13 +24,12 @@ use serde_json::{Map, Value};
 use tokio::signal::unix::{SignalKind, signal};
 use tokio_util::sync::CancellationToken;
 
+use crate::access::{Access, guard, listener, load_token};
 use crate::audit::AuditLog;
 use crate::limits::{HTTP_MAX_BODY_BYTES, SHUTDOWN_FLUSH, SHUTDOWN_GRACE};
 use crate::session::Sessions;
 use crate::tools::TerminalServer;
-use guard::Access;
 use mcp_sessions::CappedSessions;
-use token::{Loaded, Token};
 
 /// The command line of `mcp-terminal http`.
 pub struct Options {
@@ -43,6 +41,7 @@ pub struct Options {
     pub mcp_idle: Duration,
     /// Also serve the live view under `/ui/`.
     pub web: bool,
+    pub connections: listener::Limits,
 }
 
 /// Everything checked before serving: the address to bind and who may connect.
@@ -51,6 +50,7 @@ pub struct Prepared {
     access: Arc<Access>,
     mcp_idle: Duration,
     web: bool,
+    connections: listener::Limits,
 }
 
 /// Check the address and load (or create) the token; errors are usage errors (exit 2).
@@ -63,25 +63,8 @@ pub fn prepare(options: Options) -> Result<Prepared, String> {
         access: Arc::new(access),
         mcp_idle: options.mcp_idle,
         web: options.web,
+        connections: options.connections,
     })
-}
-
-/// Load the token from `token_file` (default: beside the default config), creating it
-/// when absent; only the file's path is printed.
-pub fn load_token(token_file: Option<PathBuf>) -> Result<Token, String> {
-    let path = match token_file {
-        Some(path) => path,
-        None => token::default_path()?,
-    };
-    let (token, loaded) = Token::load_or_create(&path)?;
-    if let Loaded::Created = loaded {
-        eprintln!(
-            "mcp-terminal: created a new token in {} (mode 0600); clients send it as \
-             `Authorization: Bearer <token>`",
-            path.display()
-        );
-    }
-    Ok(token)
 }
 
 fn listen_address(listen: &str, allow_remote: bool) -> Result<SocketAddr, String> {
@@ -129,18 +112,19 @@ pub async fn serve(
     let server = TerminalServer::new(sessions.clone())
         .with_audit(audit)
         .with_audit_fields(audit_fields);
-    let router = router(server, sessions.clone(), &prepared, stop_mcp.clone());
-    let stopped = stop_mcp.clone();
-    let server = axum::serve(
+    let view = prepared
+        .web
+        .then(|| crate::web::View::new(sessions.clone(), prepared.access.clone()));
+    let router = router(server, view.clone(), &prepared, stop_mcp.clone());
+    let serving = tokio::spawn(listener::serve(
         listener,
-        router.into_make_service_with_connect_info::<SocketAddr>(),
-    )
-    .with_graceful_shutdown(async move { stopped.cancelled().await });
-    let serving = tokio::spawn(server.into_future());
+        router,
+        prepared.connections,
+        stop_mcp.clone(),
+    ));
     eprintln!("mcp-terminal: listening on http://{bound}/mcp");
-    if prepared.web {
-        let url = crate::web::sign_in_url(bound, &prepared.access.token);
-        eprintln!("mcp-terminal: live view: {url}");
+    if let Some(view) = view {
+        eprintln!("mcp-terminal: live view: {}", view.sign_in_url(bound));
     }
     tracing::info!(version = env!("CARGO_PKG_VERSION"), "serving MCP over HTTP");
 
@@ -179,7 +163,7 @@ fn audit_fields(context: &RequestContext<RoleServer>) -> Map<String, Value> {
 
 fn router(
     server: TerminalServer,
-    sessions: Arc<Sessions>,
+    view: Option<Arc<crate::web::View>>,
     prepared: &Prepared,
     stop_mcp: CancellationToken,
 ) -> Router {
@@ -199,10 +183,15 @@ fn router(
     let mut router = Router::new()
         .route_service("/mcp", mcp)
         .route_layer(axum::middleware::from_fn(mcp_sessions::full_is_503))
+        .route_layer(axum::middleware::from_fn(mcp_sessions::closed_is_200))
+        .route_layer(from_fn_with_state(
+            Arc::new(in_flight::InFlight::default()),
+            in_flight::cap,
+        ))
         // Outside the body limit: an unauthenticated client learns nothing, not even a 413.
         .route_layer(from_fn_with_state(access.clone(), guard::require_bearer));
-    if prepared.web {
-        router = router.merge(crate::web::router(sessions, access.clone()));
+    if let Some(view) = view {
+        router = router.merge(crate::web::router(view));
     }
     router.layer(from_fn_with_state(access, guard::browser_rules))
 }

@@ -41,7 +41,7 @@ impl vt100::Callbacks for Events {
         match (i1, c, first) {
             // Cursor position report, 1-based.
             (None, 'n', 6) => {
-                let (row, col) = screen.cursor_position();
+                let (row, col) = cursor_on_screen(screen);
                 self.replies
                     .extend_from_slice(format!("\x1b[{};{}R", row + 1, col + 1).as_bytes());
             }
@@ -51,6 +51,16 @@ impl vt100::Callbacks for Events {
             _ => {}
         }
     }
+}
+
+/// The cursor's row and column (0-based), on the screen as a terminal shows it. After a
+/// character is written in the last column, vt100 reports the column past it (the pending
+/// wrap a terminal keeps until the next character), which is no cell; a terminal shows
+/// its cursor on the last column then, and reports that column when asked.
+pub fn cursor_on_screen(screen: &vt100::Screen) -> (u16, u16) {
+    let (rows, cols) = screen.size();
+    let (row, col) = screen.cursor_position();
+    (row.min(rows.get() - 1), col.min(cols.get() - 1))
 }
 
 /// The emulator, and what bounds its memory: `budget` cells for the screen, the alternate
@@ -168,7 +178,7 @@ impl Screen {
             .rows(0, cols)
             .map(|l| l.trim_end().to_owned())
             .collect();
-        let (row, col) = self.parser.screen().cursor_position();
+        let (row, col) = cursor_on_screen(self.parser.screen());
         let history = self.scrollback(scrollback, rows, cols);
         let screen = self.parser.screen();
         ScreenView {
@@ -255,6 +265,28 @@ mod tests {
         assert_eq!(s.feed(b"\x1b[c"), DEVICE_ATTRIBUTES);
         assert_eq!(s.feed(b"\x1b[5n"), b"\x1b[0n");
         assert_eq!(s.feed(b"plain"), b"");
+    }
+
+    /// A full last line (what `top` draws) leaves the cursor on the screen's last cell, in
+    /// the view, the live view's rendering and the position report alike.
+    #[test]
+    fn the_cursor_stays_on_the_screen_after_the_last_column_is_written() {
+        let mut s = Screen::new(24, 80, BUDGET);
+        s.feed(format!("\x1b[24;1H{}", "x".repeat(80)).as_bytes());
+        let v = s.view(0);
+        assert_eq!((v.cursor.row, v.cursor.col), (23, 79));
+        let styled = s.styled();
+        let on: Vec<_> = styled
+            .rows
+            .iter()
+            .flatten()
+            .filter(|span| span.style.cursor)
+            .collect();
+        assert_eq!(on.len(), 1, "one cell shows the cursor");
+        assert_eq!(s.feed(b"\x1b[6n"), b"\x1b[24;80R");
+        // The next character wraps as before.
+        s.feed(b"y");
+        assert_eq!(s.view(0).lines[23], "y");
     }
 
     #[test]

@@ -3,15 +3,24 @@
 //! A lazy DFA (the `regex` crate's engine, `regex-automata`) is fed each new piece of
 //! text once, keeping its state between pieces, so nothing is rescanned however small the
 //! pieces are. It only answers "has a match ended yet"; once it has, the caller runs the
-//! full `Regex` once over the searched region to get the leftmost match and its groups.
-//! The output so far is searched as if it ended where it ends now, so `$` and `\b` can
-//! match at the current end.
+//! full `Regex` once over the searched region to get the leftmost match and its groups:
+//! over the text fed, ending where it ended when the match was seen to end there, so the
+//! match is always found by that one look. The output so far is searched as if it ended
+//! where it ends now, so `$` and `\b` can match at the current end; a search never starts
+//! over, so `^` and `\b` never see a start of text that is not one.
 //!
 //! Where every match begins with one of a few literals (`ready`, `flood total: \d+`), a
 //! SIMD literal search (the crate's prefilter) skips the text in which no match can
 //! begin, as the crate's own searches do; the DFA steps only from where a literal starts.
+//!
+//! Memory is bounded: each automaton compiled from a pattern is at most `PATTERN_NFA_BYTES`,
+//! each lazy DFA's cache `PATTERN_DFA_CACHE_BYTES` (cleared and refilled past it), a
+//! pattern's whole search at most `PATTERN_MAX_BYTES`, and the searches of client patterns
+//! held at once at most `PATTERNS_TOTAL_BYTES` together (each is charged when compiled and
+//! gives its charge back when dropped).
 
 use std::ops::Range;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use regex_automata::hybrid::LazyStateID;
 use regex_automata::hybrid::dfa::{Cache, DFA};
@@ -23,8 +32,61 @@ use regex_automata::{Input, MatchKind, Span};
 use regex_syntax::hir::Hir;
 use regex_syntax::hir::literal::{ExtractKind, Extractor};
 
-/// The size limit on a pattern's compiled form: the `regex` crate's default.
-const NFA_SIZE_LIMIT: usize = 10 * (1 << 20);
+use crate::errors::ToolError;
+use crate::limits::{
+    PATTERN_COMPILES_AT_ONCE, PATTERN_DFA_CACHE_BYTES, PATTERN_MAX_BYTES, PATTERN_NFA_BYTES,
+    PATTERNS_TOTAL_BYTES,
+};
+
+/// Bytes charged by the searches of client patterns alive now.
+static PATTERNS_HELD: AtomicUsize = AtomicUsize::new(0);
+
+/// Why a client's pattern cannot be searched.
+#[derive(Debug)]
+pub enum PatternError {
+    /// Not a regex this search can run.
+    Unusable(String),
+    /// Its search would hold more than `PATTERN_MAX_BYTES`.
+    TooLarge,
+    /// The searches of other patterns in flight hold the budget.
+    Busy { held: usize },
+}
+
+impl From<PatternError> for ToolError {
+    fn from(error: PatternError) -> ToolError {
+        let why = match error {
+            PatternError::Unusable(why) => format!("is not a usable regex: {why}"),
+            PatternError::TooLarge => format!(
+                "compiles to a search larger than the {} KiB one pattern may hold (a large \
+                 repetition of a Unicode class such as \\w{{100}} does); repeat less, or use \
+                 ASCII classes such as (?-u:\\w)",
+                PATTERN_MAX_BYTES / 1024
+            ),
+            PatternError::Busy { held } => format!(
+                "cannot be searched now: the patterns of the waits in flight hold {} KiB of the \
+                 {} KiB the server gives all patterns together; wait until some have answered, \
+                 or use a smaller pattern",
+                held / 1024,
+                PATTERNS_TOTAL_BYTES / 1024
+            ),
+        };
+        ToolError::invalid_argument("pattern", why)
+    }
+}
+
+/// Client patterns compiled at once: compiling a large one takes a while and, until a limit
+/// stops it, memory; more at once would only share the same cores.
+static COMPILING: tokio::sync::Semaphore =
+    tokio::sync::Semaphore::const_new(PATTERN_COMPILES_AT_ONCE);
+
+/// A search's share of the budget, given back when it is dropped.
+struct Charge(usize);
+
+impl Drop for Charge {
+    fn drop(&mut self) {
+        PATTERNS_HELD.fetch_sub(self.0, Ordering::SeqCst);
+    }
+}
 
 /// A match, as byte ranges of the searched text.
 #[derive(Debug, PartialEq)]
@@ -45,6 +107,8 @@ pub struct Search {
     universal_start: bool,
     /// Bytes the DFA stepped through; the rest of what was fed was skipped.
     stepped: u64,
+    /// What a client's pattern holds of the budget.
+    _charge: Option<Charge>,
 }
 
 impl Search {
@@ -53,10 +117,61 @@ impl Search {
     /// (a fully compiled DFA, its own literal extraction): a wait or a command's markers
     /// pay tens of microseconds to start instead of hundreds.
     pub fn new(pattern: &str) -> Result<Search, String> {
-        let hir = syntax::parse(pattern).map_err(|e| e.to_string())?;
+        Search::build(pattern).map_err(|e| match e {
+            PatternError::Unusable(why) => why,
+            other => ToolError::from(other).message,
+        })
+    }
+
+    /// A client's pattern: built as `new` builds, refused when its search would hold more
+    /// than `PATTERN_MAX_BYTES`, and charged against `PATTERNS_TOTAL_BYTES` for as long as
+    /// it lives. Compiling a large pattern takes a while: see `compile_for_client`.
+    pub fn for_client(pattern: &str) -> Result<Search, PatternError> {
+        let mut search = Search::build(pattern)?;
+        let charge = search.bytes();
+        if charge > PATTERN_MAX_BYTES {
+            return Err(PatternError::TooLarge);
+        }
+        let taken = PATTERNS_HELD.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |held| {
+            (held + charge <= PATTERNS_TOTAL_BYTES).then_some(held + charge)
+        });
+        match taken {
+            Ok(_) => {
+                search._charge = Some(Charge(charge));
+                Ok(search)
+            }
+            Err(held) => Err(PatternError::Busy { held }),
+        }
+    }
+
+    /// `for_client`, off the async workers and at most `PATTERN_COMPILES_AT_ONCE` at a time.
+    pub async fn compile_for_client(pattern: &str) -> Result<Search, ToolError> {
+        let stopped = || ToolError::internal("compiling the pattern stopped");
+        let _turn = COMPILING.acquire().await.map_err(|_| stopped())?;
+        let pattern = pattern.to_owned();
+        tokio::task::spawn_blocking(move || Search::for_client(&pattern))
+            .await
+            .map_err(|_| stopped())?
+            .map_err(ToolError::from)
+    }
+
+    /// What the search may come to hold: its automata; the full regex's caches (its pike VM
+    /// and backtracker, measured at most about its own size again); and both lazy DFA
+    /// caches at their capacity.
+    fn bytes(&self) -> usize {
+        2 * self.regex.memory_usage()
+            + self.dfa.memory_usage()
+            + self.dfa.get_nfa().memory_usage()
+            + 2 * PATTERN_DFA_CACHE_BYTES
+    }
+
+    fn build(pattern: &str) -> Result<Search, PatternError> {
+        let unusable = |e: &dyn std::fmt::Display| PatternError::Unusable(e.to_string());
+        let hir = syntax::parse(pattern).map_err(|e| unusable(&e))?;
         let (prefilter, only_literals) = prefix_prefilter(&hir);
         let config = meta::Config::new()
-            .nfa_size_limit(Some(NFA_SIZE_LIMIT))
+            .nfa_size_limit(Some(PATTERN_NFA_BYTES))
+            .hybrid_cache_capacity(PATTERN_DFA_CACHE_BYTES)
             .dfa(false);
         // A pattern that is only literals is left to the regex's own literal search,
         // which needs no automaton at all; any other is given the prefilter made here.
@@ -68,24 +183,34 @@ impl Search {
         let regex = meta::Regex::builder()
             .configure(config)
             .build_from_hir(&hir)
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| match e.size_limit() {
+                Some(_) => PatternError::TooLarge,
+                None => unusable(&e),
+            })?;
         let nfa = thompson::Compiler::new()
             .configure(
                 thompson::Config::new()
-                    .nfa_size_limit(Some(NFA_SIZE_LIMIT))
+                    .nfa_size_limit(Some(PATTERN_NFA_BYTES))
                     .which_captures(thompson::WhichCaptures::None),
             )
             .build_from_hir(&hir)
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| match e.size_limit() {
+                Some(_) => PatternError::TooLarge,
+                None => unusable(&e),
+            })?;
         let dfa = DFA::builder()
-            .configure(DFA::config().prefilter(prefilter))
+            .configure(
+                DFA::config()
+                    .prefilter(prefilter)
+                    .cache_capacity(PATTERN_DFA_CACHE_BYTES),
+            )
             .build_from_nfa(nfa)
-            .map_err(|e| dfa_error(pattern, e))?;
+            .map_err(|_| dfa_error(pattern))?;
         let universal_start = dfa.get_nfa().look_set_prefix_any().is_empty();
         let mut cache = dfa.create_cache();
         let state = dfa
             .start_state_forward(&mut cache, &Input::new(""))
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| unusable(&e))?;
         Ok(Search {
             regex,
             dfa,
@@ -93,6 +218,7 @@ impl Search {
             state,
             universal_start,
             stepped: 0,
+            _charge: None,
         })
     }
 
@@ -110,19 +236,6 @@ impl Search {
     #[cfg(test)]
     pub fn stepped(&self) -> u64 {
         self.stepped
-    }
-
-    /// Search on as if nothing had been fed yet: after a match the DFA reported that the
-    /// full regex did not confirm (its text evicted meanwhile, or the look-around at the
-    /// end of the text fed then undone by what followed), so that later matches are
-    /// reported too. Past its first match a leftmost-first DFA would otherwise stay dead.
-    pub fn restart(&mut self) {
-        if let Ok(start) = self
-            .dfa
-            .start_state_forward(&mut self.cache, &Input::new(""))
-        {
-            self.state = start;
-        }
     }
 
     /// Feed the next piece of text; true once a match has ended within what was fed.
@@ -211,14 +324,17 @@ fn prefix_prefilter(hir: &Hir) -> (Option<Prefilter>, bool) {
     (prefilter, only_literals)
 }
 
-/// Why the DFA of a pattern the full regex accepts cannot be built, with advice.
-fn dfa_error(pattern: &str, error: regex_automata::hybrid::BuildError) -> String {
+/// Why the DFA of a pattern the full regex accepts cannot be built: a Unicode word
+/// boundary, which it cannot follow (with advice), or too little room in its cache.
+fn dfa_error(pattern: &str) -> PatternError {
     if pattern.contains("\\b") || pattern.contains("\\B") {
-        "uses a Unicode word boundary (\\b or \\B), which incremental search cannot follow; \
-         use the ASCII form (?-u:\\b)"
-            .to_owned()
+        PatternError::Unusable(
+            "uses a Unicode word boundary (\\b or \\B), which incremental search cannot \
+             follow; use the ASCII form (?-u:\\b)"
+                .to_owned(),
+        )
     } else {
-        error.to_string()
+        PatternError::TooLarge
     }
 }
 
@@ -228,16 +344,40 @@ mod tests {
     use proptest::prelude::*;
     use regex::Regex;
 
+    /// One test for all of the budget: it is shared by the whole process.
     #[test]
-    fn a_restart_reports_the_matches_after_an_unconfirmed_one() {
-        let mut search = Search::new("ab+").unwrap();
-        assert!(search.feed("xxab ", false));
+    fn client_patterns_are_bounded_each_and_together() {
+        let refused = Search::for_client(r"\w{100}\W{100}").err().unwrap();
+        assert!(matches!(refused, PatternError::TooLarge), "{refused:?}");
+        let message = ToolError::from(refused).message;
+        assert!(message.contains("(?-u:\\w)"), "{message}");
+        assert!(matches!(
+            Search::for_client("(unclosed"),
+            Err(PatternError::Unusable(_))
+        ));
+
+        let large = Search::for_client(r"\w{20}").unwrap();
+        let each = large.bytes();
+        assert!((1 << 20..=PATTERN_MAX_BYTES).contains(&each), "{each}");
+        let mut held = vec![large];
+        let busy = loop {
+            match Search::for_client(r"\w{20}") {
+                Ok(search) => held.push(search),
+                Err(e) => break e,
+            }
+            assert!(held.len() <= PATTERNS_TOTAL_BYTES / each, "never refused");
+        };
+        assert!(matches!(busy, PatternError::Busy { .. }), "{busy:?}");
+        assert!(held.len() >= PATTERNS_TOTAL_BYTES / each - 1);
+        // Patterns built for the server's own use are not charged.
+        assert!(Search::new(r"\w{20}").is_ok());
+        held.pop();
         assert!(
-            !search.feed("yyab ", false),
-            "past a match the DFA stays dead"
+            Search::for_client(r"\w{20}").is_ok(),
+            "a freed share is free"
         );
-        search.restart();
-        assert!(search.feed("zzab ", false));
+        drop(held);
+        assert_eq!(PATTERNS_HELD.load(Ordering::SeqCst), 0);
     }
 
     fn feed_all(pattern: &str, pieces: &[&str]) -> Option<usize> {
@@ -303,6 +443,11 @@ mod tests {
         r"(?-u:\b)cab",
         "[ab]c{2}",
         "xyz",
+        // A match at the end of a piece that the next piece undoes, while a longer one
+        // goes on through it; and look-behind at a piece's start that is no text's start.
+        "x$|xy+z",
+        r"^x|(?-u:\b)y",
+        "(?m)^y+$",
     ];
 
     /// Patterns with groups that may or may not take part, and alternations whose leftmost
@@ -325,7 +470,7 @@ mod tests {
         #[test]
         fn pieces_report_the_first_match_where_the_whole_text_has_it(
             pattern in proptest::sample::select(PATTERNS),
-            text in "[abc1日本\n ]{0,200}",
+            text in "[abcxyz1日本\n ]{0,200}",
             cuts in proptest::collection::vec(0usize..120, 0..40),
         ) {
             let mut ends: Vec<usize> = cuts
@@ -349,6 +494,13 @@ mod tests {
                 start = end;
             }
             prop_assert_eq!(found, expected, "pieces ending at {:?}", ends);
+            // The caller finds it by one look at the text fed, ending where it ended: the
+            // whole-text search of that prefix.
+            if let Some(i) = found {
+                let prefix = &text[..ends[i]];
+                let located = search.leftmost(prefix).map(|m| m.whole);
+                prop_assert_eq!(located, regex.find(prefix).map(|m| m.range()));
+            }
         }
 
         /// The leftmost match and its groups are the `regex` crate's.

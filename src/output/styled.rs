@@ -74,7 +74,7 @@ fn nearest_index(r: u8, g: u8, b: u8) -> u8 {
 pub fn render(screen: &vt100::Screen, title: &str) -> StyledScreen {
     let (rows, cols) = screen.size();
     let (rows, cols) = (rows.get(), cols.get());
-    let cursor = (!screen.hide_cursor()).then(|| screen.cursor_position());
+    let cursor = (!screen.hide_cursor()).then(|| super::screen::cursor_on_screen(screen));
     let rows = (0..rows)
         .map(|row| {
             let mut spans: Vec<Span> = Vec::new();

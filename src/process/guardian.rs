@@ -10,6 +10,7 @@
 //! server is gone (a clean exit, a crash, `kill -9`, the OOM killer) the kernel closes the
 //! server's end, and the guardian kills every process carrying this server's tag, then exits. A clean shutdown
 //! sweeps in the server too and waits for the guardian to finish, so none is left behind.
+//! The server watches its end in turn: a guardian that dies first is replaced.
 //!
 //! A process is only ever signalled through a pidfd opened before its tag is checked, so a
 //! PID reused meanwhile is never mistaken for a session's process; the instance is random
@@ -19,7 +20,8 @@ use std::collections::HashSet;
 use std::io::{self, Read};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::net::UnixStream;
-use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::policy::TAG_VAR;
@@ -35,6 +37,8 @@ const SWEEP_BOUND: Duration = Duration::from_secs(5);
 const SWEEP_PAUSE: Duration = Duration::from_millis(2);
 /// How long a clean shutdown waits for the guardian to exit.
 const GUARDIAN_EXIT_WAIT: Duration = Duration::from_secs(3);
+/// Before a dead guardian is replaced.
+const GUARDIAN_RESTART_PAUSE: Duration = Duration::from_millis(100);
 
 /// A new random server instance: the first part of every tag this server sets.
 pub fn new_instance() -> String {
@@ -65,7 +69,6 @@ impl Guardian {
     /// caller waits for no more than that.
     pub fn start(instance: &str) -> io::Result<Guardian> {
         use std::ffi::CString;
-        use std::os::unix::ffi::OsStrExt;
 
         use nix::fcntl::OFlag;
         use nix::spawn::{PosixSpawnAttr, PosixSpawnFileActions, PosixSpawnFlags, posix_spawn};
@@ -95,9 +98,10 @@ impl Guardian {
             c"--instance".to_owned(),
             c_string(instance.as_bytes())?,
         ];
-        let env = std::env::vars_os()
-            .map(|(key, value)| c_string(&[key.as_bytes(), b"=", value.as_bytes()].concat()))
-            .collect::<io::Result<Vec<_>>>()?;
+        // Nothing of the server's environment: the guardian needs none of it, and whatever
+        // is in it (an owner's secret set for another purpose) would show in its
+        // /proc/PID/environ for as long as the server runs.
+        let env: [CString; 0] = [];
         // Collected by the reaper, or by `finish`.
         let pid = posix_spawn(c"/proc/self/exe", &actions, &attr, &args, &env)?.as_raw();
         drop(theirs);
@@ -119,45 +123,107 @@ impl Guardian {
 }
 
 /// The guardian of a server instance, started when it is first needed (`ensure`, before
-/// each spawn of a session's process) and then kept.
+/// each spawn of a session's process) and then kept: a thread watches its end of the
+/// socket pair, and when the guardian dies (killed, or by the OOM killer) while the
+/// server lives, it says so and starts a new one, which covers every session as the first
+/// did (they are found by the instance's tag).
 pub struct LazyGuardian {
+    shared: Arc<Shared>,
+}
+
+struct Shared {
     instance: String,
-    started: OnceLock<Option<Guardian>>,
+    current: Mutex<Option<Guardian>>,
+    /// Set by a clean shutdown: the guardian's exit that follows is not a death.
+    finishing: AtomicBool,
 }
 
 impl LazyGuardian {
     pub fn new(instance: String) -> LazyGuardian {
         LazyGuardian {
-            instance,
-            started: OnceLock::new(),
+            shared: Arc::new(Shared {
+                instance,
+                current: Mutex::new(None),
+                finishing: AtomicBool::new(false),
+            }),
         }
     }
 
-    /// Start the guardian unless it was started (or could not be: that is logged once, and
-    /// the server serves on without it). Blocks until it has started, and so do concurrent
-    /// callers: should the exec of this binary hang (its file system stopped answering),
-    /// every spawn waits and fails at its deadline rather than run unguarded.
+    /// Start the guardian unless one runs (if it cannot start, that is logged and the
+    /// server serves on without one; the next spawn tries again). Blocks until it has
+    /// started, and so do concurrent callers: should the exec of this binary hang (its
+    /// file system stopped answering), every spawn waits and fails at its deadline rather
+    /// than run unguarded.
     pub fn ensure(&self) {
-        self.started
-            .get_or_init(|| match Guardian::start(&self.instance) {
-                Ok(guardian) => Some(guardian),
-                Err(e) => {
-                    tracing::warn!(
-                        "cannot start the guardian ({e}); if this server is killed, processes \
-                     that left their session's group may outlive it"
-                    );
-                    None
-                }
-            });
+        let mut current = self.shared.lock();
+        if current.is_none() {
+            *current = self.shared.start();
+        }
     }
 
-    /// After a clean shutdown: `Guardian::finish` if the guardian was started, else the
-    /// sweep alone.
+    /// After a clean shutdown: `Guardian::finish` if a guardian runs, else the sweep alone.
     pub fn finish(&self) {
-        match self.started.get() {
-            Some(Some(guardian)) => guardian.finish(&self.instance),
-            _ => drop(sweep(&self.instance)),
+        self.shared.finishing.store(true, Ordering::SeqCst);
+        let current = self.shared.lock().take();
+        match current {
+            Some(guardian) => guardian.finish(&self.shared.instance),
+            None => drop(sweep(&self.shared.instance)),
         }
+    }
+}
+
+impl Shared {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Option<Guardian>> {
+        self.current.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A new guardian, and the thread that watches it; `None` (logged) if it cannot start.
+    fn start(self: &Arc<Self>) -> Option<Guardian> {
+        let started = Guardian::start(&self.instance).and_then(|guardian| {
+            let watch = guardian.watch.try_clone()?;
+            let shared = self.clone();
+            let pid = guardian.pid;
+            std::thread::Builder::new()
+                .name("guardian-watch".into())
+                .spawn(move || shared.watch(watch, pid))?;
+            Ok(guardian)
+        });
+        match started {
+            Ok(guardian) => Some(guardian),
+            Err(e) => {
+                tracing::warn!(
+                    "cannot start the guardian ({e}); if this server is killed, processes that \
+                     left their session's group may outlive it"
+                );
+                None
+            }
+        }
+    }
+
+    /// Block until guardian `pid` has closed its end (it exited); unless the server is
+    /// shutting down, start another.
+    fn watch(self: Arc<Self>, watch: UnixStream, pid: i32) {
+        let mut watch = &watch;
+        let mut buf = [0u8; 16];
+        loop {
+            match watch.read(&mut buf) {
+                Ok(0) => break,
+                Ok(_) => continue,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(_) => break,
+            }
+        }
+        if self.finishing.load(Ordering::SeqCst) {
+            return;
+        }
+        tracing::warn!("the guardian (PID {pid}) has ended; starting a new one");
+        let mut current = self.lock();
+        if self.finishing.load(Ordering::SeqCst) {
+            return;
+        }
+        // A guardian that died at once must not make this a busy loop.
+        std::thread::sleep(GUARDIAN_RESTART_PAUSE);
+        *current = self.start();
     }
 }
 

@@ -69,6 +69,12 @@ pub fn has_exited(pid: i32) -> bool {
     }
 }
 
+/// Whether an OS error number says there is no file descriptor to spare: EMFILE (this
+/// process is at its limit) or ENFILE (the system is).
+pub fn is_out_of_files(errno: i32) -> bool {
+    matches!(errno, libc::EMFILE | libc::ENFILE)
+}
+
 /// Signal one process. A process that no longer exists is fine.
 pub fn signal_process(pid: i32, signal: Signal) {
     let _ = nix::sys::signal::kill(Pid::from_raw(pid), signal);
@@ -84,47 +90,54 @@ pub fn scans() -> usize {
 }
 
 /// The process groups of the POSIX session led by `sid`: the leader's, and the groups a
-/// job-control shell made for its jobs inside that session. Found by one scan of /proc, so a
-/// termination that signals several times (SIGTERM, SIGKILL, the kill after the leader's
-/// exit) reads every process's stat once, not once per signal.
+/// job-control shell made for its jobs inside that session. Found by a scan of /proc when
+/// a termination first signals (SIGTERM, or the kill after the leader's exit), and by one
+/// more just before its SIGKILL, so a job the shell started during the grace period is
+/// killed too; every other signal reuses what the scans found.
 ///
-/// What the scan cannot see later is covered where it can be: a process forked into a known
-/// group afterwards is reached by that group's signal; the leader's group keeps its ID while
-/// the leader is held unreaped. A group made after the scan is not signalled by this
-/// session's termination; its processes still carry the session's tag, so they do not
-/// outlive the server.
+/// What the scans cannot see later is covered where it can be: a process forked into a
+/// known group afterwards is reached by that group's signal; the leader's group keeps its
+/// ID while the leader is held unreaped. A group made after the last scan is not signalled
+/// by this session's termination; its processes still carry the session's tag, so they do
+/// not outlive the server.
 #[derive(Debug)]
 pub struct SessionGroups {
     sid: i32,
     /// Groups other than the leader's with a member in the session when it was scanned.
-    others: Vec<i32>,
+    others: std::sync::Mutex<Vec<i32>>,
 }
 
 impl SessionGroups {
     /// Scan /proc for the session's groups. Reads a file per process: call it off the
     /// async workers.
     pub fn scan(sid: i32) -> SessionGroups {
-        #[cfg(test)]
-        SCANS.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        let mut others = Vec::new();
-        for pid in procfs::pids() {
-            if let Some((group, session)) = group_and_session(pid)
-                && session == sid
-                && group != sid
-                && !others.contains(&group)
-            {
-                others.push(group);
-            }
+        SessionGroups {
+            sid,
+            others: std::sync::Mutex::new(other_groups(sid)),
         }
-        SessionGroups { sid, others }
     }
 
     /// Only the leader's group, when /proc cannot be read.
     pub fn leader_only(sid: i32) -> SessionGroups {
         SessionGroups {
             sid,
-            others: Vec::new(),
+            others: std::sync::Mutex::new(Vec::new()),
         }
+    }
+
+    /// Scan again (off the async workers) and SIGKILL every group, those made since the
+    /// first scan included.
+    pub async fn kill(&self) {
+        let sid = self.sid;
+        if let Ok(found) = tokio::task::spawn_blocking(move || other_groups(sid)).await {
+            let mut others = self.others.lock().unwrap_or_else(|e| e.into_inner());
+            for group in found {
+                if !others.contains(&group) {
+                    others.push(group);
+                }
+            }
+        }
+        self.signal(&[Signal::SIGKILL]);
     }
 
     /// Send each of `signals`, in order, to every group. A found group is signalled only
@@ -135,6 +148,8 @@ impl SessionGroups {
     pub fn signal(&self, signals: &[Signal]) {
         let ours: Vec<i32> = self
             .others
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
             .iter()
             .copied()
             .filter(|group| group_and_session(*group).is_none_or(|(_, s)| s == self.sid))
@@ -146,6 +161,24 @@ impl SessionGroups {
             }
         }
     }
+}
+
+/// The groups other than `sid`'s own with a member in POSIX session `sid`, by one scan of
+/// /proc (none when it cannot be read).
+fn other_groups(sid: i32) -> Vec<i32> {
+    #[cfg(test)]
+    SCANS.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    let mut others = Vec::new();
+    for pid in procfs::pids() {
+        if let Some((group, session)) = group_and_session(pid)
+            && session == sid
+            && group != sid
+            && !others.contains(&group)
+        {
+            others.push(group);
+        }
+    }
+    others
 }
 
 /// The process group and POSIX session of `pid`, from /proc; None if it does not exist.

@@ -74,8 +74,12 @@ pub async fn spawn_pty(
     reaper: &Reaper,
 ) -> Result<PtyChild, SpawnError> {
     let program = &spec.argv[0];
-    let setup_failed =
-        |_| SpawnError::Program(format!("cannot open a terminal for `{program}`; try again"));
+    let setup_failed = |e: io::Error| {
+        if e.raw_os_error().is_some_and(super::is_out_of_files) {
+            return SpawnError::OutOfFiles;
+        }
+        SpawnError::Program(format!("cannot open a terminal for `{program}`; try again"))
+    };
     let pty = openpty(&winsize(rows, cols), None).map_err(|e| setup_failed(io::Error::from(e)))?;
     // Other children must not inherit either end (a stray slave would keep EOF away).
     set_cloexec(&pty.master).map_err(setup_failed)?;

@@ -48,13 +48,20 @@ pub enum SpawnError {
     Cwd(String),
     /// The program could not be started, or its stdio set up.
     Program(String),
+    /// The server (or the system) has no file descriptor to spare.
+    OutOfFiles,
 }
 
 /// Whether the server (and so a child, which has its credentials) may enter `dir`: looking
-/// up `.` in it needs the same search permission as `fchdir`.
-pub fn can_enter(dir: &impl AsFd) -> bool {
+/// up `.` in it needs the same search permission as `fchdir`. `Err` when that cannot be
+/// known: the server is out of descriptors.
+pub fn can_enter(dir: &impl AsFd) -> Result<bool, SpawnError> {
     let flags = OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC;
-    nix::fcntl::openat(dir, ".", flags, Mode::empty()).is_ok()
+    match nix::fcntl::openat(dir, ".", flags, Mode::empty()) {
+        Ok(_) => Ok(true),
+        Err(e) if super::is_out_of_files(e as i32) => Err(SpawnError::OutOfFiles),
+        Err(_) => Ok(false),
+    }
 }
 
 /// In the child between fork and exec: signal dispositions and the mask start at their
@@ -219,6 +226,9 @@ pub async fn spawn_pipes(spec: &SpawnSpec, reaper: &Reaper) -> Result<PipeChild,
 pub(super) fn describe(spec: &SpawnSpec, e: &std::io::Error) -> SpawnError {
     use std::io::ErrorKind;
     let program = &spec.argv[0];
+    if e.raw_os_error().is_some_and(super::is_out_of_files) {
+        return SpawnError::OutOfFiles;
+    }
     if e.kind() == ErrorKind::TimedOut {
         // Not `can_enter`: the cwd may be what does not answer.
         return SpawnError::Program(format!(
@@ -227,23 +237,47 @@ pub(super) fn describe(spec: &SpawnSpec, e: &std::io::Error) -> SpawnError {
             SPAWN_DEADLINE.as_secs()
         ));
     }
-    if !can_enter(&spec.cwd) {
-        return SpawnError::Cwd(
-            "cannot be entered by the server (no search permission on the directory)".into(),
-        );
+    match can_enter(&spec.cwd) {
+        Ok(true) => {}
+        Ok(false) => {
+            return SpawnError::Cwd(
+                "cannot be entered by the server (no search permission on the directory)".into(),
+            );
+        }
+        Err(e) => return e,
     }
     let why = match e.kind() {
         ErrorKind::NotFound => "the executable does not exist",
         ErrorKind::PermissionDenied => "permission denied (not executable, or a directory)",
         _ if e.raw_os_error() == Some(libc::ENOEXEC) => "not an executable format",
         _ if e.raw_os_error() == Some(libc::ENOTDIR) => "a path component is not a directory",
-        _ if e.raw_os_error() == Some(libc::EMFILE) || e.raw_os_error() == Some(libc::ENFILE) => {
-            "too many open files in the server"
-        }
         _ if e.raw_os_error() == Some(libc::EAGAIN) => "the system refused a new process",
         _ => "the system refused to start it",
     };
     SpawnError::Program(format!(
         "cannot start `{program}`: {why}; ask the owner to fix the profile's argv"
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Out of descriptors, the cwd check itself cannot run: the failure is neither the
+    /// cwd's nor the program's.
+    #[test]
+    fn running_out_of_descriptors_is_told_apart() {
+        let spec = SpawnSpec {
+            marks: false,
+            argv: vec!["/bin/true".into()],
+            env: Vec::new(),
+            cwd: nix::fcntl::open("/", OFlag::O_PATH | OFlag::O_CLOEXEC, Mode::empty()).unwrap(),
+        };
+        for errno in [libc::EMFILE, libc::ENFILE] {
+            let error = std::io::Error::from_raw_os_error(errno);
+            assert!(matches!(describe(&spec, &error), SpawnError::OutOfFiles));
+        }
+        let missing = std::io::Error::from_raw_os_error(libc::ENOENT);
+        assert!(matches!(describe(&spec, &missing), SpawnError::Program(_)));
+    }
 }

@@ -381,7 +381,7 @@ impl Session {
             .await
             .signal(&[Signal::SIGTERM, Signal::SIGCONT]);
         if !self.wait_final(grace).await {
-            self.groups().await.signal(&[Signal::SIGKILL]);
+            self.groups().await.kill().await;
             if !self.wait_final(KILL_CONFIRM).await {
                 tracing::error!(session = %self.id, pid = self.pid, "process survived SIGKILL");
                 self.update(|s| s.finish(Status::Failed));
@@ -533,8 +533,8 @@ mod tests {
             assert!(snapshot.output_complete, "{snapshot:?}");
             assert_eq!(
                 scans() - before,
-                1,
-                "one /proc scan for the whole termination"
+                2,
+                "one /proc scan at SIGTERM and one before SIGKILL, for the whole termination"
             );
             ended(job).await;
 

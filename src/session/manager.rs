@@ -174,13 +174,7 @@ impl Sessions {
                     ),
                 )
             })?
-            .map_err(|_| ToolError::internal("resolving the cwd stopped"))?
-            .map_err(|why| {
-                ToolError::new(
-                    ErrorCode::CwdNotAllowed,
-                    format!("cwd {why}; pick a directory inside the allowed roots"),
-                )
-            })?;
+            .map_err(|_| ToolError::internal("resolving the cwd stopped"))??;
         let mut env: BTreeMap<String, String> = BASE_ENV
             .iter()
             .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
@@ -243,6 +237,7 @@ impl Sessions {
                 ),
             ),
             SpawnError::Program(why) => ToolError::new(ErrorCode::SpawnFailed, why),
+            SpawnError::OutOfFiles => ToolError::out_of_files(),
         })?;
         let session = launch(
             NewSession {

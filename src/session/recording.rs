@@ -80,9 +80,12 @@ impl Recording {
             "env": {"TERM": header.term},
         })
         .to_string();
+        // A new file only (O_EXCL never follows a symlink, and O_NOFOLLOW says so), mode
+        // 0600 from its creation.
         let opened = std::fs::OpenOptions::new()
             .write(true)
             .create_new(true)
+            .custom_flags(libc::O_NOFOLLOW)
             .mode(0o600)
             .open(&path)
             .and_then(|file| {

@@ -159,24 +159,25 @@ impl Session {
                 }
             };
             let step = match (step, request.search.as_mut()) {
-                // A match ended in this step: find it, a page at a time under the lock.
+                // A match ended in this step: find it, a page at a time under the lock. When
+                // nothing followed the searched text, the match may end at its very end
+                // (`$`, `\b`), so it is looked for in that text: what arrived since cannot
+                // undo it, and it is found by this one look.
                 (Step::Ended { more, done, end }, Some(search)) => {
                     let streams = (request.streams, request.strip_ansi);
-                    let found = self.find(request.cursor, search, streams).map_err(|e| {
-                        let end = self.inspect(|s| s.output().end());
-                        read_error(e, request.cursor, end)
-                    })?;
+                    let until = (!more).then_some(scan);
+                    let found = self
+                        .find(request.cursor, until, search, streams)
+                        .map_err(|e| {
+                            let end = self.inspect(|s| s.output().end());
+                            read_error(e, request.cursor, end)
+                        })?;
                     match found {
                         Some(found) => Step::Matched(found),
-                        None => {
-                            // Not a match after all (see `Search::restart`): look on.
-                            search.restart();
-                            if more {
-                                Step::More
-                            } else {
-                                Step::Idle { done, end }
-                            }
-                        }
+                        // Only where the text the search saw was evicted meanwhile, and
+                        // `find` told that already.
+                        None if more => Step::More,
+                        None => Step::Idle { done, end },
                     }
                 }
                 (step, _) => step,
@@ -311,21 +312,22 @@ enum Step {
 }
 
 impl Session {
-    /// The leftmost match in the retained output from `from`, searched as the wait
-    /// searches (`streams`: which streams, and whether escape sequences are stripped).
-    /// The text is copied out a page per lock and matched outside the lock; a record
-    /// evicted before it was copied makes the match's start unknowable (expired output).
-    /// So does finding nothing once `from` itself was evicted: the match the DFA saw began
-    /// there.
+    /// The leftmost match in the retained output from `from` (up to `until`, as if the
+    /// output ended there, when given), searched as the wait searches (`streams`: which
+    /// streams, and whether escape sequences are stripped). The text is copied out a page
+    /// per lock and matched outside the lock; a record evicted before it was copied makes
+    /// the match's start unknowable (expired output). So does finding nothing once `from`
+    /// itself was evicted: the match the DFA saw began there.
     fn find(
         &self,
         from: u64,
+        until: Option<u64>,
         search: &Search,
         streams: (Streams, bool),
     ) -> Result<Option<Match>, ReadError> {
         let base = self.inspect(|s| s.output().base());
         let mut pages = self.pages(from.max(base), Evicted::Fail);
-        let found = find_in(&mut pages, from, search, streams)?;
+        let found = find_in(&mut pages, from, until, search, streams)?;
         if found.is_none() && from < base {
             return Err(ReadError::Expired {
                 base: self.inspect(|s| s.output().base()),
@@ -335,13 +337,16 @@ impl Session {
     }
 }
 
-/// The leftmost match in the text of `pages` (read on until one has no more after it).
+/// The leftmost match in the text of `pages` (read on until one has no more after it, or
+/// up to the cursor `until`, where the text then ends).
 fn find_in(
     pages: &mut impl Iterator<Item = Result<Page, ReadError>>,
     from: u64,
+    until: Option<u64>,
     search: &Search,
     (streams, strip): (Streams, bool),
 ) -> Result<Option<Match>, ReadError> {
+    let until = until.unwrap_or(u64::MAX);
     let mut filter = Filter::new(streams, strip);
     let mut text = String::new();
     // (byte offset in `text`, cursor) wherever the searched text skips records.
@@ -350,13 +355,20 @@ fn find_in(
     for page in pages {
         let page = page?;
         filter.runs(&page.entries, |at, run| {
+            if at >= until {
+                return;
+            }
+            let run = match run.char_indices().nth((until - at) as usize) {
+                Some((cut, _)) => &run[..cut],
+                None => run,
+            };
             if next_expected != Some(at) {
                 marks.push((text.len(), at));
             }
             text.push_str(run);
             next_expected = Some(at + run.chars().count() as u64);
         });
-        if !page.has_more {
+        if !page.has_more || page.next_cursor >= until {
             break;
         }
     }
@@ -448,15 +460,152 @@ mod tests {
         assert!(output.base() > 0);
         let session = Session::bare(State::new(Input::Closed, output, 1));
         let search = Search::new("ab").unwrap();
-        match session.find(0, &search, (Streams::Any, false)) {
+        match session.find(0, None, &search, (Streams::Any, false)) {
             Err(e) => assert_eq!(e, ReadError::Expired { base: 6 }),
             Ok(found) => panic!("expected expired output, got {found:?}"),
         }
         // From the retained output on, there is simply nothing to find.
         assert!(matches!(
-            session.find(6, &search, (Streams::Any, false)),
+            session.find(6, None, &search, (Streams::Any, false)),
             Ok(None)
         ));
+    }
+
+    /// A session with room for all the output a test appends, none yet.
+    fn empty_session() -> std::sync::Arc<Session> {
+        let output = OutputBuffer::new(1 << 20, 1 << 20);
+        std::sync::Arc::new(Session::bare(State::new(Input::Closed, output, 1)))
+    }
+
+    fn wait_for(pattern: &str, timeout: Duration) -> WaitRequest {
+        WaitRequest {
+            cursor: 0,
+            search: Some(Search::new(pattern).unwrap()),
+            streams: Streams::Any,
+            timeout,
+            strip_ansi: false,
+            idle: None,
+            until_input: false,
+        }
+    }
+
+    /// What a whole-text search says a wait over `chunks` must answer: the match in the
+    /// output as it stood when a match first existed in it (the end of a chunk, where
+    /// nothing followed yet), as (text, start cursor, groups).
+    fn whole_text_answer(
+        pattern: &str,
+        chunks: &[String],
+    ) -> Option<(String, u64, Vec<Option<String>>)> {
+        let regex = regex::Regex::new(pattern).unwrap();
+        let mut text = String::new();
+        for chunk in chunks {
+            text.push_str(chunk);
+            if let Some(c) = regex.captures(&text) {
+                let whole = c.get(0).unwrap();
+                let groups = c.iter().skip(1).map(|g| g.map(|m| m.as_str().to_owned()));
+                let start = text[..whole.start()].chars().count() as u64;
+                return Some((whole.as_str().to_owned(), start, groups.collect()));
+            }
+        }
+        None
+    }
+
+    /// Patterns whose match at a chunk's end a later chunk undoes while a longer one goes
+    /// on through it, with look-behind at a chunk's start that is no text's start, groups,
+    /// and plain ones.
+    const CHUNKED: &[&str] = &[
+        "x$|xy+z",
+        "(x)$|(x)(y+)z",
+        r"^y|(?-u:\b)zy",
+        "(?m)^y+$",
+        r"x\d+",
+        "yz|x",
+        "日本$|本x",
+    ];
+
+    proptest::proptest! {
+        /// However the output arrives, a wait answers what the whole-text search of the
+        /// output as it stood finds: never a miss, never a match that was not there.
+        #[test]
+        fn a_wait_answers_what_a_whole_text_search_finds_however_the_output_arrives(
+            pattern in proptest::sample::select(CHUNKED),
+            chunks in proptest::collection::vec("[xyz1日本\n ]{1,12}", 1..12),
+        ) {
+            let expected = whole_text_answer(pattern, &chunks);
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_time()
+                .build()
+                .unwrap();
+            let got = runtime.block_on(async {
+                let session = empty_session();
+                let searched = std::sync::Arc::new(AtomicU64::new(0));
+                let cancel = CancellationToken::new();
+                let waiting = tokio::spawn({
+                    let (session, searched, cancel) =
+                        (session.clone(), searched.clone(), cancel.clone());
+                    let request = wait_for(pattern, Duration::from_secs(600));
+                    async move { session.wait(request, &searched, &cancel).await }
+                });
+                let mut total = 0;
+                for chunk in &chunks {
+                    // One thread: the wait runs only while this task awaits, so once it
+                    // has searched everything it is waiting for more (or has answered),
+                    // and each chunk's end is an end of the output it searches.
+                    while searched.load(Ordering::Relaxed) < total && !waiting.is_finished() {
+                        tokio::task::yield_now().await;
+                    }
+                    session.update(|s| s.store(Stream::Stdout, chunk, false));
+                    total += chunk.chars().count() as u64;
+                }
+                while searched.load(Ordering::Relaxed) < total && !waiting.is_finished() {
+                    tokio::task::yield_now().await;
+                }
+                cancel.cancel();
+                waiting.await.unwrap()
+            });
+            let got = got.ok().and_then(|answer| answer.found).map(|m| {
+                (m.text, m.start_cursor, m.groups)
+            });
+            proptest::prop_assert_eq!(got, expected, "chunks {:?}", chunks);
+        }
+    }
+
+    /// The same while the output arrives from another thread at any moment, also between
+    /// the look at a chunk and the look for where its match begins: a match at the end of
+    /// `...x` that `yy` undoes is not lost, and neither is `xyyz` when `z` follows.
+    #[test]
+    fn a_wait_never_misses_a_match_while_output_arrives_meanwhile() {
+        let runtime = tokio::runtime::Runtime::new().unwrap();
+        // Long enough that searching it takes a while: output arrives as it is searched.
+        let filler = "xa".repeat(20_000);
+        for round in 0..40u64 {
+            let session = empty_session();
+            let appender = std::thread::spawn({
+                let (session, filler) = (session.clone(), filler.clone());
+                move || {
+                    let append =
+                        |text: &str| session.update(|s| s.store(Stream::Stdout, text, false));
+                    append(&format!("{filler}x"));
+                    // `yy` at a moment spread over the rounds, so that in some it lands while
+                    // the chunk before is searched; `z` well after.
+                    std::thread::sleep(Duration::from_micros(round * 250));
+                    append("yy");
+                    std::thread::sleep(Duration::from_millis(30));
+                    append("z");
+                }
+            });
+            let answer = runtime.block_on(async {
+                let cancel = CancellationToken::new();
+                let request = wait_for("x$|xy+z", Duration::from_secs(10));
+                session.wait(request, &AtomicU64::new(0), &cancel).await
+            });
+            appender.join().unwrap();
+            let found = answer.unwrap().found.expect("a match, not a timeout");
+            assert!(
+                found.text == "x" || found.text == "xyyz",
+                "round {round}: {found:?}"
+            );
+        }
     }
 
     fn entry(cursor: u64, stream: Stream, text: &str) -> Entry {

@@ -366,9 +366,7 @@ impl TerminalServer {
             .sessions
             .get(args.str("session_id").unwrap_or_default())?;
         let search = match args.str("pattern") {
-            Some(pattern) => Some(Search::new(pattern).map_err(|why| {
-                ToolError::invalid_argument("pattern", format!("is not a usable regex: {why}"))
-            })?),
+            Some(pattern) => Some(Search::compile_for_client(pattern).await?),
             None => None,
         };
         let streams = match args.choice("stream") {

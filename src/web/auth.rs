@@ -1,14 +1,16 @@
 //! Who may see the live view, and the rules every page follows.
 //!
-//! Sign-in: the server prints `/ui/?token=…` once; a request with the right `token` gets a
-//! cookie and a 303 to the same path without the query, so the token leaves the address
-//! bar and the history at once. The cookie value is not the token: it is a random value made
-//! when the server starts (compared in constant time), so a cookie that leaks gives no
-//! access to `/mcp`, and every cookie ends with the server. A bearer token works too (for
-//! scripts). Anything else gets a 401 page saying how to sign in; the token is never
-//! logged or echoed.
+//! Sign-in: the server prints `/ui/?code=…` with a one-time code (spent by its first use,
+//! void after `WEB_SIGN_IN_CODE_TTL`). A request presenting a live code gets a cookie and a
+//! 303 to the same path without the query. The code opens only the view, never `/mcp`; the
+//! cookie it buys holds the view credential, a random value made when the server starts
+//! (compared in constant time), so neither a code left in a browser's history nor a cookie
+//! that leaks gives access to `/mcp`, and every cookie ends with the server. A bearer token
+//! works too (for scripts); a `token` in the query signs nobody in. Anything else gets a 401
+//! page saying how to sign in; no code or token is ever logged or echoed.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 use axum::extract::{Request, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
@@ -18,16 +20,67 @@ use subtle::ConstantTimeEq;
 
 use super::View;
 use super::pages;
-use crate::http::token::random_hex;
+use crate::access::random_hex;
+use crate::limits::{WEB_SIGN_IN_CODE_TTL, WEB_SIGN_IN_CODES_MAX};
 
 const COOKIE: &str = "mcp_terminal_view";
 
-/// The value of the sign-in cookie of this server run.
-pub struct SignIn(String);
+/// The view credential of this server run (the cookie's value) and the one-time codes
+/// that buy it.
+pub struct SignIn {
+    credential: String,
+    codes: Mutex<Vec<Code>>,
+}
+
+struct Code {
+    value: String,
+    expires: Instant,
+}
+
+fn same(a: &str, b: &str) -> bool {
+    bool::from(a.as_bytes().ct_eq(b.as_bytes()))
+}
 
 impl SignIn {
     pub fn new() -> Self {
-        SignIn(random_hex(32))
+        SignIn {
+            credential: random_hex(32),
+            codes: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// A fresh one-time code. Past `WEB_SIGN_IN_CODES_MAX` unspent codes the oldest is void.
+    pub fn issue(&self) -> String {
+        self.issue_at(Instant::now())
+    }
+
+    fn issue_at(&self, now: Instant) -> String {
+        let value = random_hex(16);
+        let mut codes = self.codes.lock().unwrap_or_else(|e| e.into_inner());
+        codes.retain(|c| c.expires > now);
+        if codes.len() >= WEB_SIGN_IN_CODES_MAX {
+            codes.remove(0);
+        }
+        codes.push(Code {
+            value: value.clone(),
+            expires: now + WEB_SIGN_IN_CODE_TTL,
+        });
+        value
+    }
+
+    /// Whether `presented` is a live code; a live code is spent here.
+    fn redeem(&self, presented: &str, now: Instant) -> bool {
+        let mut codes = self.codes.lock().unwrap_or_else(|e| e.into_inner());
+        codes.retain(|c| c.expires > now);
+        // Every code is compared, so the time taken says nothing about which one matched.
+        let found = codes.iter().enumerate().fold(None, |found, (i, c)| {
+            if same(&c.value, presented) {
+                Some(i)
+            } else {
+                found
+            }
+        });
+        found.map(|i| codes.remove(i)).is_some()
     }
 
     fn cookie_ok(&self, headers: &HeaderMap) -> bool {
@@ -37,35 +90,24 @@ impl SignIn {
             .filter_map(|v| v.to_str().ok())
             .flat_map(|v| v.split(';'))
             .filter_map(|pair| pair.trim().split_once('='))
-            .any(|(name, value)| {
-                name == COOKIE && bool::from(value.as_bytes().ct_eq(self.0.as_bytes()))
-            })
+            .any(|(name, value)| name == COOKIE && same(value, &self.credential))
     }
 
     fn set_cookie(&self) -> String {
-        format!("{COOKIE}={}; HttpOnly; SameSite=Strict; Path=/ui", self.0)
+        format!(
+            "{COOKIE}={}; HttpOnly; SameSite=Strict; Path=/ui",
+            self.credential
+        )
     }
 }
 
-/// The `token` parameter of a query string, if there is one, percent-decoded.
-fn token_parameter(query: &str) -> Option<String> {
+/// The `code` parameter of a query string, if there is one, percent-decoded.
+fn code_parameter(query: &str) -> Option<String> {
     query
         .split('&')
         .filter_map(|pair| pair.split_once('='))
-        .find(|(name, _)| *name == "token")
+        .find(|(name, _)| *name == "code")
         .map(|(_, value)| percent_decode(value))
-}
-
-/// Every byte outside the URL-safe set as `%XX` (a token is printable ASCII).
-pub fn percent_encode(text: &str) -> String {
-    text.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
-                char::from(b).to_string()
-            }
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
 }
 
 fn percent_decode(text: &str) -> String {
@@ -95,17 +137,18 @@ fn percent_decode(text: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
-/// Every `/ui/` route: sign-in by `?token=`, else a valid cookie or bearer token, else 401.
+/// Every `/ui/` route: sign-in by `?code=`, else a valid cookie or bearer token, else 401.
 pub async fn require_viewer(
     State(view): State<Arc<View>>,
     request: Request,
     next: Next,
 ) -> Response {
-    if let Some(presented) = request.uri().query().and_then(token_parameter) {
-        if !view.access.token.matches(&presented) {
-            tracing::info!("refused a live view sign-in with a wrong token");
-            return unauthorized();
+    if let Some(presented) = request.uri().query().and_then(code_parameter) {
+        if !view.sign_in.redeem(&presented, Instant::now()) {
+            tracing::info!("refused a live view sign-in with a spent, expired or unknown code");
+            return unauthorized(true);
         }
+        crate::access::listener::prove(&request);
         let path = request.uri().path();
         let location = HeaderValue::from_str(path).unwrap_or(HeaderValue::from_static("/ui/"));
         return (
@@ -123,16 +166,17 @@ pub async fn require_viewer(
     }
     let headers = request.headers();
     if view.sign_in.cookie_ok(headers) || view.access.bearer_ok(headers) {
+        crate::access::listener::prove(&request);
         return next.run(request).await;
     }
-    unauthorized()
+    unauthorized(false)
 }
 
-fn unauthorized() -> Response {
+fn unauthorized(spent_code: bool) -> Response {
     (
         StatusCode::UNAUTHORIZED,
         [(header::WWW_AUTHENTICATE, "Bearer")],
-        pages::sign_in_needed(),
+        pages::sign_in_needed(spent_code),
     )
         .into_response()
 }
@@ -180,7 +224,7 @@ mod tests {
         let sign_in = SignIn::new();
         let mut headers = HeaderMap::new();
         assert!(!sign_in.cookie_ok(&headers));
-        let good = format!("other=1; {COOKIE}={}", sign_in.0);
+        let good = format!("other=1; {COOKIE}={}", sign_in.credential);
         headers.insert(header::COOKIE, HeaderValue::from_str(&good).unwrap());
         assert!(sign_in.cookie_ok(&headers));
         let other = SignIn::new();
@@ -190,12 +234,41 @@ mod tests {
     }
 
     #[test]
-    fn the_token_parameter_is_found_among_others() {
-        assert_eq!(token_parameter("a=1&token=xyz").as_deref(), Some("xyz"));
-        assert_eq!(token_parameter("tokens=1"), None);
-        assert_eq!(token_parameter(""), None);
-        let token = "a%b&c=d+e/f~g";
-        let query = format!("token={}", percent_encode(token));
-        assert_eq!(token_parameter(&query).as_deref(), Some(token));
+    fn a_code_signs_in_once_and_only_before_it_expires() {
+        let sign_in = SignIn::new();
+        let now = Instant::now();
+        let code = sign_in.issue_at(now);
+        assert_eq!(code.len(), 32);
+        assert!(!sign_in.redeem("0".repeat(32).as_str(), now));
+        assert!(sign_in.redeem(&code, now), "a fresh code");
+        assert!(!sign_in.redeem(&code, now), "spent by its first use");
+
+        let code = sign_in.issue_at(now);
+        let late = now + WEB_SIGN_IN_CODE_TTL;
+        assert!(!sign_in.redeem(&code, late), "void once its time is up");
+        let code = sign_in.issue_at(now);
+        let almost = late - std::time::Duration::from_millis(1);
+        assert!(sign_in.redeem(&code, almost));
+    }
+
+    #[test]
+    fn past_the_cap_the_oldest_unspent_code_is_void() {
+        let sign_in = SignIn::new();
+        let now = Instant::now();
+        let codes: Vec<String> = (0..=WEB_SIGN_IN_CODES_MAX)
+            .map(|_| sign_in.issue_at(now))
+            .collect();
+        assert!(!sign_in.redeem(&codes[0], now));
+        assert!(codes[1..].iter().all(|code| sign_in.redeem(code, now)));
+    }
+
+    #[test]
+    fn the_code_parameter_is_found_among_others() {
+        assert_eq!(code_parameter("a=1&code=xyz").as_deref(), Some("xyz"));
+        assert_eq!(code_parameter("codes=1"), None);
+        assert_eq!(code_parameter("token=abc"), None);
+        assert_eq!(code_parameter(""), None);
+        let query = "code=a%25b%26c%3Dd+e%2Ff~g";
+        assert_eq!(code_parameter(query).as_deref(), Some("a%b&c=d e/f~g"));
     }
 }

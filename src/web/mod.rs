@@ -2,7 +2,8 @@
 //! the machine, under `/ui/` beside `/mcp` (`http --web`) or on its own loopback address
 //! beside stdio (`stdio --web`), with the same token and the same Host/Origin rules.
 //!
-//! Flow at a glance: `auth` signs a browser in from the printed URL and guards every route;
+//! Flow at a glance: `auth` signs a browser in with the one-time code of a printed URL and
+//! guards every route;
 //! `pages` renders the session list and a session's page (its PTY screen in colour, or its
 //! pipe output tail by stream) from the same state the tools read; `live` streams fresh
 //! renderings as Server-Sent Events; `assets` is the one style sheet and script. Nothing
@@ -24,10 +25,12 @@ use axum::middleware::{from_fn, from_fn_with_state};
 use axum::response::{Html, IntoResponse, Redirect, Response};
 use axum::routing::{any, get};
 use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
 
-use crate::http::guard::{self, Access};
-use crate::http::token::Token;
-use crate::limits::WEB_MAX_WATCHERS;
+use crate::access::{self, Access, guard, listener};
+use crate::limits::{
+    HTTP_HEADER_READ_TIMEOUT, HTTP_IDLE_TIMEOUT, HTTP_MAX_CONNECTIONS, WEB_MAX_WATCHERS,
+};
 use crate::session::Sessions;
 
 /// What every route of the view shares.
@@ -38,15 +41,35 @@ pub struct View {
     watchers: Arc<Semaphore>,
 }
 
+impl View {
+    pub fn new(sessions: Arc<Sessions>, access: Arc<Access>) -> Arc<View> {
+        Arc::new(View {
+            sessions,
+            access,
+            sign_in: auth::SignIn::new(),
+            watchers: Arc::new(Semaphore::new(WEB_MAX_WATCHERS)),
+        })
+    }
+
+    /// A sign-in URL with a fresh one-time code, for a server bound to `bound` (an
+    /// unspecified address is reached on loopback).
+    pub fn sign_in_url(&self, bound: SocketAddr) -> String {
+        let host = match bound.ip() {
+            ip if ip.is_unspecified() => "127.0.0.1".to_owned(),
+            ip if ip.is_ipv6() => format!("[{ip}]"),
+            ip => ip.to_string(),
+        };
+        format!(
+            "http://{host}:{}/ui/?code={}",
+            bound.port(),
+            self.sign_in.issue()
+        )
+    }
+}
+
 /// The `/ui/` routes, guarded (only GET/HEAD, a signed-in viewer, the page headers); the
 /// caller adds the Host/Origin rules around them.
-pub fn router(sessions: Arc<Sessions>, access: Arc<Access>) -> Router {
-    let view = Arc::new(View {
-        sessions,
-        access,
-        sign_in: auth::SignIn::new(),
-        watchers: Arc::new(Semaphore::new(WEB_MAX_WATCHERS)),
-    });
+pub fn router(view: Arc<View>) -> Router {
     Router::new()
         .route("/ui", get(|| async { Redirect::to("/ui/") }))
         .route("/ui/", get(index))
@@ -62,21 +85,6 @@ pub fn router(sessions: Arc<Sessions>, access: Arc<Access>) -> Router {
         .route_layer(from_fn(auth::only_reads))
         .route_layer(from_fn(auth::page_headers))
         .with_state(view)
-}
-
-/// The sign-in URL for a server bound to `bound` (an unspecified address is reached on
-/// loopback). The token is in it: print it once, nowhere else.
-pub fn sign_in_url(bound: SocketAddr, token: &Token) -> String {
-    let host = match bound.ip() {
-        ip if ip.is_unspecified() => "127.0.0.1".to_owned(),
-        ip if ip.is_ipv6() => format!("[{ip}]"),
-        ip => ip.to_string(),
-    };
-    format!(
-        "http://{host}:{}/ui/?token={}",
-        bound.port(),
-        auth::percent_encode(token.reveal())
-    )
 }
 
 async fn index(State(view): State<Arc<View>>) -> Html<String> {
@@ -174,7 +182,7 @@ pub fn prepare_beside(listen: &str, token_file: Option<PathBuf>) -> Result<Besid
              this machine only"
         ));
     }
-    let token = crate::http::load_token(token_file)?;
+    let token = access::load_token(token_file)?;
     let listener = TcpListener::bind(address)
         .and_then(|l| l.set_nonblocking(true).map(|()| l))
         .map_err(|e| format!("cannot listen on {address}: {e}"))?;
@@ -191,14 +199,21 @@ pub fn serve_beside(sessions: Arc<Sessions>, beside: Beside) -> Result<(), Strin
     let bound = listener
         .local_addr()
         .map_err(|e| format!("cannot read the bound address: {e}"))?;
-    let url = sign_in_url(bound, &beside.access.token);
-    let app = router(sessions, beside.access.clone())
-        .layer(from_fn_with_state(beside.access, guard::browser_rules));
-    tokio::spawn(async move {
-        if let Err(e) = axum::serve(listener, app).await {
-            tracing::warn!("the live view stopped: {e}");
-        }
-    });
+    let view = View::new(sessions, beside.access.clone());
+    let url = view.sign_in_url(bound);
+    let app = router(view).layer(from_fn_with_state(beside.access, guard::browser_rules));
+    let limits = listener::Limits {
+        connections: HTTP_MAX_CONNECTIONS,
+        header_read: HTTP_HEADER_READ_TIMEOUT,
+        idle: HTTP_IDLE_TIMEOUT,
+    };
+    // Served until the process ends.
+    tokio::spawn(listener::serve(
+        listener,
+        app,
+        limits,
+        CancellationToken::new(),
+    ));
     eprintln!("mcp-terminal: live view: {url}");
     Ok(())
 }

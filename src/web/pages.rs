@@ -42,15 +42,30 @@ fn page(title: &str, events: Option<&str>, live: &str) -> String {
     )
 }
 
-pub fn sign_in_needed() -> axum::response::Html<String> {
+/// The 401 page; `spent_code` when the request presented a code that is spent, expired or
+/// unknown.
+pub fn sign_in_needed(spent_code: bool) -> axum::response::Html<String> {
+    let minutes = crate::limits::WEB_SIGN_IN_CODE_TTL.as_secs() / 60;
+    let spent = if spent_code {
+        format!(
+            "<p>The sign-in code of this address was already used, has expired, or is not \
+             one this server issued: a code signs in one browser once, within {minutes} \
+             minutes of being printed.</p>"
+        )
+    } else {
+        String::new()
+    };
     axum::response::Html(page(
         "mcp-terminal: sign in",
         None,
-        "<h1>Sign in to the live view</h1><p>Open the address the server printed on its \
-         standard error when it started, the line <code>mcp-terminal: live view: \
-         http://127.0.0.1:PORT/ui/?token=…</code>. It signs this browser in with a cookie \
-         that lasts until the server stops. Scripts may send <code>Authorization: Bearer \
-         &lt;token&gt;</code> instead, with the token from the server's token file.</p>",
+        &format!(
+            "<h1>Sign in to the live view</h1>{spent}<p>Open the address the server printed \
+             on its standard error, the line <code>mcp-terminal: live view: \
+             http://127.0.0.1:PORT/ui/?code=…</code>, within {minutes} minutes of its start. Its \
+             code works once: it signs this browser in with a cookie that lasts until the \
+             server stops. Scripts may send <code>Authorization: Bearer &lt;token&gt;</code> \
+             instead, with the token from the server's token file.</p>"
+        ),
     ))
 }
 

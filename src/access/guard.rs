@@ -11,7 +11,7 @@ use axum::http::{HeaderMap, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
-use super::token::Token;
+use super::Token;
 
 pub struct Access {
     pub token: Token,
@@ -118,6 +118,7 @@ pub async fn require_bearer(
 ) -> Response {
     if access.bearer_ok(request.headers()) {
         request.headers_mut().remove(header::AUTHORIZATION);
+        super::listener::prove(&request);
         return next.run(request).await;
     }
     tracing::info!("refused a request to /mcp without a valid bearer token");

@@ -1,15 +1,17 @@
-//! The bearer token of the HTTP transport: where its file lives, the rules it must pass
-//! (owner-only permissions, at least 32 characters), its creation when absent, and the
-//! constant-time comparison. The token itself is never formatted into any message.
+//! The bearer token of the HTTP transport: where its file lives, the rules it must pass (a
+//! private file of the server's user, at least 32 characters), its creation when absent,
+//! and the constant-time comparison. The token itself is never formatted into any message.
 
-use std::fs::{File, OpenOptions};
-use std::io::{Read, Write};
-use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
+use std::fs::OpenOptions;
+use std::io::Write;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 use subtle::ConstantTimeEq;
 
+use super::random_hex;
 use crate::limits::{TOKEN_MAX_BYTES, TOKEN_MIN_CHARS};
+use crate::private_file::{self, Refusal};
 
 /// The shared secret every request must present. `Debug` is deliberately not derived.
 pub struct Token(String);
@@ -32,55 +34,22 @@ impl Token {
         &self.0
     }
 
-    /// The token itself, for the one place that prints it: the live view's sign-in URL.
-    pub fn reveal(&self) -> &str {
-        &self.0
-    }
-
-    /// Read the token file, or create it with a fresh random token when it is absent.
+    /// Read the token file, or create it with a fresh random token when it is absent. The
+    /// file must be a regular file of the server's user that only that user can access (a
+    /// symlink, a FIFO or another user's file is refused before anything is read).
     pub fn load_or_create(path: &Path) -> Result<(Token, Loaded), String> {
-        match File::open(path) {
-            Ok(file) => Ok((Token::read(path, file)?, Loaded::Existing)),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                Ok((Token::create(path)?, Loaded::Created))
-            }
-            Err(e) => Err(format!(
-                "cannot open the token file `{}`: {e}",
-                path.display()
-            )),
-        }
-    }
-
-    fn read(path: &Path, file: File) -> Result<Token, String> {
-        // The mode is checked on the opened file, so it is the file that is read.
-        let meta = file
-            .metadata()
-            .map_err(|e| format!("cannot inspect the token file `{}`: {e}", path.display()))?;
-        if !meta.is_file() {
-            return Err(format!(
-                "the token file `{}` is not a regular file",
-                path.display()
-            ));
-        }
-        let mode = meta.mode() & 0o777;
-        if mode & 0o077 != 0 {
-            return Err(format!(
-                "the token file `{}` has mode {mode:04o}: group or others can access it; \
-                 make it private with `chmod 600 {}`",
-                path.display(),
-                path.display()
-            ));
-        }
-        let mut bytes = Vec::new();
-        file.take(TOKEN_MAX_BYTES as u64 + 1)
-            .read_to_end(&mut bytes)
-            .map_err(|e| format!("cannot read the token file `{}`: {e}", path.display()))?;
-        if bytes.len() > TOKEN_MAX_BYTES {
-            return Err(format!(
+        match private_file::read(path, TOKEN_MAX_BYTES) {
+            Ok(bytes) => Ok((Token::parse(path, bytes)?, Loaded::Existing)),
+            Err(Refusal::Missing) => Ok((Token::create(path)?, Loaded::Created)),
+            Err(Refusal::TooLarge { .. }) => Err(format!(
                 "the token file `{}` is over {TOKEN_MAX_BYTES} bytes; it must hold one token",
                 path.display()
-            ));
+            )),
+            Err(refusal) => Err(format!("the token file {}", refusal.describe(path))),
         }
+    }
+
+    fn parse(path: &Path, bytes: Vec<u8>) -> Result<Token, String> {
         let text = String::from_utf8(bytes)
             .map_err(|_| format!("the token file `{}` is not UTF-8 text", path.display()))?;
         let token = text.trim();
@@ -123,13 +92,6 @@ impl Token {
             .map_err(|e| format!("cannot write the token file `{}`: {e}", path.display()))?;
         Ok(Token(token))
     }
-}
-
-/// `bytes` random bytes as lowercase hex.
-pub fn random_hex(bytes: usize) -> String {
-    (0..bytes)
-        .map(|_| format!("{:02x}", rand::random::<u8>()))
-        .collect()
 }
 
 /// `token` beside the default config file: `$XDG_CONFIG_HOME/mcp-terminal/token`, else
