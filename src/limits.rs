@@ -70,9 +70,10 @@ pub const SECRET_MIN_BYTES: usize = 4;
 pub const SECRET_MAX_BYTES: usize = 4096;
 /// In a session whose profile allows secrets, a partial line of output is held back until
 /// its newline, until no more of it came for `REDACT_HOLD_QUIET`, or for `REDACT_HOLD_MAX`
-/// in all, whichever is first (a value printed in pieces each at most the quiet time apart
-/// is redacted, within the total); and at most `REDACT_HOLD_MAX_BYTES` of it.
-pub const REDACT_HOLD_QUIET: Duration = Duration::from_millis(50);
+/// in all, whichever is first (a value printed in pieces each at most 50 ms apart is
+/// redacted, within the total: the quiet time is twice that, so a program delayed by a
+/// loaded machine is still covered); and at most `REDACT_HOLD_MAX_BYTES` of it.
+pub const REDACT_HOLD_QUIET: Duration = Duration::from_millis(100);
 pub const REDACT_HOLD_MAX: Duration = Duration::from_secs(1);
 pub const REDACT_HOLD_MAX_BYTES: usize = 64 * 1024;
 
