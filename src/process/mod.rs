@@ -80,6 +80,23 @@ pub fn signal_process(pid: i32, signal: Signal) {
     let _ = nix::sys::signal::kill(Pid::from_raw(pid), signal);
 }
 
+/// Run the ignored test `name` alone, in a process of its own (the test binary again): a
+/// reaper takes every child of its process, so a test that starts one cannot share it.
+#[cfg(test)]
+pub fn alone(name: &str) {
+    let run = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", name, "--ignored"])
+        .args(["--test-threads", "1"])
+        .output()
+        .unwrap();
+    assert!(
+        run.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&run.stdout),
+        String::from_utf8_lossy(&run.stderr)
+    );
+}
+
 /// Full scans of /proc made so far, for the test that a termination makes one.
 #[cfg(test)]
 static SCANS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);

@@ -360,21 +360,7 @@ mod tests {
         super::super::procfs::stat(pid).map(|s| s.state.to_string())
     }
 
-    /// The reaper takes every child of its process, so a test of it runs alone in a
-    /// process of its own: the test binary again, running only the ignored test `name`.
-    fn alone(name: &str) {
-        let run = std::process::Command::new(std::env::current_exe().unwrap())
-            .args(["--exact", name, "--ignored"])
-            .args(["--test-threads", "1"])
-            .output()
-            .unwrap();
-        assert!(
-            run.status.success(),
-            "{}{}",
-            String::from_utf8_lossy(&run.stdout),
-            String::from_utf8_lossy(&run.stderr)
-        );
-    }
+    use crate::process::alone;
 
     #[test]
     fn a_leader_stays_a_zombie_until_released() {

@@ -428,25 +428,10 @@ mod tests {
     use crate::process::{Reaper, SpawnSpec, scans, spawn_pipes};
     use crate::session::{Streams, WaitRequest};
 
-    /// The reaper takes every child of its process, so this runs alone in a process of its
-    /// own: the test binary again, running only the test below.
+    /// The reaper takes every child of its process, so this runs alone (see `alone`).
     #[test]
-    fn a_termination_scans_proc_once() {
-        let run = std::process::Command::new(std::env::current_exe().unwrap())
-            .args([
-                "--exact",
-                "session::lifecycle::tests::one_scan",
-                "--ignored",
-            ])
-            .args(["--test-threads", "1"])
-            .output()
-            .unwrap();
-        assert!(
-            run.status.success(),
-            "{}{}",
-            String::from_utf8_lossy(&run.stdout),
-            String::from_utf8_lossy(&run.stderr)
-        );
+    fn a_termination_scans_proc_once_per_signal_it_escalates_to() {
+        crate::process::alone("session::lifecycle::tests::scans_per_termination");
     }
 
     /// A session whose leader runs `script` in bash with job control, so its background
@@ -512,8 +497,8 @@ mod tests {
     }
 
     #[test]
-    #[ignore = "run alone by a_termination_scans_proc_once"]
-    fn one_scan() {
+    #[ignore = "run alone by a_termination_scans_proc_once_per_signal_it_escalates_to"]
+    fn scans_per_termination() {
         let runtime = tokio::runtime::Runtime::new().unwrap();
         runtime.block_on(async {
             let reaper = Reaper::start().unwrap();
