@@ -23,3 +23,24 @@ pub use search::{Leftmost, Search};
 pub use shape::{Shape, Shaper};
 pub use styled::{Colour, Span, Style, StyledScreen};
 pub use tail::{StrippedTailSearch, TailSearch};
+
+/// `text` cut into pieces at the character boundaries among `cuts` (each taken modulo the
+/// text's length), for tests that feed a stream in arbitrary reads.
+#[cfg(test)]
+pub(crate) fn cut_at<'a>(text: &'a str, cuts: &[usize]) -> Vec<&'a str> {
+    let mut bounds: Vec<usize> = cuts
+        .iter()
+        .map(|c| c % (text.len() + 1))
+        .filter(|c| text.is_char_boundary(*c))
+        .collect();
+    bounds.sort_unstable();
+    bounds.dedup();
+    let mut pieces = Vec::new();
+    let mut at = 0;
+    for b in bounds {
+        pieces.push(&text[at..b]);
+        at = b;
+    }
+    pieces.push(&text[at..]);
+    pieces
+}

@@ -366,16 +366,7 @@ mod tests {
                     lines.extend(shaper.finish());
                     lines
                 };
-                let mut bounds: Vec<usize> = cuts.iter().map(|c| c % (text.len() + 1)).filter(|c| text.is_char_boundary(*c)).collect();
-                bounds.sort_unstable();
-                bounds.dedup();
-                let mut pieces = Vec::new();
-                let mut at = 0;
-                for b in bounds {
-                    pieces.push(&text[at..b]);
-                    at = b;
-                }
-                pieces.push(&text[at..]);
+                let pieces = super::super::cut_at(&text, &cuts);
                 proptest::prop_assert_eq!(lines(&pieces), lines(&[text.as_str()]), "{:?}", shape);
             }
         }

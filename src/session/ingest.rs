@@ -28,10 +28,10 @@ use tokio::net::unix::pipe;
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
-use super::Session;
 use super::shell::scan::{Mark, Piece, Scanner};
 use super::shell::{CaptureChange, Typing};
 use super::sink::Feed;
+use super::{Session, sleep_until};
 use crate::limits::{INSTALL_HELD_MAX_BYTES, READ_CHUNK_BYTES, REDACT_HOLD_MAX, REDACT_HOLD_QUIET};
 use crate::output::{Redactor, Stream, Utf8Decoder};
 use crate::process::PtyMaster;
@@ -431,13 +431,6 @@ pub async fn read_marks(session: Arc<Session>, mut pipe: pipe::Receiver, nonce: 
         for mark in marks {
             session.out_of_band(mark).await;
         }
-    }
-}
-
-async fn sleep_until(at: Option<Instant>) {
-    match at {
-        Some(at) => tokio::time::sleep_until(at).await,
-        None => std::future::pending().await,
     }
 }
 

@@ -174,6 +174,14 @@ impl LockHolds {
     }
 }
 
+/// Sleep until `at`, or for ever when there is none: a `select!` arm that may be off.
+async fn sleep_until(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
 /// Dropped after the rest of a session (its output buffer, screen): returns the freed heap.
 struct ReturnMemory;
 

@@ -8,10 +8,10 @@ use serde::Serialize;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::Session;
 use super::io::read_error;
 use super::pages::Evicted;
 use super::state::{Snapshot, State};
+use super::{Session, sleep_until};
 use crate::errors::{ErrorCode, ToolError};
 use crate::limits::{AWAIT_POLL, PAGE_MAX_ENTRIES, SEARCH_STEP_BYTES};
 use crate::output::{
@@ -222,12 +222,6 @@ impl Session {
                     .map(|idle| Instant::from_std(s.last_output()).max(started) + idle)
             };
             let idle_at = self.inspect(quiet_at);
-            let idle = async {
-                match idle_at {
-                    Some(at) => tokio::time::sleep_until(at).await,
-                    None => std::future::pending().await,
-                }
-            };
             // Looked at once the output is quiet, then at most every AWAIT_POLL while it
             // stays quiet; output arriving re-arms it through `changes`.
             let look_at = match request.until_input {
@@ -237,16 +231,10 @@ impl Session {
                 },
                 false => None,
             };
-            let look = async {
-                match look_at {
-                    Some(at) => tokio::time::sleep_until(at).await,
-                    None => std::future::pending().await,
-                }
-            };
             tokio::select! {
                 _ = changes.changed() => {}
-                () = look => {}
-                () = idle => {
+                () = sleep_until(look_at) => {}
+                () = sleep_until(idle_at) => {
                     // Output that arrived as the timer fired re-arms it instead.
                     if self.inspect(quiet_at) == idle_at {
                         return Ok(self.finish_wait("idle", scan));

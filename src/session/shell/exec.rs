@@ -385,15 +385,9 @@ impl Session {
             } else {
                 None
             };
-            let look = async {
-                match look_at {
-                    Some(at) => tokio::time::sleep_until(at).await,
-                    None => std::future::pending().await,
-                }
-            };
             tokio::select! {
                 _ = changes.changed() => {}
-                () = look => {}
+                () = crate::session::sleep_until(look_at) => {}
                 () = tokio::time::sleep_until(deadline) => {}
             }
         }

@@ -268,16 +268,7 @@ mod tests {
             let mut whole = Scanner::new(NONCE);
             whole.watch_paste_ends();
             let expected = scanned(&mut whole, &[&text]);
-            let mut bounds: Vec<usize> = cuts.into_iter().map(|c| c % (text.len() + 1)).collect();
-            bounds.sort_unstable();
-            bounds.dedup();
-            let mut pieces = Vec::new();
-            let mut at = 0;
-            for b in bounds {
-                pieces.push(&text[at..b]);
-                at = b;
-            }
-            pieces.push(&text[at..]);
+            let pieces = crate::output::cut_at(&text, &cuts);
             let mut cut = Scanner::new(NONCE);
             cut.watch_paste_ends();
             prop_assert_eq!(scanned(&mut cut, &pieces), expected);
