@@ -225,7 +225,7 @@ impl Session {
             // Looked at once the output is quiet, then at most every AWAIT_POLL while it
             // stays quiet; output arriving re-arms it through `changes`.
             let look_at = match request.until_input {
-                true => match self.input_look(scan)? {
+                true => match self.input_look(scan).await? {
                     Ok(result) => return Ok(result),
                     Err(at) => Some(at),
                 },
@@ -248,12 +248,12 @@ impl Session {
 
     /// For `until_input`: the result once the session awaits input, else when to look
     /// again; an error when it cannot be known.
-    fn input_look(&self, scan: u64) -> Result<Result<WaitResult, Instant>, ToolError> {
+    async fn input_look(&self, scan: u64) -> Result<Result<WaitResult, Instant>, ToolError> {
         let quiet = Instant::from_std(self.quiet_at());
         if Instant::now() < quiet {
             return Ok(Err(quiet));
         }
-        match self.waiting().awaiting_input {
+        match self.awaiting_confirmed().await {
             Some(true) => Ok(Ok(self.finish_wait("awaiting_input", scan))),
             Some(false) => Ok(Err(Instant::now() + AWAIT_POLL)),
             None => Err(ToolError::invalid_argument(

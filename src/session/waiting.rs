@@ -12,7 +12,9 @@ use std::time::Instant;
 use serde::Serialize;
 
 use super::Session;
+use super::ingest::Control;
 use crate::limits::AWAIT_QUIET;
+use crate::output::Stream;
 use crate::process::procfs;
 use crate::process::waiting::{InputFile, awaiting, group_members};
 
@@ -102,6 +104,21 @@ impl Session {
             awaiting_input,
             foreground,
         }
+    }
+
+    /// Whether the session awaits input, confirmed: what its reader has already read is
+    /// taken first (a prompt, or a shell's end mark, may be on its way to the buffer), and
+    /// any output or input since the first look means not yet. For a caller about to say so
+    /// to a client, who may act on it at once.
+    pub(super) async fn awaiting_confirmed(&self) -> Option<bool> {
+        let before = self.inspect(|s| s.last_traffic());
+        match self.waiting().awaiting_input {
+            Some(true) => {}
+            other => return other,
+        }
+        self.ask_reader(Stream::Stdout, Control::Drain).await;
+        let quiet = self.inspect(|s| s.last_traffic()) == before;
+        Some(quiet)
     }
 
     /// When `waiting` may next answer differently as far as traffic goes: `AWAIT_QUIET`

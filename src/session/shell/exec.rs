@@ -106,7 +106,7 @@ fn pieces(text: &str, max: usize) -> impl Iterator<Item = &str> {
 /// What the exec calls of one session keep between them.
 #[derive(Default)]
 pub struct Calls {
-    /// A pipe shell's first wrapper made its copy of stdout for the marks.
+    /// A pipe shell has had its first command (which prepares it: aliases in bash).
     prepared: bool,
 }
 
@@ -223,6 +223,12 @@ impl Session {
             return Err(self.busy(busy));
         }
         let typing = typing.unwrap_or(Typing::Wrapper);
+        // Between a command's end and its next prompt, readline has not set the terminal up
+        // for itself yet: a paste then would meet the line discipline's line limit.
+        self.wait_until(deadline, |s| {
+            s.status().is_final() || s.shell().is_none_or(|t| t.ready_to_type())
+        })
+        .await;
         {
             let mut captures = self.captures();
             captures.arm(Stream::Stdout, shape, request.max_bytes, false);
@@ -369,16 +375,17 @@ impl Session {
                 let quiet = Instant::from_std(self.quiet_at());
                 if now < quiet {
                     Some(quiet)
-                } else if self.waiting().awaiting_input == Some(true) {
-                    // Output (the shell's end mark, a program's prompt) may still be on its
-                    // way to the reader: what was read is taken first, and anything new
-                    // means it is not waiting yet.
-                    let before = self.inspect(|s| s.last_traffic());
-                    self.ask_reader(Stream::Stdout, Control::Drain).await;
-                    if self.inspect(|s| s.last_traffic()) == before {
-                        return Waited::AwaitingInput;
+                } else if self.awaiting_confirmed().await == Some(true) {
+                    // The shell back at its prompt reads the terminal too: the command may
+                    // have ended meanwhile (its end mark taken by the confirming drain).
+                    if self.inspect(|s| {
+                        s.shell()
+                            .and_then(|t| t.current())
+                            .is_some_and(|c| c.seq == seq && c.ended.is_some())
+                    }) {
+                        return Waited::Ended;
                     }
-                    continue;
+                    return Waited::AwaitingInput;
                 } else {
                     Some(now + AWAIT_POLL)
                 }

@@ -84,6 +84,9 @@ pub struct Track {
     at_prompt: bool,
     /// The shell has shown a prompt since it was integrated (before that it is starting).
     prompted: bool,
+    /// A readline shell reads a line, its terminal set up for it (raw): typing before that
+    /// meets the terminal's line discipline, which cuts a long line.
+    reading: bool,
     /// Oldest first; the last one is the current command.
     commands: VecDeque<Command>,
     next_seq: u64,
@@ -117,6 +120,7 @@ impl Track {
             typing: None,
             at_prompt: false,
             prompted: false,
+            reading: false,
             commands: VecDeque::new(),
             next_seq: 1,
         }
@@ -134,6 +138,12 @@ impl Track {
 
     pub fn typing(&self) -> Option<Typing> {
         self.typing
+    }
+
+    /// Whether a command can be typed now without meeting a terminal set up for something
+    /// else: a readline shell must be reading.
+    pub fn ready_to_type(&self) -> bool {
+        self.typing != Some(Typing::Readline) || self.reading
     }
 
     /// The integration was not installed in time: commands are wrapped from now on.
@@ -182,6 +192,7 @@ impl Track {
         }
         let seq = self.next_seq;
         self.next_seq += 1;
+        self.reading = false;
         self.commands.push_back(Command {
             seq,
             text: text.to_owned(),
@@ -229,13 +240,15 @@ impl Track {
             Mark::Start | Mark::InputEnd if open.started.is_none() => Some(CaptureChange::Start),
             Mark::Start if open.started_at_echo_end => Some(CaptureChange::Restart),
             Mark::End(_) => Some(CaptureChange::End),
-            Mark::Start | Mark::InputEnd | Mark::Installed(_) => None,
+            Mark::Start | Mark::InputEnd | Mark::InputReady | Mark::Installed(_) => None,
         }
     }
 
     /// Apply a mark found at cursor `at`.
     pub fn mark(&mut self, mark: &Mark, at: u64) {
+        self.reading = *mark == Mark::InputReady;
         match mark {
+            Mark::InputReady => {}
             // The prompt comes with the end mark that follows.
             Mark::Installed(typing) => self.typing = Some(*typing),
             Mark::Start | Mark::InputEnd => match self.open() {

@@ -2,9 +2,10 @@
 //! anything is stored: a mark is an OSC sequence `ESC ] 6973 ; NONCE ; KIND [; DATA] BEL`
 //! carrying the session's random nonce, taken out of the text (no buffer, screen or
 //! recording ever holds one). Output that imitates a mark without the nonce is left as
-//! text. On a readline shell, the end of bracketed paste (`ESC [ ? 2004 l`, which readline
-//! writes when it has read a line) also marks where the typed line's echo ends; it stays
-//! in the text.
+//! text. On a readline shell, bracketed paste switched on (`ESC [ ? 2004 h`, which readline
+//! writes when it starts reading a line, the terminal set up for it) marks that it reads,
+//! and switched off (`ESC [ ? 2004 l`, written when it has read the line) where the typed
+//! line's echo ends; both stay in the text.
 //!
 //! A read may end inside a mark: the part that could still become one is held (at most
 //! a mark's length) and decided by the next piece, or given up as text by `flush`.
@@ -18,6 +19,8 @@ pub enum Mark {
     Installed(super::Typing),
     /// A command line was read and is about to run (bash's `PS0`).
     Start,
+    /// Readline reads a line (the terminal is set up for it).
+    InputReady,
     /// Readline has read a line: its echo ends here.
     InputEnd,
     /// The shell is back at its prompt; the status of the command that ran, if one did.
@@ -33,6 +36,7 @@ pub enum Piece<'a> {
 const PREFIX: &str = "\u{1b}]6973;";
 const BEL: char = '\u{7}';
 const PASTE_END: &str = "\u{1b}[?2004l";
+const PASTE_ON: &str = "\u{1b}[?2004h";
 /// The most bytes of kind and data a mark carries after the nonce (`;I;canonical`, `;D;255`).
 const BODY_MAX: usize = 24;
 
@@ -48,8 +52,9 @@ pub struct Scanner {
 enum At {
     /// A mark of `len` bytes (and what it says, for ours).
     Mark(usize, Option<Mark>),
-    /// Bracketed paste ended; the sequence is `len` bytes of text.
-    PasteEnd(usize),
+    /// Bracketed paste switched on or off: the sequence (`len` bytes) is text, the mark
+    /// follows it.
+    Paste(usize, Mark),
     /// Could become one of the above once more text comes.
     Undecided,
     Text,
@@ -64,7 +69,8 @@ impl Scanner {
         }
     }
 
-    /// From now on, `ESC [ ? 2004 l` marks the end of a typed line's echo.
+    /// From now on, bracketed paste switched on and off marks where readline reads and
+    /// where a typed line's echo ends.
     pub fn watch_paste_ends(&mut self) {
         self.paste_ends = true;
     }
@@ -97,9 +103,9 @@ impl Scanner {
                     self.carry.push_str(&text[at..]);
                     return;
                 }
-                At::PasteEnd(len) => {
+                At::Paste(len, mark) => {
                     piece(Piece::Text(&text[from..at + len]));
-                    piece(Piece::Mark(Mark::InputEnd));
+                    piece(Piece::Mark(mark));
                     from = at + len;
                 }
                 At::Mark(len, mark) => {
@@ -107,6 +113,11 @@ impl Scanner {
                         piece(Piece::Text(&text[from..at]));
                     }
                     if let Some(mark) = mark {
+                        // The text after it in this very read (the first prompt) is
+                        // readline's already.
+                        if mark == Mark::Installed(super::Typing::Readline) {
+                            self.paste_ends = true;
+                        }
                         piece(Piece::Mark(mark));
                     }
                     from = at + len;
@@ -128,11 +139,13 @@ impl Scanner {
 
     fn at(&self, text: &str) -> At {
         if self.paste_ends {
-            if text.starts_with(PASTE_END) {
-                return At::PasteEnd(PASTE_END.len());
-            }
-            if PASTE_END.starts_with(text) {
-                return At::Undecided;
+            for (sequence, mark) in [(PASTE_END, Mark::InputEnd), (PASTE_ON, Mark::InputReady)] {
+                if text.starts_with(sequence) {
+                    return At::Paste(sequence.len(), mark);
+                }
+                if sequence.starts_with(text) {
+                    return At::Undecided;
+                }
             }
         }
         let Some(rest) = text.strip_prefix(PREFIX) else {
@@ -243,7 +256,7 @@ mod tests {
 
     #[test]
     fn paste_ends_are_marked_after_the_sequence_once_watched() {
-        let text = "echo hi\r\n\u{1b}[?2004l\rhi";
+        let text = "echo hi\r\n\u{1b}[?2004l\rhi\u{1b}[?2004h$ ";
         let mut scanner = Scanner::new(NONCE);
         assert_eq!(scanned(&mut scanner, &[text]), [Owned::Text(text.into())]);
         scanner.watch_paste_ends();
@@ -252,7 +265,24 @@ mod tests {
             [
                 Owned::Text("echo hi\r\n\u{1b}[?2004l".into()),
                 Owned::Mark(Mark::InputEnd),
-                Owned::Text("\rhi".into())
+                Owned::Text("\rhi\u{1b}[?2004h".into()),
+                Owned::Mark(Mark::InputReady),
+                Owned::Text("$ ".into())
+            ]
+        );
+    }
+
+    #[test]
+    fn a_readline_shell_reads_from_the_prompt_that_follows_its_installation() {
+        let text = format!("{}{}{PASTE_ON}$ ", mark("I;readline"), mark("D;0"));
+        assert_eq!(
+            scanned(&mut Scanner::new(NONCE), &[&text]),
+            [
+                Owned::Mark(Mark::Installed(super::super::Typing::Readline)),
+                Owned::Mark(Mark::End(Some(0))),
+                Owned::Text("\u{1b}[?2004h".into()),
+                Owned::Mark(Mark::InputReady),
+                Owned::Text("$ ".into()),
             ]
         );
     }
