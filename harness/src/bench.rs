@@ -11,8 +11,9 @@
 //! measures, a `Setup` says what server it runs on, and `measure` runs it into a
 //! `Benchmark`; its floor is measured beside it, and `targets` makes the report row of the
 //! two. The workloads live in modules named for what they measure: `latency`, `exec`,
-//! `throughput`, `floors`, `storm`, `lock_hold`, `input_wait`, `memory`, `live_view`; `calls` holds the
-//! tool calls they share, `report` the report and how it is written.
+//! `throughput`, `floors`, `storm`, `lock_hold`, `input_wait`, `progress`, `memory`,
+//! `live_view`; `calls` holds the tool calls they share, `report` the report and how it is
+//! written.
 //!
 //! Flow at a glance: `run` → `run_all`, which runs the workloads in a fixed order: the
 //! latency workloads on one server on the `make-config` defaults, the throughput workloads
@@ -35,6 +36,7 @@ mod latency;
 mod live_view;
 mod lock_hold;
 mod memory;
+mod progress;
 mod report;
 mod storm;
 mod targets;
@@ -258,6 +260,7 @@ async fn run_all(server: &Path, sizes: Sizes, report: &mut BenchReport) {
         )
         .await,
     );
+    out.push(measure(&progress::PROGRESS_BAR, progress::progress_bar(&servers)).await);
     out.push(measure(&memory::MEMORY_AT_REST, memory::memory_at_rest(&servers)).await);
     out.push(measure(&memory::MEMORY_OSC_FLOOD, memory::osc_flood(&servers)).await);
     out.push(measure(&memory::MEMORY_RESIZE, memory::resize(&servers)).await);

@@ -136,7 +136,9 @@ pub const PTY_FLOOD: Workload = Workload {
 pub async fn pty_flood(servers: &Servers) -> Result<Vec<Metric>, String> {
     let setup = Setup {
         name: "pty_flood",
-        limits: json!({}),
+        // Room for the flood between a status call and the wait that starts at its cursor,
+        // on a loaded machine.
+        limits: json!({"max_sessions": 2, "max_records": 2, "buffer_bytes": 16_777_216}),
         profiles: json!({"flood": {"argv": ["/usr/bin/yes", "012345678901234567890123456789012345678901234567890123456789"],
                                    "mode": "pty"}}),
     };

@@ -200,6 +200,13 @@ pub(super) fn comparisons(benchmarks: &[Benchmark]) -> Vec<Comparison> {
             Target::AtMost(5.0),
         ),
         (
+            "progress bar redrawn 20,000 times: bytes returned",
+            "bytes",
+            get("progress_bar", "rendered_bytes"),
+            get("progress_bar", "raw_bytes"),
+            Target::RatioAtMost(0.01),
+        ),
+        (
             "longest session lock hold",
             "ms",
             get("lock_hold", "longest_lock_hold"),
