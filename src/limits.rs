@@ -208,3 +208,7 @@ pub const WEB_MAX_WATCHERS: usize = 64;
 /// and at most this many unspent ones are kept (past it the oldest is void).
 pub const WEB_SIGN_IN_CODE_TTL: Duration = Duration::from_secs(10 * 60);
 pub const WEB_SIGN_IN_CODES_MAX: usize = 16;
+
+/// Owner control (`--web-control`): the per-page tokens a control request must carry; past
+/// this many the oldest page's token is void (that page must be reloaded to act again).
+pub const WEB_PAGE_TOKENS_MAX: usize = 256;

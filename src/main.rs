@@ -44,6 +44,10 @@ enum Command {
         /// The token file of the live view (default as for `http`).
         #[arg(long, requires = "web")]
         token_file: Option<PathBuf>,
+        /// Let the owner type into PTY sessions and end sessions from the live view
+        /// (recorded in the audit log as the owner's); read-only without it.
+        #[arg(long, requires = "web")]
+        web_control: bool,
     },
     /// Serve MCP over Streamable HTTP at /mcp, for clients that send the bearer token.
     Http {
@@ -67,6 +71,10 @@ enum Command {
         /// is printed on stderr.
         #[arg(long)]
         web: bool,
+        /// Let the owner type into PTY sessions and end sessions from the live view
+        /// (recorded in the audit log as the owner's); read-only without it.
+        #[arg(long, requires = "web")]
+        web_control: bool,
         /// Milliseconds an MCP session may go without a request before it is closed.
         #[arg(long, hide = true, default_value_t = limits::MCP_SESSION_IDLE.as_millis() as u64)]
         mcp_session_idle_ms: u64,
@@ -178,6 +186,7 @@ fn main() -> ExitCode {
             config,
             web,
             token_file,
+            web_control,
         } => load_config(config.as_deref())
             .and_then(|config| {
                 let beside = match web {
@@ -186,7 +195,7 @@ fn main() -> ExitCode {
                 };
                 Ok((config, beside))
             })
-            .and_then(|(config, beside)| serve(config, Serve::Stdio(beside))),
+            .and_then(|(config, beside)| serve(config, Serve::Stdio(beside, web_control))),
         Command::Http {
             config,
             listen,
@@ -194,6 +203,7 @@ fn main() -> ExitCode {
             allow_remote,
             allow_origins,
             web,
+            web_control,
             mcp_session_idle_ms,
             header_read_timeout_ms,
             connection_idle_ms,
@@ -206,6 +216,7 @@ fn main() -> ExitCode {
                 allow_origins,
                 mcp_idle: millis(mcp_session_idle_ms),
                 web,
+                web_control,
                 connections: access::listener::Limits {
                     connections: limits::HTTP_MAX_CONNECTIONS,
                     header_read: millis(header_read_timeout_ms),
@@ -399,8 +410,8 @@ fn make_config(output: Option<&Path>, root: Option<&Path>, shells: bool) -> Resu
 
 /// Which transport MCP is served on.
 enum Serve {
-    /// With the live view beside it, when asked for.
-    Stdio(Option<web::Beside>),
+    /// With the live view beside it, when asked for (and whether the owner controls it).
+    Stdio(Option<web::Beside>, bool),
     Http(http::Prepared),
 }
 
@@ -425,9 +436,13 @@ fn serve(config: Config, transport: Serve) -> Result<(), String> {
         // The one set of terminal sessions every MCP session of this server shares.
         let sessions = Arc::new(Sessions::new(Arc::new(config), reaper, instance.clone()));
         match transport {
-            Serve::Stdio(beside) => {
+            Serve::Stdio(beside, control) => {
                 if let Some(beside) = beside {
-                    web::serve_beside(sessions.clone(), beside)?;
+                    let settings = web::Settings {
+                        control,
+                        audit: audit.clone(),
+                    };
+                    web::serve_beside(sessions.clone(), beside, settings)?;
                 }
                 run(sessions, audit).await
             }

@@ -41,6 +41,8 @@ pub struct Options {
     pub mcp_idle: Duration,
     /// Also serve the live view under `/ui/`.
     pub web: bool,
+    /// Let the owner type into sessions and end them from the live view.
+    pub web_control: bool,
     pub connections: listener::Limits,
 }
 
@@ -50,6 +52,7 @@ pub struct Prepared {
     access: Arc<Access>,
     mcp_idle: Duration,
     web: bool,
+    web_control: bool,
     connections: listener::Limits,
 }
 
@@ -63,6 +66,7 @@ pub fn prepare(options: Options) -> Result<Prepared, String> {
         access: Arc::new(access),
         mcp_idle: options.mcp_idle,
         web: options.web,
+        web_control: options.web_control,
         connections: options.connections,
     })
 }
@@ -109,12 +113,16 @@ pub async fn serve(
         .map_err(|e| format!("cannot read the bound address: {e}"))?;
 
     let stop_mcp = CancellationToken::new();
+    let settings = crate::web::Settings {
+        control: prepared.web_control,
+        audit: audit.clone(),
+    };
     let server = TerminalServer::new(sessions.clone())
         .with_audit(audit)
         .with_audit_fields(audit_fields);
     let view = prepared
         .web
-        .then(|| crate::web::View::new(sessions.clone(), prepared.access.clone()));
+        .then(|| crate::web::View::new(sessions.clone(), prepared.access.clone(), settings));
     let router = router(server, view.clone(), &prepared, stop_mcp.clone());
     let serving = tokio::spawn(listener::serve(
         listener,

@@ -9,19 +9,85 @@ use std::sync::OnceLock;
 /// is live. EventSource reconnects by itself when the stream drops.
 pub const SCRIPT: &str = r#""use strict";
 (function () {
-  const url = document.body.dataset.events;
+  const body = document.body;
+  const url = body.dataset.events;
   const live = document.getElementById("live");
   const state = document.getElementById("state");
-  if (!url) return;
-  const source = new EventSource(url);
-  source.onopen = function () { state.textContent = "live"; state.className = "state on"; };
-  source.onerror = function () { state.textContent = "reconnecting"; state.className = "state off"; };
-  source.onmessage = function (event) { live.innerHTML = event.data; };
-  source.addEventListener("gone", function (event) {
-    live.innerHTML = event.data;
-    state.textContent = "gone";
-    state.className = "state off";
-    source.close();
+
+  // A pipe page follows its newest output: the output box stays at its end unless the
+  // owner scrolled up in it, and is left where the owner put it until they scroll back.
+  let follow = true;
+  const tail = function () { return live.querySelector("pre.tail"); };
+  const atEnd = function (box) { return box.scrollHeight - box.scrollTop - box.clientHeight < 8; };
+  live.addEventListener("scroll", function (event) {
+    if (event.target === tail()) follow = atEnd(event.target);
+  }, true);
+  const place = function (top) {
+    const box = tail();
+    if (box) box.scrollTop = follow ? box.scrollHeight : top;
+  };
+  place(0);
+
+  if (url) {
+    const source = new EventSource(url);
+    source.onopen = function () { state.textContent = "live"; state.className = "state on"; };
+    source.onerror = function () { state.textContent = "reconnecting"; state.className = "state off"; };
+    source.onmessage = function (event) {
+      const box = tail();
+      const top = box ? box.scrollTop : 0;
+      live.innerHTML = event.data;
+      place(top);
+    };
+    source.addEventListener("gone", function (event) {
+      live.innerHTML = event.data;
+      state.textContent = "gone";
+      state.className = "state off";
+      source.close();
+    });
+  }
+
+  // Owner control (--web-control): each action is a POST with the page's token.
+  const csrf = body.dataset.csrf;
+  const session = body.dataset.session;
+  if (!csrf || !session) return;
+  const result = document.getElementById("control-result");
+  let sent = 0;
+  const post = function (action, payload) {
+    return fetch("/ui/sessions/" + encodeURIComponent(session) + "/" + action, {
+      method: "POST",
+      credentials: "same-origin",
+      headers: { "Content-Type": "application/json", "X-CSRF-Token": csrf },
+      body: JSON.stringify(payload || {})
+    }).then(function (response) { return response.json(); }).then(function (answer) {
+      if (answer.ok) {
+        sent += 1;
+        result.textContent = "done (" + sent + ")";
+      } else {
+        result.textContent = answer.error.code + ": " + answer.error.message;
+      }
+    }).catch(function (error) { result.textContent = String(error); });
+  };
+  const form = document.getElementById("type");
+  if (form) {
+    const text = document.getElementById("text");
+    const enter = document.getElementById("enter");
+    form.addEventListener("submit", function (event) {
+      event.preventDefault();
+      post("input", { text: text.value + (enter.checked ? "\r" : "") });
+      text.value = "";
+    });
+    document.querySelectorAll("button.key").forEach(function (button) {
+      button.addEventListener("click", function () { post("input", { keys: [button.dataset.key] }); });
+    });
+  }
+  const terminate = document.getElementById("terminate");
+  terminate.addEventListener("click", function () {
+    if (terminate.dataset.armed !== "yes") {
+      terminate.dataset.armed = "yes";
+      terminate.textContent = "Click again to terminate";
+      return;
+    }
+    post("terminate", {});
   });
 })();
 "#;
@@ -46,7 +112,18 @@ table.sessions td{font-family:monospace}
 .title{color:#aaa;margin:4px 0}
 pre{font:14px/1.25 ui-monospace,'DejaVu Sans Mono',monospace;margin:0;white-space:pre}
 pre.screen{display:inline-block;background:#000;color:#e5e5e5;padding:4px;border:1px solid #333;min-height:2em}
-pre.tail{background:#000;padding:4px;border:1px solid #333;white-space:pre-wrap;word-break:break-all}
+pre.tail{background:#000;padding:4px;border:1px solid #333;white-space:pre-wrap;word-break:break-all;max-height:70vh;overflow:auto}
+h2{font-size:15px;margin:12px 0 6px}
+dl.origin{display:grid;grid-template-columns:max-content auto;gap:2px 12px;margin:6px 0 10px}
+dl.origin dt{color:#aaa}dl.origin dd{margin:0}
+code{font-family:ui-monospace,'DejaVu Sans Mono',monospace;background:#1c1c1c;padding:0 3px;border-radius:3px}
+table.history{border-collapse:collapse;margin-bottom:10px}
+table.history th,table.history td{padding:2px 10px;border-bottom:1px solid #333;text-align:left;vertical-align:top}
+.exit0{color:#7e9}.exit1{color:#f77}
+.note{color:#fb7}
+section.control{margin-top:12px;padding:8px;border:1px solid #553;background:#1a1a10}
+section.control input,section.control button{font:inherit}
+button.key{margin-right:4px}
 .stdout{color:#e5e5e5}.stderr{color:#ff8a80;background:#2a1010}
 .bold{font-weight:bold}.dim{opacity:.6}.italic{font-style:italic}.underline{text-decoration:underline}
 .fbd{color:#000}.bfd{background:#e5e5e5}

@@ -181,9 +181,14 @@ fn unauthorized(spent_code: bool) -> Response {
         .into_response()
 }
 
-/// Read-only by construction: nothing under `/ui/` takes any method but GET and HEAD.
-pub async fn only_reads(request: Request, next: Next) -> Response {
-    if request.method() == Method::GET || request.method() == Method::HEAD {
+/// Read-only unless the owner turned control on: without `--web-control` nothing under
+/// `/ui/` takes any method but GET and HEAD.
+pub async fn only_reads(State(view): State<Arc<View>>, request: Request, next: Next) -> Response {
+    let method = request.method();
+    if method == Method::GET
+        || method == Method::HEAD
+        || (method == Method::POST && view.settings.control)
+    {
         return next.run(request).await;
     }
     (

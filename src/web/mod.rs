@@ -6,11 +6,15 @@
 //! guards every route;
 //! `pages` renders the session list and a session's page (its PTY screen in colour, or its
 //! pipe output tail by stream) from the same state the tools read; `live` streams fresh
-//! renderings as Server-Sent Events; `assets` is the one style sheet and script. Nothing
-//! here can write to, signal or end a session: every route is GET.
+//! renderings as Server-Sent Events; `history` says what ran and how the session started
+//! and ended; `assets` is the one style sheet and script. Read-only by default: every route
+//! is GET, and only with `--web-control` does `control` take the owner's keys and
+//! terminations (POST, same origin, a page token).
 
 mod assets;
 mod auth;
+mod control;
+mod history;
 mod live;
 mod pages;
 
@@ -19,19 +23,29 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use axum::Router;
-use axum::extract::{Path, State};
+use axum::extract::{Path, Query, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::middleware::{from_fn, from_fn_with_state};
 use axum::response::{Html, IntoResponse, Redirect, Response};
-use axum::routing::{any, get};
+use axum::routing::{any, get, post};
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
 use crate::access::{self, Access, guard, listener};
+use crate::audit::AuditLog;
 use crate::limits::{
     HTTP_HEADER_READ_TIMEOUT, HTTP_IDLE_TIMEOUT, HTTP_MAX_CONNECTIONS, WEB_MAX_WATCHERS,
 };
 use crate::session::Sessions;
+
+/// How the owner set up the view.
+#[derive(Default)]
+pub struct Settings {
+    /// `--web-control`: the owner may type into PTY sessions and end sessions.
+    pub control: bool,
+    /// Where the owner's actions are recorded, beside the agent's tool calls.
+    pub audit: Option<Arc<AuditLog>>,
+}
 
 /// What every route of the view shares.
 pub struct View {
@@ -39,15 +53,19 @@ pub struct View {
     access: Arc<Access>,
     sign_in: auth::SignIn,
     watchers: Arc<Semaphore>,
+    settings: Settings,
+    page_tokens: control::PageTokens,
 }
 
 impl View {
-    pub fn new(sessions: Arc<Sessions>, access: Arc<Access>) -> Arc<View> {
+    pub fn new(sessions: Arc<Sessions>, access: Arc<Access>, settings: Settings) -> Arc<View> {
         Arc::new(View {
             sessions,
             access,
             sign_in: auth::SignIn::new(),
             watchers: Arc::new(Semaphore::new(WEB_MAX_WATCHERS)),
+            settings,
+            page_tokens: control::PageTokens::default(),
         })
     }
 
@@ -67,8 +85,8 @@ impl View {
     }
 }
 
-/// The `/ui/` routes, guarded (only GET/HEAD, a signed-in viewer, the page headers); the
-/// caller adds the Host/Origin rules around them.
+/// The `/ui/` routes, guarded (GET/HEAD, and the owner's POSTs only with control on; a
+/// signed-in viewer; the page headers); the caller adds the Host/Origin rules around them.
 pub fn router(view: Arc<View>) -> Router {
     Router::new()
         .route("/ui", get(|| async { Redirect::to("/ui/") }))
@@ -76,13 +94,16 @@ pub fn router(view: Arc<View>) -> Router {
         .route("/ui/events", get(live::list_events))
         .route("/ui/sessions/{id}", get(session))
         .route("/ui/sessions/{id}/events", get(live::session_events))
+        .route("/ui/sessions/{id}/output", get(output))
+        .route("/ui/sessions/{id}/input", post(control::input))
+        .route("/ui/sessions/{id}/terminate", post(control::terminate))
         .route("/ui/recordings/{name}", get(recording))
         .route("/ui/style.css", get(style))
         .route("/ui/app.js", get(script))
         .route("/ui/{*rest}", any(unknown))
         // Route layers: paths outside `/ui` (the MCP endpoint's fallback) are not touched.
         .route_layer(from_fn_with_state(view.clone(), auth::require_viewer))
-        .route_layer(from_fn(auth::only_reads))
+        .route_layer(from_fn_with_state(view.clone(), auth::only_reads))
         .route_layer(from_fn(auth::page_headers))
         .with_state(view)
 }
@@ -93,7 +114,45 @@ async fn index(State(view): State<Arc<View>>) -> Html<String> {
 
 async fn session(State(view): State<Arc<View>>, Path(id): Path<String>) -> Response {
     match view.sessions.find(&id) {
-        Some(session) => Html(pages::session_page(&session)).into_response(),
+        Some(session) => {
+            let token = view
+                .settings
+                .control
+                .then(|| view.page_tokens.issue(&session.id));
+            Html(pages::session_page(&session, token.as_deref())).into_response()
+        }
+        None => (
+            StatusCode::NOT_FOUND,
+            pages::not_found(&format!("No session {id} is retained.")),
+        )
+            .into_response(),
+    }
+}
+
+/// A range of a session's output (`?from=CURSOR&to=CURSOR`, `to` open when absent): what a
+/// command of its history printed.
+async fn output(
+    State(view): State<Arc<View>>,
+    Path(id): Path<String>,
+    Query(query): Query<std::collections::HashMap<String, String>>,
+) -> Response {
+    let cursor = |name: &str| query.get(name).map(|v| v.parse::<u64>());
+    let (from, to) = match (cursor("from"), cursor("to")) {
+        (Some(Ok(from)), None) => (from, u64::MAX),
+        (Some(Ok(from)), Some(Ok(to))) if to >= from => (from, to),
+        _ => {
+            return (
+                StatusCode::BAD_REQUEST,
+                pages::not_found(
+                    "The output range needs `from` (a cursor) and optionally `to` (a cursor \
+                     not before it).",
+                ),
+            )
+                .into_response();
+        }
+    };
+    match view.sessions.find(&id) {
+        Some(session) => Html(pages::output_page(&session, from, to)).into_response(),
         None => (
             StatusCode::NOT_FOUND,
             pages::not_found(&format!("No session {id} is retained.")),
@@ -193,13 +252,17 @@ pub fn prepare_beside(listen: &str, token_file: Option<PathBuf>) -> Result<Besid
 }
 
 /// Serve the view beside stdio until the process ends; prints the sign-in URL.
-pub fn serve_beside(sessions: Arc<Sessions>, beside: Beside) -> Result<(), String> {
+pub fn serve_beside(
+    sessions: Arc<Sessions>,
+    beside: Beside,
+    settings: Settings,
+) -> Result<(), String> {
     let listener = tokio::net::TcpListener::from_std(beside.listener)
         .map_err(|e| format!("cannot serve the live view: {e}"))?;
     let bound = listener
         .local_addr()
         .map_err(|e| format!("cannot read the bound address: {e}"))?;
-    let view = View::new(sessions, beside.access.clone());
+    let view = View::new(sessions, beside.access.clone(), settings);
     let url = view.sign_in_url(bound);
     let app = router(view).layer(from_fn_with_state(beside.access, guard::browser_rules));
     let limits = listener::Limits {

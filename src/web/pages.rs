@@ -6,7 +6,7 @@ use std::fmt::Write;
 use std::time::Duration;
 
 use crate::output::{Colour, Entry, Span, Stream, Style, StyledScreen};
-use crate::session::{Session, Snapshot};
+use crate::session::{Reason, Session, Snapshot};
 
 /// `text` safe as HTML text and inside a double-quoted attribute.
 pub fn escape(text: &str) -> String {
@@ -26,18 +26,31 @@ pub fn escape(text: &str) -> String {
     out
 }
 
-/// A whole page: `live` is replaced by each update from `events`.
+/// A whole page: `live` is replaced by each update from `events`; `after` follows it and
+/// is never replaced (the owner's controls keep what is typed in them).
 fn page(title: &str, events: Option<&str>, live: &str) -> String {
+    page_with(title, events, live, "", "")
+}
+
+fn page_with(
+    title: &str,
+    events: Option<&str>,
+    live: &str,
+    body_data: &str,
+    after: &str,
+) -> String {
     let events = events
         .map(|url| format!(" data-events=\"{}\"", escape(url)))
         .unwrap_or_default();
     format!(
         "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
          <meta name=\"viewport\" content=\"width=device-width\">\
-         <title>{}</title><link rel=\"stylesheet\" href=\"/ui/style.css\"></head>\
-         <body{events}><header><a href=\"/ui/\">mcp-terminal</a> · live view \
+         <title>{}</title><link rel=\"icon\" href=\"/favicon.ico\" type=\"image/svg+xml\">\
+         <link rel=\"stylesheet\" href=\"/ui/style.css\"></head>\
+         <body{events}{body_data}><header><a href=\"/ui/\">mcp-terminal</a> · live view \
          <span id=\"state\" class=\"state\"></span></header>\
-         <main id=\"live\">{live}</main><script src=\"/ui/app.js\"></script></body></html>\n",
+         <main><div id=\"live\">{live}</div>{after}</main>\
+         <script src=\"/ui/app.js\"></script></body></html>\n",
         escape(title)
     )
 }
@@ -88,15 +101,60 @@ pub fn list_page(sessions: &[std::sync::Arc<Session>]) -> String {
     )
 }
 
-pub fn session_page(session: &Session) -> String {
-    page(
+/// A session's page; `control` is the page's token when the owner may act on it.
+pub fn session_page(session: &Session, control: Option<&str>) -> String {
+    let (data, after) = match control {
+        Some(token) => (
+            format!(" data-csrf=\"{}\"", escape(token)),
+            controls(session),
+        ),
+        None => (String::new(), String::new()),
+    };
+    page_with(
         &format!("mcp-terminal: {} {}", session.command_id, session.id),
         Some(&format!("/ui/sessions/{}/events", session.id)),
         &session_view(session),
+        &format!(" data-session=\"{}\"{data}", escape(&session.id)),
+        &after,
     )
 }
 
-fn age(d: Duration) -> String {
+/// The owner's controls (`--web-control`): typing and keys for a terminal, and ending the
+/// session. The script posts them with the page's token.
+fn controls(session: &Session) -> String {
+    let typing = if session.mode == crate::config::Mode::Pty {
+        let keys = [
+            "Enter",
+            "Tab",
+            "Escape",
+            "Backspace",
+            "Up",
+            "Down",
+            "Left",
+            "Right",
+            "C-c",
+            "C-d",
+        ]
+        .iter()
+        .map(|k| format!("<button type=\"button\" class=\"key\" data-key=\"{k}\">{k}</button>"))
+        .collect::<String>();
+        format!(
+            "<form id=\"type\" autocomplete=\"off\"><label>Type into the terminal \
+             <input id=\"text\" name=\"text\" size=\"40\"></label> \
+             <button type=\"submit\">Send</button> <label><input type=\"checkbox\" \
+             id=\"enter\" checked> with Enter</label></form><p class=\"keys\">{keys}</p>"
+        )
+    } else {
+        String::new()
+    };
+    format!(
+        "<section id=\"control\" class=\"control\"><h2>Owner control</h2>{typing}\
+         <p><button type=\"button\" id=\"terminate\">Terminate the session</button> \
+         <span id=\"control-result\" class=\"none\"></span></p></section>"
+    )
+}
+
+pub fn age(d: Duration) -> String {
     let s = d.as_secs();
     match s {
         0..60 => format!("{s}s"),
@@ -105,11 +163,19 @@ fn age(d: Duration) -> String {
     }
 }
 
+/// How it ended: the exit code or the signal, and beside it the reason when the
+/// controller ended it (`SIGTERM (timeout)`).
 fn ending(s: &Snapshot) -> String {
-    match (s.exit_code, s.exit_signal) {
+    let how = match (s.exit_code, s.exit_signal) {
         (Some(code), _) => format!("exit {code}"),
         (None, Some(signal)) => signal.to_owned(),
         (None, None) => String::new(),
+    };
+    match s.termination_reason {
+        Some(reason) if reason != Reason::Natural && !how.is_empty() => {
+            format!("{how} ({})", reason.as_str())
+        }
+        _ => how,
     }
 }
 
@@ -170,6 +236,8 @@ pub fn session_view(session: &Session) -> String {
         output = s.next_cursor,
         recording = recording_link(&s),
     );
+    super::history::origin_html(session, &s, &mut out);
+    super::history::history_html(session, &mut out);
     match session.styled_screen() {
         Some(screen) => screen_html(&screen, &mut out),
         None => tail_html(
@@ -178,6 +246,32 @@ pub fn session_view(session: &Session) -> String {
         ),
     }
     out
+}
+
+/// The output of a session between two cursors, on a page of its own.
+pub fn output_page(session: &Session, from: u64, to: u64) -> String {
+    let base = session.snapshot().base_cursor;
+    let entries = session.output_range(from, to);
+    let shown = if to == u64::MAX {
+        format!("from char {from}")
+    } else {
+        format!("chars {from}–{to}")
+    };
+    let mut live = format!(
+        "<h1>{command} <span class=\"id\">{id}</span></h1><p class=\"facts\">Output {shown}. \
+         <a href=\"/ui/sessions/{id}\">Back to the session</a></p>",
+        command = escape(&session.command_id),
+        id = escape(&session.id),
+    );
+    if from < base {
+        let _ = write!(
+            live,
+            "<p class=\"note\">The output before char {base} was evicted from the buffer; \
+             what is still held is shown.</p>"
+        );
+    }
+    tail_html(&entries, &mut live);
+    page(&format!("mcp-terminal: {} output", session.id), None, &live)
 }
 
 fn screen_html(screen: &StyledScreen, out: &mut String) {
