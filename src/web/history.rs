@@ -45,11 +45,11 @@ pub fn origin_html(session: &Session, s: &Snapshot, out: &mut String) {
     let (ended, took) = match session.ending_facts() {
         Some(end) => {
             let took = duration(between(started, end.at));
-            (escape(&timestamp(end.at)), format!("ran {took}"))
+            (escape(&timestamp(end.at)), format!("(ran {took})"))
         }
         None => (
-            "<span class=\"none\">running</span>".to_owned(),
-            format!("running for {}", duration(session.age())),
+            "<span class=\"none\">not yet</span>".to_owned(),
+            format!("(running for {})", duration(session.age())),
         ),
     };
     let _ = write!(
@@ -88,13 +88,16 @@ pub fn history_html(session: &Session, out: &mut String) {
         "<h2>Commands</h2><table class=\"history\"><thead><tr><th>#</th><th>command</th>\
          <th>exit</th><th>duration</th><th>output</th></tr></thead><tbody>",
     );
-    for command in &history {
-        row(session, command, out);
+    for (i, command) in history.iter().enumerate() {
+        // A command's output runs until the next command was typed: on pipes what it wrote
+        // on stderr may be read after its end mark on stdout.
+        let until = history.get(i + 1).map(|next| next.submitted);
+        row(session, command, until, out);
     }
     out.push_str("</tbody></table>");
 }
 
-fn row(session: &Session, c: &Command, out: &mut String) {
+fn row(session: &Session, c: &Command, until: Option<u64>, out: &mut String) {
     let (status, took) = match &c.ended {
         Some(end) => (
             match end.status {
@@ -108,13 +111,13 @@ fn row(session: &Session, c: &Command, out: &mut String) {
             duration(between(c.began_at, SystemTime::now())),
         ),
     };
-    let from = c.started.unwrap_or(c.submitted);
-    let output = match &c.ended {
-        Some(end) => format!(
+    // From where it was typed: on pipes its stderr may be read before its start mark.
+    let from = c.submitted;
+    let output = match until {
+        Some(to) => format!(
             "<a class=\"range\" href=\"/ui/sessions/{id}/output?from={from}&amp;to={to}\">\
              chars {from}–{to}</a>",
             id = escape(&session.id),
-            to = end.cursor,
         ),
         None => format!(
             "<a class=\"range\" href=\"/ui/sessions/{id}/output?from={from}\">from char {from}</a>",

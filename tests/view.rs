@@ -1,0 +1,376 @@
+//! The owner's live view in a real browser (headless Chromium over the DevTools protocol)
+//! against the real binary: what ran and how each session started and ended, following
+//! the newest output, the last screen of an ended terminal program, owner control and its
+//! refusals, the stable address, readability and the recording player. Each test that needs
+//! Chromium is skipped, saying so, when it is absent.
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+
+mod support;
+
+use support::config::config_with;
+use support::http_server::HttpServer as Server;
+use support::stderr::PATIENCE;
+use support::view::{Chromium, LIVE_TEXT, browser, sign_in_url};
+
+const LOG: &str = "info";
+
+/// Where a screenshot named `name` goes: `MCP_TERMINAL_SCREENSHOTS` (a directory, as the
+/// evidence is made), else the test's scratch directory.
+fn screenshot_path(name: &str) -> PathBuf {
+    std::env::var_os("MCP_TERMINAL_SCREENSHOTS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_TARGET_TMPDIR")).to_path_buf())
+        .join(name)
+}
+
+fn save_screenshot(chromium: &mut Chromium, page: &str, name: &str) {
+    let png = chromium.screenshot(page);
+    assert!(png.starts_with(b"\x89PNG"), "not a PNG");
+    std::fs::write(screenshot_path(name), &png).unwrap();
+}
+
+/// An `http --web` server in a fresh directory with `config` changed by `change` (shells
+/// approved, the audit log at `DIR/audit.jsonl`), with `extra` arguments.
+fn server(extra: &[&str], change: impl FnOnce(&mut Value, &Path)) -> Server {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().canonicalize().unwrap();
+    let config = config_with(&root, true, |c| {
+        c["audit_log"] = json!(root.join("audit.jsonl"));
+        change(c, &root);
+    });
+    let config = config.display().to_string();
+    let mut args = vec!["--listen", "127.0.0.1:0", "--web", "--config", &config];
+    args.extend_from_slice(extra);
+    Server::start_in(dir, &args, LOG)
+}
+
+/// Call a tool until `done` holds for its structured result (within `PATIENCE`).
+async fn call_until(
+    server: &Server,
+    id: &str,
+    tool: &str,
+    arguments: Value,
+    done: impl Fn(&Value) -> bool,
+) -> Value {
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        let result = server.call(id, tool, arguments.clone()).await["structuredContent"].clone();
+        if done(&result) {
+            return result;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{tool} never gave what was awaited: {result}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}
+
+fn records_text(read: &Value) -> String {
+    read["records"]
+        .as_array()
+        .map(|records| {
+            records
+                .iter()
+                .filter_map(|r| r["text"].as_str())
+                .collect::<String>()
+        })
+        .unwrap_or_default()
+}
+
+fn audit_lines(server: &Server) -> Vec<Value> {
+    let text = std::fs::read_to_string(server.dir.path().join("audit.jsonl")).unwrap_or_default();
+    text.lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn owner_control_types_into_a_pty_session_and_the_agent_and_audit_log_see_it() {
+    let Some(mut chromium) = Chromium::launch() else {
+        return;
+    };
+    let server = server(&["--web-control"], |c, _| {
+        c["commands"]["pty-cat"] = json!({"argv": ["/bin/cat"], "mode": "pty",
+            "description": "cat on a terminal"});
+    });
+    let (url, _) = sign_in_url(&server.stderr);
+    let id = server.open_session().await.unwrap();
+    let (sid, _) = server
+        .start_terminal(&id, json!({"command_id": "pty-cat", "timeout_ms": 300_000}))
+        .await;
+
+    let page = chromium.open(&url.replace("/ui/?", &format!("/ui/sessions/{sid}?")));
+    chromium.until(
+        &page,
+        "document.getElementById('state').textContent === 'live' \
+         && document.getElementById('text') !== null",
+        "document.body.innerHTML",
+    );
+    chromium.eval(
+        &page,
+        "document.getElementById('text').value = 'typed-by-the-owner'; \
+         document.getElementById('type').requestSubmit(); true",
+    );
+    chromium.until(
+        &page,
+        "document.getElementById('control-result').textContent === 'done (1)'",
+        "document.getElementById('control-result').textContent",
+    );
+    // cat echoes the line (the terminal's echo, then cat's copy): ordinary output.
+    let read = call_until(
+        &server,
+        &id,
+        "terminal_read",
+        json!({"session_id": sid, "cursor": 0}),
+        |r| records_text(r).matches("typed-by-the-owner").count() >= 2,
+    )
+    .await;
+    assert_eq!(read["ok"], json!(true), "{read}");
+    let status = server
+        .call(&id, "terminal_status", json!({"session_id": sid}))
+        .await["structuredContent"]
+        .clone();
+    assert!(status["owner_input_at"].is_string(), "{status}");
+    // The page follows: the screen shows what the owner's keys caused.
+    chromium.until(
+        &page,
+        "document.querySelector('#live pre.screen').textContent.includes('typed-by-the-owner')",
+        LIVE_TEXT,
+    );
+
+    let lines = audit_lines(&server);
+    let owner: Vec<&Value> = lines.iter().filter(|l| l["by"] == json!("owner")).collect();
+    assert_eq!(owner.len(), 1, "{lines:?}");
+    assert_eq!(owner[0]["tool"], json!("terminal_write"));
+    assert_eq!(owner[0]["session_id"], json!(sid));
+    assert_eq!(owner[0]["outcome"], json!("ok"));
+    assert_eq!(owner[0]["bytes"], json!("typed-by-the-owner\r".len()));
+    assert!(
+        !owner[0].to_string().contains("typed-by-the-owner"),
+        "text is never logged"
+    );
+    let start = lines
+        .iter()
+        .find(|l| l["tool"] == json!("terminal_start"))
+        .unwrap();
+    assert_eq!(start["by"], json!("agent"));
+
+    // A POST from anywhere but the view's own page is refused: another origin (even on
+    // loopback), or no page token. The same request from the view's origin passes.
+    let token = chromium.eval(&page, "document.body.dataset.csrf");
+    let token = token.as_str().unwrap().to_string();
+    let post = |origin: &str, token: &str| {
+        browser()
+            .post(format!("{}/ui/sessions/{sid}/input", server.base))
+            .bearer_auth(&server.token)
+            .header("Origin", origin)
+            .header("X-CSRF-Token", token)
+            .header("Content-Type", "application/json")
+            .body(r#"{"keys":["Enter"]}"#)
+            .send()
+    };
+    let foreign = post("http://127.0.0.1:1", &token).await.unwrap();
+    assert_eq!(foreign.status(), StatusCode::FORBIDDEN);
+    let evil = post("http://evil.example", &token).await.unwrap();
+    assert_eq!(evil.status(), StatusCode::FORBIDDEN);
+    let tokenless = post(&server.base, "").await.unwrap();
+    assert_eq!(tokenless.status(), StatusCode::FORBIDDEN);
+    let body = tokenless.text().await.unwrap();
+    assert!(body.contains("page token"), "{body}");
+    let own = post(&server.base, &token).await.unwrap();
+    assert_eq!(own.status(), StatusCode::OK);
+    let unknown_key = browser()
+        .post(format!("{}/ui/sessions/{sid}/input", server.base))
+        .bearer_auth(&server.token)
+        .header("Origin", &server.base)
+        .header("X-CSRF-Token", &token)
+        .body(r#"{"keys":["NoSuchKey"]}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(unknown_key.status(), StatusCode::BAD_REQUEST);
+    assert!(
+        unknown_key
+            .text()
+            .await
+            .unwrap()
+            .contains("`NoSuchKey` is not a key")
+    );
+
+    // Terminate from the page: two clicks (the first arms the button).
+    chromium.eval(
+        &page,
+        "document.getElementById('terminate').click(); \
+         document.getElementById('terminate').click(); true",
+    );
+    chromium.until(
+        &page,
+        "document.querySelector('#live .status').textContent === 'TERMINATED' \
+         && document.querySelector('#live .reason').textContent.includes('owner')",
+        LIVE_TEXT,
+    );
+    let lines = audit_lines(&server);
+    assert!(
+        lines.iter().any(|l| l["by"] == json!("owner")
+            && l["tool"] == json!("terminal_terminate")
+            && l["session_id"] == json!(sid)),
+        "{lines:?}"
+    );
+}
+
+#[tokio::test]
+async fn without_web_control_every_post_is_405_and_pages_have_no_controls() {
+    let server = server(&[], |_, _| {});
+    let id = server.open_session().await.unwrap();
+    let (sid, _) = server
+        .start_terminal(&id, json!({"command_id": "pty-tui", "timeout_ms": 300_000}))
+        .await;
+    for action in ["input", "terminate"] {
+        let response = browser()
+            .post(format!("{}/ui/sessions/{sid}/{action}", server.base))
+            .bearer_auth(&server.token)
+            .header("Origin", &server.base)
+            .body(r#"{"keys":["q"]}"#)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(
+            response.status(),
+            StatusCode::METHOD_NOT_ALLOWED,
+            "{action}"
+        );
+    }
+    let page = browser()
+        .get(format!("{}/ui/sessions/{sid}", server.base))
+        .bearer_auth(&server.token)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        !page.contains("data-csrf") && !page.contains("id=\"control\""),
+        "{page}"
+    );
+    let status = server
+        .call(&id, "terminal_status", json!({"session_id": sid}))
+        .await["structuredContent"]
+        .clone();
+    assert_eq!(status["owner_input_at"], Value::Null, "{status}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_shell_page_lists_what_ran_and_every_page_how_its_session_started_and_ended() {
+    let Some(mut chromium) = Chromium::launch() else {
+        return;
+    };
+    let server = server(&[], |c, _| {
+        c["commands"]["sh"]["allowed_env"] = json!(["VIEW_TEST_VAR"]);
+    });
+    let (url, _) = sign_in_url(&server.stderr);
+    let id = server.open_session().await.unwrap();
+    let (sid, _) = server
+        .start_terminal(
+            &id,
+            json!({"command_id": "sh", "env": {"VIEW_TEST_VAR": "value-never-shown"}}),
+        )
+        .await;
+    for command in ["echo history-one", "echo history-two >&2; (exit 3)"] {
+        let exec = server
+            .call(
+                &id,
+                "terminal_exec",
+                json!({"session_id": sid, "command": command}),
+            )
+            .await;
+        assert_eq!(exec["structuredContent"]["ok"], json!(true), "{exec}");
+    }
+    // A session the controller ends: the list shows the reason beside the signal.
+    let (long, _) = server
+        .start_terminal(&id, json!({"command_id": "long", "timeout_ms": 300}))
+        .await;
+
+    let page = chromium.open(&url.replace("/ui/?", &format!("/ui/sessions/{sid}?")));
+    chromium.until(
+        &page,
+        "document.querySelectorAll('#live table.history tbody tr').length === 2",
+        LIVE_TEXT,
+    );
+    let rows = chromium.eval(
+        &page,
+        "[...document.querySelectorAll('#live table.history tbody tr')].map(r => \
+         [...r.cells].map(c => c.textContent))",
+    );
+    assert_eq!(rows[0][1], json!("echo history-one"), "{rows}");
+    assert_eq!(rows[0][2], json!("0"), "{rows}");
+    assert_eq!(rows[1][2], json!("3"), "{rows}");
+    assert!(
+        rows[1][3].as_str().unwrap().ends_with('s'),
+        "a duration: {rows}"
+    );
+    let facts = chromium.eval(
+        &page,
+        "document.querySelector('#live dl.origin').textContent",
+    );
+    let facts = facts.as_str().unwrap();
+    assert!(
+        facts.contains("/bin/sh") && facts.contains("VIEW_TEST_VAR"),
+        "{facts}"
+    );
+    assert!(
+        facts.contains(
+            &server
+                .dir
+                .path()
+                .canonicalize()
+                .unwrap()
+                .display()
+                .to_string()
+        )
+    );
+    let html = chromium.eval(&page, "document.documentElement.outerHTML");
+    assert!(
+        !html.as_str().unwrap().contains("value-never-shown"),
+        "no env value"
+    );
+    save_screenshot(&mut chromium, &page, "live-view-shell-history.png");
+
+    // The output link of the second command opens what it printed.
+    let href = chromium.eval(
+        &page,
+        "document.querySelectorAll('#live table.history a.range')[1].href",
+    );
+    let output = chromium.open(href.as_str().unwrap());
+    chromium.until(
+        &output,
+        "document.querySelector('pre.tail') !== null \
+         && document.querySelector('pre.tail').textContent.includes('history-two') \
+         && !document.querySelector('pre.tail').textContent.includes('history-one')",
+        "document.body.textContent",
+    );
+
+    let list = chromium.open(&format!("{}/ui/", server.base));
+    chromium.until(
+        &list,
+        &format!(
+            "(document.querySelector('tr[data-session=\"{long}\"]') || {{textContent: ''}})\
+             .textContent.includes('SIGTERM (timeout)')"
+        ),
+        LIVE_TEXT,
+    );
+    save_screenshot(&mut chromium, &list, "live-view-list.png");
+    let ended = chromium.open(&format!("{}/ui/sessions/{long}", server.base));
+    chromium.until(
+        &ended,
+        "document.querySelector('#live .reason').textContent.startsWith('timeout') \
+         && /\\d{4}-\\d\\d-\\d\\dT/.test(document.querySelector('#live dd.ended').textContent)",
+        LIVE_TEXT,
+    );
+}
