@@ -37,10 +37,11 @@ enum Command {
         /// Owner config (JSON); see `make-config`.
         #[arg(long)]
         config: Option<PathBuf>,
-        /// Also serve the read-only live view of the sessions on this loopback address
-        /// (default 127.0.0.1:0, a free port); the sign-in URL is printed on stderr.
-        #[arg(long, value_name = "ADDR", num_args = 0..=1, default_missing_value = "127.0.0.1:0")]
-        web: Option<String>,
+        /// Also serve the live view of the sessions on this loopback address (default: the
+        /// config's web_listen, else 127.0.0.1:8766, or the next free port); the sign-in URL
+        /// is printed on stderr and written to `web-url` beside the config.
+        #[arg(long, value_name = "ADDR", num_args = 0..=1)]
+        web: Option<Option<String>>,
         /// The token file of the live view (default as for `http`).
         #[arg(long, requires = "web")]
         token_file: Option<PathBuf>,
@@ -84,6 +85,16 @@ enum Command {
         /// Milliseconds a connection may move no byte before it is closed.
         #[arg(long, hide = true, default_value_t = limits::HTTP_IDLE_TIMEOUT.as_millis() as u64)]
         connection_idle_ms: u64,
+    },
+    /// Print a fresh one-time sign-in URL of the running server's live view (its address
+    /// from `web-url` beside the config, asked for with the bearer token).
+    WebUrl {
+        /// The config the server runs with (default: the owner's default config file).
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// The server's token file (default as for `http`).
+        #[arg(long)]
+        token_file: Option<PathBuf>,
     },
     /// Write an owner config with every field at its default, all paths absolute.
     MakeConfig {
@@ -187,15 +198,23 @@ fn main() -> ExitCode {
             web,
             token_file,
             web_control,
-        } => load_config(config.as_deref())
-            .and_then(|config| {
-                let beside = match web {
-                    Some(listen) => Some(web::prepare_beside(&listen, token_file)?),
-                    None => None,
-                };
-                Ok((config, beside))
-            })
-            .and_then(|(config, beside)| serve(config, Serve::Stdio(beside, web_control))),
+        } => {
+            let url_file = web::url_file(config.as_deref());
+            load_config(config.as_deref())
+                .and_then(|loaded| {
+                    let beside = match web {
+                        Some(listen) => Some(web::prepare_beside(
+                            listen.as_deref(),
+                            loaded.web_listen,
+                            token_file,
+                            url_file,
+                        )?),
+                        None => None,
+                    };
+                    Ok((loaded, beside))
+                })
+                .and_then(|(config, beside)| serve(config, Serve::Stdio(beside, web_control)))
+        }
         Command::Http {
             config,
             listen,
@@ -217,6 +236,7 @@ fn main() -> ExitCode {
                 mcp_idle: millis(mcp_session_idle_ms),
                 web,
                 web_control,
+                web_url_file: web::url_file(config.as_deref()),
                 connections: access::listener::Limits {
                     connections: limits::HTTP_MAX_CONNECTIONS,
                     header_read: millis(header_read_timeout_ms),
@@ -237,6 +257,14 @@ fn main() -> ExitCode {
             .map(|c| print!("{}", c.summary())),
         Command::Profile { action } => profile(action),
         Command::Guardian { instance } => process::run_guardian(&instance),
+        Command::WebUrl { config, token_file } => web::url_file(config.as_deref())
+            .ok_or_else(|| {
+                "no default config path (neither XDG_CONFIG_HOME nor HOME is set); pass \
+                 --config"
+                    .to_owned()
+            })
+            .and_then(|file| web::fetch_sign_in_url(&file, token_file))
+            .map(|url| println!("{url}")),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -715,6 +715,9 @@ fn stdio_web_serves_the_view_beside_stdio_on_loopback_only() {
         .args(["stdio", "--web", "--token-file"])
         .arg(&token_file)
         .current_dir(dir.path())
+        // Its own HOME: the sign-in URL file goes beside a config of this test's.
+        .env("HOME", dir.path())
+        .env_remove("XDG_CONFIG_HOME")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

@@ -4,6 +4,7 @@
 //! refusals, the stable address, readability and the recording player. Each test that needs
 //! Chromium is skipped, saying so, when it is absent.
 
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -13,8 +14,8 @@ use serde_json::{Value, json};
 mod support;
 
 use support::config::config_with;
-use support::http_server::HttpServer as Server;
-use support::stderr::PATIENCE;
+use support::http_server::{BIN, HttpServer as Server};
+use support::stderr::{PATIENCE, Stderr};
 use support::view::{Chromium, LIVE_TEXT, browser, sign_in_url};
 
 const LOG: &str = "info";
@@ -373,4 +374,118 @@ async fn a_shell_page_lists_what_ran_and_every_page_how_its_session_started_and_
          && /\\d{4}-\\d\\d-\\d\\dT/.test(document.querySelector('#live dd.ended').textContent)",
         LIVE_TEXT,
     );
+}
+
+/// `mcp-terminal stdio --web` with `config` and `extra` arguments, in `dir`; its stdin is
+/// kept open (the server runs until it is dropped).
+fn stdio_with_web(dir: &Path, config: &Path, extra: &[&str]) -> (std::process::Child, Stderr) {
+    let mut child = std::process::Command::new(BIN)
+        .args(["stdio", "--config"])
+        .arg(config)
+        .arg("--token-file")
+        .arg(dir.join("token"))
+        .args(extra)
+        .current_dir(dir)
+        .env("HOME", dir)
+        .env_remove("XDG_CONFIG_HOME")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = Stderr::of(&mut child);
+    (child, stderr)
+}
+
+fn web_url(dir: &Path, config: &Path) -> std::process::Output {
+    std::process::Command::new(BIN)
+        .args(["web-url", "--config"])
+        .arg(config)
+        .arg("--token-file")
+        .arg(dir.join("token"))
+        .env("HOME", dir)
+        .env_remove("XDG_CONFIG_HOME")
+        .output()
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_view_keeps_its_configured_address_moves_on_when_taken_and_web_url_signs_in_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().canonicalize().unwrap();
+    // A port that is taken: the configured address, held by this test.
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = taken.local_addr().unwrap().port();
+    let config = config_with(&root, false, |c| {
+        c["web_listen"] = json!(format!("127.0.0.1:{port}"));
+    });
+    let (mut child, stderr) = stdio_with_web(&root, &config, &["--web"]);
+    let (url, base) = sign_in_url(&stderr);
+    let warning = stderr.line("mcp-terminal: warning:");
+    assert!(
+        warning.contains(&format!("127.0.0.1:{port} is taken")),
+        "{warning}"
+    );
+    let moved: u16 = base.rsplit(':').next().unwrap().parse().unwrap();
+    assert!(moved > port && moved < port + 20, "{base}");
+
+    // The URL is also in a file beside the config, readable by its owner only.
+    let file = root.join("web-url");
+    let mode = std::fs::metadata(&file).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600);
+    assert_eq!(std::fs::read_to_string(&file).unwrap().trim(), url);
+
+    // `web-url` asks the running server for a fresh one-time URL on the same address.
+    let fresh = web_url(&root, &config);
+    assert!(fresh.status.success(), "{fresh:?}");
+    let fresh = String::from_utf8(fresh.stdout).unwrap().trim().to_string();
+    assert!(fresh.starts_with(&format!("{base}/ui/?code=")), "{fresh}");
+    assert_ne!(fresh, url);
+    let token = std::fs::read_to_string(root.join("token")).unwrap();
+    assert!(!fresh.contains(token.trim()));
+    // A browser's cookie is not the token: it gets no sign-in URL.
+    let response = browser().get(&url).send().await.unwrap();
+    assert_eq!(response.status(), StatusCode::SEE_OTHER);
+    let cookie = response.headers()["set-cookie"].to_str().unwrap();
+    let cookie = cookie.split(';').next().unwrap().to_string();
+    let by_cookie = browser()
+        .get(format!("{base}/ui/sign-in-url"))
+        .header("Cookie", cookie)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(by_cookie.status(), StatusCode::FORBIDDEN);
+
+    if let Some(mut chromium) = Chromium::launch() {
+        let page = chromium.open(&fresh);
+        chromium.until(
+            &page,
+            "document.getElementById('state').textContent === 'live' \
+             && location.pathname === '/ui/'",
+            "document.body.textContent",
+        );
+    }
+    drop(child.stdin.take());
+    assert_eq!(child.wait().unwrap().code(), Some(0));
+
+    // With no server running, web-url says so.
+    drop(taken);
+    let none = web_url(&root, &config);
+    assert_eq!(none.status.code(), Some(2));
+    let message = String::from_utf8_lossy(&none.stderr);
+    assert!(message.contains("does not answer"), "{message}");
+}
+
+#[test]
+fn web_listen_outside_loopback_is_a_config_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().canonicalize().unwrap();
+    let config = config_with(&root, false, |c| c["web_listen"] = json!("0.0.0.0:8766"));
+    let out = std::process::Command::new(BIN)
+        .args(["check-config", "--config"])
+        .arg(&config)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not a loopback address"));
 }

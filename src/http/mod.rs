@@ -43,6 +43,8 @@ pub struct Options {
     pub web: bool,
     /// Let the owner type into sessions and end them from the live view.
     pub web_control: bool,
+    /// Where the live view's sign-in URL is written (beside the config).
+    pub web_url_file: Option<PathBuf>,
     pub connections: listener::Limits,
 }
 
@@ -53,6 +55,7 @@ pub struct Prepared {
     mcp_idle: Duration,
     web: bool,
     web_control: bool,
+    web_url_file: Option<PathBuf>,
     connections: listener::Limits,
 }
 
@@ -67,6 +70,7 @@ pub fn prepare(options: Options) -> Result<Prepared, String> {
         mcp_idle: options.mcp_idle,
         web: options.web,
         web_control: options.web_control,
+        web_url_file: options.web_url_file,
         connections: options.connections,
     })
 }
@@ -132,7 +136,11 @@ pub async fn serve(
     ));
     eprintln!("mcp-terminal: listening on http://{bound}/mcp");
     if let Some(view) = view {
-        eprintln!("mcp-terminal: live view: {}", view.sign_in_url(bound));
+        let url = view.sign_in_url(bound);
+        if let Some(file) = &prepared.web_url_file {
+            crate::web::publish(file, &url);
+        }
+        eprintln!("mcp-terminal: live view: {url}");
     }
     tracing::info!(version = env!("CARGO_PKG_VERSION"), "serving MCP over HTTP");
 

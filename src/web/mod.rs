@@ -11,6 +11,7 @@
 //! is GET, and only with `--web-control` does `control` take the owner's keys and
 //! terminations (POST, same origin, a page token).
 
+mod address;
 mod assets;
 mod auth;
 mod control;
@@ -18,20 +19,21 @@ mod history;
 mod live;
 mod pages;
 
-use std::net::{SocketAddr, TcpListener, ToSocketAddrs};
-use std::path::PathBuf;
+use std::net::SocketAddr;
 use std::sync::Arc;
 
 use axum::Router;
 use axum::extract::{Path, Query, State};
-use axum::http::{HeaderValue, StatusCode, header};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::middleware::{from_fn, from_fn_with_state};
 use axum::response::{Html, IntoResponse, Redirect, Response};
 use axum::routing::{any, get, post};
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
-use crate::access::{self, Access, guard, listener};
+pub use address::{Beside, fetch_sign_in_url, prepare_beside, publish, url_file};
+
+use crate::access::{Access, guard, listener};
 use crate::audit::AuditLog;
 use crate::limits::{
     HTTP_HEADER_READ_TIMEOUT, HTTP_IDLE_TIMEOUT, HTTP_MAX_CONNECTIONS, WEB_MAX_WATCHERS,
@@ -98,6 +100,7 @@ pub fn router(view: Arc<View>) -> Router {
         .route("/ui/sessions/{id}/input", post(control::input))
         .route("/ui/sessions/{id}/terminate", post(control::terminate))
         .route("/ui/recordings/{name}", get(recording))
+        .route("/ui/sign-in-url", get(fresh_sign_in_url))
         .route("/ui/style.css", get(style))
         .route("/ui/app.js", get(script))
         .route("/ui/{*rest}", any(unknown))
@@ -200,6 +203,24 @@ async fn recording(State(view): State<Arc<View>>, Path(name): Path<String>) -> R
     }
 }
 
+/// A fresh sign-in URL for `mcp-terminal web-url`: only for the bearer token (a browser's
+/// cookie gets none), on the address the request was sent to.
+async fn fresh_sign_in_url(State(view): State<Arc<View>>, headers: HeaderMap) -> Response {
+    let host = headers.get(header::HOST).and_then(|h| h.to_str().ok());
+    match host {
+        Some(host) if view.access.bearer_ok(&headers) => (
+            [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+            format!("http://{host}/ui/?code={}\n", view.sign_in.issue()),
+        )
+            .into_response(),
+        _ => (
+            StatusCode::FORBIDDEN,
+            "Forbidden: a sign-in URL is issued only to the bearer token (mcp-terminal web-url).\n",
+        )
+            .into_response(),
+    }
+}
+
 async fn style() -> impl IntoResponse {
     (
         [(header::CONTENT_TYPE, "text/css; charset=utf-8")],
@@ -222,35 +243,6 @@ async fn unknown() -> Response {
         .into_response()
 }
 
-/// `stdio --web [ADDR]`: the view on its own address, checked and bound before serving.
-pub struct Beside {
-    listener: TcpListener,
-    access: Arc<Access>,
-}
-
-/// Check `listen` (loopback only), load the token, bind; errors are usage errors (exit 2).
-pub fn prepare_beside(listen: &str, token_file: Option<PathBuf>) -> Result<Beside, String> {
-    let address = listen
-        .to_socket_addrs()
-        .ok()
-        .and_then(|mut a| a.next())
-        .ok_or_else(|| format!("--web `{listen}` is not an address of the form IP:PORT"))?;
-    if !address.ip().is_loopback() {
-        return Err(format!(
-            "--web `{listen}` is not a loopback address; the live view beside stdio serves \
-             this machine only"
-        ));
-    }
-    let token = access::load_token(token_file)?;
-    let listener = TcpListener::bind(address)
-        .and_then(|l| l.set_nonblocking(true).map(|()| l))
-        .map_err(|e| format!("cannot listen on {address}: {e}"))?;
-    Ok(Beside {
-        listener,
-        access: Arc::new(Access::new(token, false, &[])),
-    })
-}
-
 /// Serve the view beside stdio until the process ends; prints the sign-in URL.
 pub fn serve_beside(
     sessions: Arc<Sessions>,
@@ -264,6 +256,9 @@ pub fn serve_beside(
         .map_err(|e| format!("cannot read the bound address: {e}"))?;
     let view = View::new(sessions, beside.access.clone(), settings);
     let url = view.sign_in_url(bound);
+    if let Some(file) = &beside.url_file {
+        address::publish(file, &url);
+    }
     let app = router(view).layer(from_fn_with_state(beside.access, guard::browser_rules));
     let limits = listener::Limits {
         connections: HTTP_MAX_CONNECTIONS,
