@@ -489,3 +489,178 @@ fn web_listen_outside_loopback_is_a_config_error() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("not a loopback address"));
 }
+
+/// The output box of a pipe page is scrolled to its end.
+const AT_END: &str = "(b => b !== null && b.scrollHeight > b.clientHeight \
+     && b.scrollHeight - b.scrollTop - b.clientHeight < 8)(document.querySelector('#live pre.tail'))";
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_pipe_page_follows_its_newest_output_unless_the_owner_scrolled_up() {
+    let Some(mut chromium) = Chromium::launch() else {
+        return;
+    };
+    let server = server(&[], |_, _| {});
+    let (url, _) = sign_in_url(&server.stderr);
+    let id = server.open_session().await.unwrap();
+    // A flood: the page opens at its end, the last line in view.
+    let (flood, _) = server
+        .start_terminal(&id, json!({"command_id": "flood", "timeout_ms": 300_000}))
+        .await;
+    let page = chromium.open(&url.replace("/ui/?", &format!("/ui/sessions/{flood}?")));
+    chromium.until(
+        &page,
+        &format!(
+            "{AT_END} && document.querySelector('#live pre.tail').textContent\
+             .includes('flood total')"
+        ),
+        LIVE_TEXT,
+    );
+
+    let (sh, _) = server
+        .start_terminal(&id, json!({"command_id": "sh"}))
+        .await;
+    let exec = |command: &'static str| {
+        let (server, id, sh) = (&server, &id, &sh);
+        async move {
+            let done = server
+                .call(
+                    id,
+                    "terminal_exec",
+                    json!({"session_id": sh, "command": command}),
+                )
+                .await;
+            assert_eq!(done["structuredContent"]["ok"], json!(true), "{done}");
+        }
+    };
+    exec("seq 1 300").await;
+    let page = chromium.open(&format!("{}/ui/sessions/{sh}", server.base));
+    let last_text = "document.querySelector('#live pre.tail').textContent";
+    chromium.until(
+        &page,
+        &format!("{AT_END} && {last_text}.includes('300')"),
+        LIVE_TEXT,
+    );
+    // New output arrives at the end, and the page follows it.
+    exec("seq 1000 1300").await;
+    chromium.until(
+        &page,
+        &format!("{AT_END} && {last_text}.includes('1300')"),
+        LIVE_TEXT,
+    );
+    // The owner scrolls up: new output does not pull the page back down.
+    chromium.eval(
+        &page,
+        "document.querySelector('#live pre.tail').scrollTop = 0; true",
+    );
+    chromium.until(
+        &page,
+        "document.getElementById('live').dataset.following === 'no'",
+        LIVE_TEXT,
+    );
+    exec("seq 2000 2300").await;
+    chromium.until(&page, &format!("{last_text}.includes('2300')"), LIVE_TEXT);
+    assert_eq!(
+        chromium.eval(
+            &page,
+            "document.querySelector('#live pre.tail').scrollTop < 50"
+        ),
+        json!(true)
+    );
+    // Back at the end, it follows again.
+    chromium.eval(
+        &page,
+        "(b => { b.scrollTop = b.scrollHeight; })(document.querySelector('#live pre.tail')); true",
+    );
+    chromium.until(
+        &page,
+        "document.getElementById('live').dataset.following === 'yes'",
+        LIVE_TEXT,
+    );
+    exec("seq 3000 3300").await;
+    chromium.until(
+        &page,
+        &format!("{AT_END} && {last_text}.includes('3300')"),
+        LIVE_TEXT,
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_ended_full_screen_program_shows_its_last_screen() {
+    let Some(mut chromium) = Chromium::launch() else {
+        return;
+    };
+    let Some(vim) = ["/usr/bin/vim", "/bin/vim", "/usr/bin/vi"]
+        .into_iter()
+        .find(|p| Path::new(p).is_file())
+    else {
+        support::extras::missing("MCP_TERMINAL_REQUIRE_VIM", "vim", "apt-get install vim");
+        return;
+    };
+    let server = server(&[], |c, root| {
+        let file = root.join("notes.txt");
+        c["commands"]["vim"] = json!({"argv": [vim, "-u", "NONE", "-N", "-n", file],
+            "mode": "pty", "description": "vim on a file"});
+    });
+    let (url, _) = sign_in_url(&server.stderr);
+    let id = server.open_session().await.unwrap();
+    let (sid, _) = server
+        .start_terminal(&id, json!({"command_id": "vim", "timeout_ms": 300_000}))
+        .await;
+    let wait = |pattern: &'static str| {
+        let (server, id, sid) = (&server, &id, &sid);
+        async move {
+            let screen = call_until(
+                server,
+                id,
+                "terminal_screen",
+                json!({"session_id": sid}),
+                |s| s["lines"].to_string().contains(pattern),
+            )
+            .await;
+            assert_eq!(screen["ok"], json!(true));
+        }
+    };
+    wait("~").await;
+    let typed = server
+        .call(
+            &id,
+            "terminal_write",
+            json!({"session_id": sid, "text": "iwritten in vim"}),
+        )
+        .await;
+    assert_eq!(typed["structuredContent"]["ok"], json!(true), "{typed}");
+    wait("written in vim").await;
+    let quit = server
+        .call(
+            &id,
+            "terminal_keys",
+            json!({"session_id": sid, "keys": ["Escape", ":", "w", "q", "Enter"]}),
+        )
+        .await;
+    assert_eq!(quit["structuredContent"]["ok"], json!(true), "{quit}");
+    call_until(
+        &server,
+        &id,
+        "terminal_status",
+        json!({"session_id": sid}),
+        |s| s["status"] == json!("EXITED"),
+    )
+    .await;
+    assert_eq!(
+        std::fs::read_to_string(server.dir.path().join("notes.txt")).unwrap(),
+        "written in vim\n"
+    );
+
+    let page = chromium.open(&url.replace("/ui/?", &format!("/ui/sessions/{sid}?")));
+    chromium.until(
+        &page,
+        "document.querySelector('#live .status').textContent === 'EXITED' \
+         && document.querySelector('#live pre.screen.last').textContent.includes('written in vim')",
+        LIVE_TEXT,
+    );
+    // No cursor blinks on a session that ended.
+    assert_eq!(
+        chromium.eval(&page, "document.querySelectorAll('#live .cursor').length"),
+        json!(0)
+    );
+}

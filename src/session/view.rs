@@ -111,6 +111,17 @@ impl Session {
         Some(screen.lock().unwrap_or_else(|e| e.into_inner()).styled())
     }
 
+    /// A PTY session's last full screen: the alternate screen as the program left it
+    /// (leaving wipes it), while the main screen is shown; `None` otherwise.
+    pub fn last_full_screen(&self) -> Option<StyledScreen> {
+        let screen = self.screen.as_ref()?;
+        let screen = screen.lock().unwrap_or_else(|e| e.into_inner());
+        if screen.on_alternate_screen() {
+            return None;
+        }
+        screen.last_full_screen().cloned()
+    }
+
     /// The newest output (at most `chars` characters of it, then its last `lines` lines),
     /// without escape sequences, each stream's runs told apart. The buffer holds output after
     /// redaction, so no secret is here.

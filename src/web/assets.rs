@@ -20,8 +20,11 @@ pub const SCRIPT: &str = r#""use strict";
   const tail = function () { return live.querySelector("pre.tail"); };
   const atEnd = function (box) { return box.scrollHeight - box.scrollTop - box.clientHeight < 8; };
   live.addEventListener("scroll", function (event) {
-    if (event.target === tail()) follow = atEnd(event.target);
+    if (event.target !== tail()) return;
+    follow = atEnd(event.target);
+    live.dataset.following = follow ? "yes" : "no";
   }, true);
+  live.dataset.following = "yes";
   const place = function (top) {
     const box = tail();
     if (box) box.scrollTop = follow ? box.scrollHeight : top;

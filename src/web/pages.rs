@@ -239,7 +239,20 @@ pub fn session_view(session: &Session) -> String {
     super::history::origin_html(session, &s, &mut out);
     super::history::history_html(session, &mut out);
     match session.styled_screen() {
-        Some(screen) => screen_html(&screen, &mut out),
+        Some(screen) => {
+            let ended = s.status.is_final();
+            // A full-screen program that ended (vim after `:wq`) wiped its screen on the
+            // way out: show what it showed last, then the terminal as it was left.
+            if let Some(last) = session.last_full_screen().filter(|_| ended) {
+                out.push_str(
+                    "<h2>Last full screen</h2><p class=\"note\">What the program showed last, \
+                     before it left its full screen at the end.</p>",
+                );
+                screen_html(&last, "screen last", false, &mut out);
+                out.push_str("<h2>The terminal as it was left</h2>");
+            }
+            screen_html(&screen, "screen", !ended, &mut out);
+        }
         None => tail_html(
             &session.output_tail(crate::limits::WEB_TAIL_CHARS, crate::limits::WEB_TAIL_LINES),
             &mut out,
@@ -274,17 +287,32 @@ pub fn output_page(session: &Session, from: u64, to: u64) -> String {
     page(&format!("mcp-terminal: {} output", session.id), None, &live)
 }
 
-fn screen_html(screen: &StyledScreen, out: &mut String) {
+/// A screen in a box of class `class`; `cursor`: show the cursor (not once it ended).
+fn screen_html(screen: &StyledScreen, class: &str, cursor: bool, out: &mut String) {
     if !screen.title.is_empty() {
         let _ = write!(out, "<p class=\"title\">{}</p>", escape(&screen.title));
     }
-    let _ = write!(out, "<pre class=\"screen\" data-cols=\"{}\">", screen.cols);
+    let _ = write!(out, "<pre class=\"{class}\" data-cols=\"{}\">", screen.cols);
     for (i, row) in screen.rows.iter().enumerate() {
         if i > 0 {
             out.push('\n');
         }
         for span in row {
-            span_html(span, out);
+            if cursor || !span.style.cursor {
+                span_html(span, out);
+            } else {
+                let style = Style {
+                    cursor: false,
+                    ..span.style
+                };
+                span_html(
+                    &Span {
+                        text: span.text.clone(),
+                        style,
+                    },
+                    out,
+                );
+            }
         }
         // The box is as wide as the terminal: pad the trimmed row to its columns.
         let used: usize = row.iter().map(|s| s.text.chars().count()).sum();
