@@ -664,3 +664,76 @@ async fn an_ended_full_screen_program_shows_its_last_screen() {
         json!(0)
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn wide_characters_keep_the_grid_and_the_sign_in_page_is_styled_with_an_icon() {
+    let Some(mut chromium) = Chromium::launch() else {
+        return;
+    };
+    let server = server(&[], |c, _| {
+        c["commands"]["wide"] = json!({
+            "argv": ["/bin/sh", "-c", "printf 'ab漢字cd😀ef|\\r\\nabcdefghijkl|\\r\\n'; sleep 300"],
+            "mode": "pty", "description": "prints wide characters"});
+    });
+    // Before signing in: a styled page that says how to sign in, and the icon.
+    let page = chromium.open(&format!("{}/ui/", server.base));
+    chromium.until(
+        &page,
+        "document.querySelector('.signin') !== null \
+         && getComputedStyle(document.body).backgroundColor === 'rgb(17, 17, 17)' \
+         && getComputedStyle(document.querySelector('.signin')).borderRadius === '8px'",
+        "document.body.textContent",
+    );
+    let text = chromium.eval(&page, "document.body.textContent");
+    assert!(
+        text.as_str().unwrap().contains("mcp-terminal web-url"),
+        "{text}"
+    );
+    save_screenshot(&mut chromium, &page, "live-view-sign-in.png");
+    let icon = browser()
+        .get(format!("{}/favicon.ico", server.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(icon.status(), StatusCode::OK);
+    assert_eq!(icon.headers()["content-type"], "image/svg+xml");
+    assert!(icon.text().await.unwrap().starts_with("<svg"));
+
+    let (url, _) = sign_in_url(&server.stderr);
+    let id = server.open_session().await.unwrap();
+    let (sid, _) = server
+        .start_terminal(&id, json!({"command_id": "wide", "timeout_ms": 300_000}))
+        .await;
+    let page = chromium.open(&url.replace("/ui/?", &format!("/ui/sessions/{sid}?")));
+    chromium.until(
+        &page,
+        "document.querySelector('#live pre.screen') !== null \
+         && document.querySelector('#live pre.screen').textContent.includes('abcdefghijkl|')",
+        LIVE_TEXT,
+    );
+    // Whatever the font does with 漢, 字 and 😀, each takes exactly two cells, so the bars
+    // of both rows line up.
+    let measured = chromium.eval(
+        &page,
+        "(() => { const pre = document.querySelector('#live pre.screen'); \
+           const probe = document.createElement('span'); probe.textContent = '0000000000'; \
+           pre.appendChild(probe); const cell = probe.getBoundingClientRect().width / 10; \
+           probe.remove(); \
+           const wide = [...pre.querySelectorAll('.w2')].map(e => e.getBoundingClientRect().width / cell); \
+           const walker = document.createTreeWalker(pre, NodeFilter.SHOW_TEXT); const bars = []; \
+           while (walker.nextNode()) { const n = walker.currentNode; \
+             for (let i = n.textContent.indexOf('|'); i >= 0; i = n.textContent.indexOf('|', i + 1)) { \
+               const r = document.createRange(); r.setStart(n, i); r.setEnd(n, i + 1); \
+               bars.push(r.getBoundingClientRect().left); } } \
+           return {wide, bars}; })()",
+    );
+    let wide = measured["wide"].as_array().unwrap();
+    assert_eq!(wide.len(), 3, "{measured}");
+    for w in wide {
+        assert!((w.as_f64().unwrap() - 2.0).abs() < 0.05, "{measured}");
+    }
+    let bars = measured["bars"].as_array().unwrap();
+    assert_eq!(bars.len(), 2, "{measured}");
+    let (a, b) = (bars[0].as_f64().unwrap(), bars[1].as_f64().unwrap());
+    assert!((a - b).abs() < 0.5, "the bars line up: {measured}");
+}

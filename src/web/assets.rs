@@ -95,6 +95,10 @@ pub const SCRIPT: &str = r#""use strict";
 })();
 "#;
 
+/// The icon: a terminal prompt on a dark tile.
+pub const FAVICON: &str = r##"<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 32 32"><rect width="32" height="32" rx="6" fill="#111"/><rect x="1.5" y="1.5" width="29" height="29" rx="5" fill="none" stroke="#4ec84e" stroke-width="2"/><path d="M8 10l6 6-6 6" fill="none" stroke="#4ec84e" stroke-width="3" stroke-linecap="round" stroke-linejoin="round"/><path d="M16 23h8" stroke="#e5e5e5" stroke-width="3" stroke-linecap="round"/></svg>
+"##;
+
 const BASE: &str = "body{margin:0;background:#111;color:#ddd;font:14px/1.4 system-ui,sans-serif}
 header{padding:6px 12px;background:#222;border-bottom:1px solid #333}
 header a{color:#fff;font-weight:bold;text-decoration:none}
@@ -114,7 +118,7 @@ table.sessions td{font-family:monospace}
 .facts span{margin-right:10px}
 .title{color:#aaa;margin:4px 0}
 pre{font:14px/1.25 ui-monospace,'DejaVu Sans Mono',monospace;margin:0;white-space:pre}
-pre.screen{display:inline-block;background:#000;color:#e5e5e5;padding:4px;border:1px solid #333;min-height:2em}
+pre.screen{display:inline-block;color:#e5e5e5;padding:4px;border:1px solid #333;min-height:2em}
 pre.tail{background:#000;padding:4px;border:1px solid #333;white-space:pre-wrap;word-break:break-all;max-height:70vh;overflow:auto}
 h2{font-size:15px;margin:12px 0 6px}
 dl.origin{display:grid;grid-template-columns:max-content auto;gap:2px 12px;margin:6px 0 10px}
@@ -124,13 +128,47 @@ table.history{border-collapse:collapse;margin-bottom:10px}
 table.history th,table.history td{padding:2px 10px;border-bottom:1px solid #333;text-align:left;vertical-align:top}
 .exit0{color:#7e9}.exit1{color:#f77}
 .note{color:#fb7}
+.signin{max-width:720px;margin:24px auto;padding:16px 24px;background:#1a1a1a;border:1px solid #333;border-radius:8px}
+.signin li{margin:6px 0}
 section.control{margin-top:12px;padding:8px;border:1px solid #553;background:#1a1a10}
 section.control input,section.control button{font:inherit}
 button.key{margin-right:4px}
 .stdout{color:#e5e5e5}.stderr{color:#ff8a80;background:#2a1010}
+.w1,.w2{display:inline-block;overflow:hidden;text-align:center;vertical-align:bottom}
+.w1{width:1ch}.w2{width:2ch}
 .bold{font-weight:bold}.dim{opacity:.6}.italic{font-style:italic}.underline{text-decoration:underline}
 .fbd{color:#000}.bfd{background:#e5e5e5}
 ";
+
+/// The screen's background, against which the base colours are tuned.
+const SCREEN_BACKGROUND: (u8, u8, u8) = (0, 0, 0);
+
+/// Text colours of the 16 base colours, tuned for the dark screen: each at least 4.5:1
+/// against it (WCAG AA), where xterm's dark blue and black are unreadable. Backgrounds keep
+/// xterm's values.
+const BASE_TEXT: [(u8, u8, u8); 16] = [
+    (0x76, 0x76, 0x76),
+    (0xf0, 0x52, 0x4f),
+    (0x4e, 0xc8, 0x4e),
+    (0xd7, 0xc3, 0x3a),
+    (0x6b, 0x8c, 0xff),
+    (0xd6, 0x70, 0xd6),
+    (0x3f, 0xc1, 0xc1),
+    (0xd0, 0xd0, 0xd0),
+    (0x9a, 0x9a, 0x9a),
+    (0xff, 0x6e, 0x67),
+    (0x5f, 0xf9, 0x67),
+    (0xfe, 0xfb, 0x67),
+    (0x8f, 0xa8, 0xff),
+    (0xff, 0x77, 0xff),
+    (0x5f, 0xfd, 0xff),
+    (0xff, 0xff, 0xff),
+];
+
+/// A text colour: the tuned base colours, else the xterm palette.
+fn text_colour(i: u8) -> (u8, u8, u8) {
+    BASE_TEXT.get(usize::from(i)).copied().unwrap_or(palette(i))
+}
 
 /// The xterm palette: 16 system colours, the 6×6×6 cube, 24 greys.
 fn palette(i: u8) -> (u8, u8, u8) {
@@ -170,11 +208,14 @@ pub fn style_sheet() -> &'static str {
     static SHEET: OnceLock<String> = OnceLock::new();
     SHEET.get_or_init(|| {
         let mut css = String::from(BASE);
+        let (r, g, b) = SCREEN_BACKGROUND;
+        let _ = writeln!(css, "pre.screen{{background:#{r:02x}{g:02x}{b:02x}}}");
         for i in 0..=255u8 {
-            let (r, g, b) = palette(i);
+            let (r, g, b) = text_colour(i);
+            let (br, bg, bb) = palette(i);
             let _ = writeln!(
                 css,
-                ".f{i}{{color:#{r:02x}{g:02x}{b:02x}}}.b{i}{{background:#{r:02x}{g:02x}{b:02x}}}"
+                ".f{i}{{color:#{r:02x}{g:02x}{b:02x}}}.b{i}{{background:#{br:02x}{bg:02x}{bb:02x}}}"
             );
         }
         // Later rules win: the cursor stays visible on any colour.
@@ -195,5 +236,40 @@ mod tests {
         assert_eq!(palette(231), (255, 255, 255));
         assert_eq!(palette(244), (128, 128, 128));
         assert!(style_sheet().contains(".f196{color:#ff0000}"));
+        assert!(style_sheet().contains(".b4{background:#0000ee}"));
+    }
+
+    /// WCAG 2 relative luminance of an sRGB colour.
+    fn luminance((r, g, b): (u8, u8, u8)) -> f64 {
+        let channel = |c: u8| {
+            let c = f64::from(c) / 255.0;
+            if c <= 0.04045 {
+                c / 12.92
+            } else {
+                ((c + 0.055) / 1.055).powf(2.4)
+            }
+        };
+        0.2126 * channel(r) + 0.7152 * channel(g) + 0.0722 * channel(b)
+    }
+
+    fn contrast(a: (u8, u8, u8), b: (u8, u8, u8)) -> f64 {
+        let (la, lb) = (luminance(a), luminance(b));
+        (la.max(lb) + 0.05) / (la.min(lb) + 0.05)
+    }
+
+    #[test]
+    fn the_base_colours_are_readable_on_the_screen() {
+        assert!((contrast((0, 0, 0), (255, 255, 255)) - 21.0).abs() < 1e-9);
+        assert!(
+            contrast(palette(4), SCREEN_BACKGROUND) < 4.5,
+            "xterm's blue was not"
+        );
+        for i in 0..16u8 {
+            let ratio = contrast(text_colour(i), SCREEN_BACKGROUND);
+            assert!(ratio >= 4.5, "colour {i}: {ratio:.2}:1");
+        }
+        let (r, g, b) = SCREEN_BACKGROUND;
+        let rule = format!("pre.screen{{background:#{r:02x}{g:02x}{b:02x}}}");
+        assert!(style_sheet().contains(&rule));
     }
 }

@@ -90,7 +90,14 @@ impl View {
 /// The `/ui/` routes, guarded (GET/HEAD, and the owner's POSTs only with control on; a
 /// signed-in viewer; the page headers); the caller adds the Host/Origin rules around them.
 pub fn router(view: Arc<View>) -> Router {
-    Router::new()
+    // What the sign-in page itself needs, served to anyone: nothing in it is the owner's.
+    let public = Router::new()
+        .route("/ui/style.css", get(style))
+        .route("/ui/app.js", get(script))
+        .route("/favicon.ico", get(favicon))
+        .route("/ui/favicon.svg", get(favicon))
+        .route_layer(from_fn(auth::page_headers));
+    let guarded = Router::new()
         .route("/ui", get(|| async { Redirect::to("/ui/") }))
         .route("/ui/", get(index))
         .route("/ui/events", get(live::list_events))
@@ -101,14 +108,13 @@ pub fn router(view: Arc<View>) -> Router {
         .route("/ui/sessions/{id}/terminate", post(control::terminate))
         .route("/ui/recordings/{name}", get(recording))
         .route("/ui/sign-in-url", get(fresh_sign_in_url))
-        .route("/ui/style.css", get(style))
-        .route("/ui/app.js", get(script))
         .route("/ui/{*rest}", any(unknown))
         // Route layers: paths outside `/ui` (the MCP endpoint's fallback) are not touched.
         .route_layer(from_fn_with_state(view.clone(), auth::require_viewer))
         .route_layer(from_fn_with_state(view.clone(), auth::only_reads))
         .route_layer(from_fn(auth::page_headers))
-        .with_state(view)
+        .with_state(view);
+    guarded.merge(public)
 }
 
 async fn index(State(view): State<Arc<View>>) -> Html<String> {
@@ -226,6 +232,10 @@ async fn style() -> impl IntoResponse {
         [(header::CONTENT_TYPE, "text/css; charset=utf-8")],
         assets::style_sheet(),
     )
+}
+
+async fn favicon() -> impl IntoResponse {
+    ([(header::CONTENT_TYPE, "image/svg+xml")], assets::FAVICON)
 }
 
 async fn script() -> impl IntoResponse {

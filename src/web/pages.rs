@@ -72,12 +72,18 @@ pub fn sign_in_needed(spent_code: bool) -> axum::response::Html<String> {
         "mcp-terminal: sign in",
         None,
         &format!(
-            "<h1>Sign in to the live view</h1>{spent}<p>Open the address the server printed \
-             on its standard error, the line <code>mcp-terminal: live view: \
-             http://127.0.0.1:PORT/ui/?code=…</code>, within {minutes} minutes of its start. Its \
-             code works once: it signs this browser in with a cookie that lasts until the \
-             server stops. Scripts may send <code>Authorization: Bearer &lt;token&gt;</code> \
-             instead, with the token from the server's token file.</p>"
+            "<div class=\"signin\"><h1>Sign in to the live view</h1>{spent}<p>This is the \
+             live view of mcp-terminal, for the person who owns this machine. To sign in, \
+             open a sign-in address of the running server:</p><ol><li>Run \
+             <code>mcp-terminal web-url</code> (with <code>--config PATH</code> if the server \
+             runs with one): it prints a fresh one.</li><li>Or open the one in the file \
+             <code>web-url</code> beside the server's config, or the one it printed on its \
+             standard error (<code>mcp-terminal: live view: \
+             http://127.0.0.1:PORT/ui/?code=…</code>), within {minutes} minutes of its \
+             start.</li></ol><p>A code works once: it signs this browser in with a cookie that \
+             lasts until the server stops. Scripts may send <code>Authorization: Bearer \
+             &lt;token&gt;</code> instead, with the token from the server's token file.</p>\
+             </div>"
         ),
     ))
 }
@@ -315,7 +321,7 @@ fn screen_html(screen: &StyledScreen, class: &str, cursor: bool, out: &mut Strin
             }
         }
         // The box is as wide as the terminal: pad the trimmed row to its columns.
-        let used: usize = row.iter().map(|s| s.text.chars().count()).sum();
+        let used: usize = row.iter().map(|s| cells(&s.text)).sum();
         let cols = usize::from(screen.cols);
         out.extend(std::iter::repeat_n(' ', cols.saturating_sub(used)));
     }
@@ -325,15 +331,44 @@ fn screen_html(screen: &StyledScreen, class: &str, cursor: bool, out: &mut Strin
 fn span_html(span: &Span, out: &mut String) {
     let classes = classes(&span.style);
     if classes.is_empty() {
-        out.push_str(&escape(&span.text));
+        cells_html(&span.text, out);
     } else {
-        let _ = write!(
-            out,
-            "<span class=\"{}\">{}</span>",
-            classes.join(" "),
-            escape(&span.text)
-        );
+        let _ = write!(out, "<span class=\"{}\">", classes.join(" "));
+        cells_html(&span.text, out);
+        out.push_str("</span>");
     }
+}
+
+/// Screen text as a grid of cells whatever the font: ASCII is as wide as the monospace
+/// font's cell, and every other character (with the combining marks after it) gets a
+/// box of exactly one or two cells (`w1`, `w2`), as wide as the emulator counts it.
+fn cells_html(text: &str, out: &mut String) {
+    use unicode_width::UnicodeWidthChar;
+    let mut chars = text.chars().peekable();
+    let mut buffer = [0u8; 4];
+    while let Some(c) = chars.next() {
+        // A mark that combines with what comes before it takes no cell of its own.
+        if c.is_ascii() || c.width() == Some(0) {
+            out.push_str(&escape(c.encode_utf8(&mut buffer)));
+            continue;
+        }
+        let mut cluster = String::from(c);
+        while let Some(&mark) = chars
+            .peek()
+            .filter(|m| !m.is_ascii() && m.width() == Some(0))
+        {
+            cluster.push(mark);
+            chars.next();
+        }
+        let width = c.width().unwrap_or(1).clamp(1, 2);
+        let _ = write!(out, "<span class=\"w{width}\">{}</span>", escape(&cluster));
+    }
+}
+
+/// How many cells `text` takes on the screen.
+fn cells(text: &str) -> usize {
+    use unicode_width::UnicodeWidthChar;
+    text.chars().map(|c| c.width().unwrap_or(0)).sum()
 }
 
 /// CSS classes of a style: `fN`/`bN` palette colours, `fd`/`bd` the page's default colours
@@ -433,6 +468,17 @@ mod tests {
             &mut out,
         );
         assert_eq!(out, "&lt;b&gt;");
+    }
+
+    #[test]
+    fn wide_and_combined_characters_get_cells_of_their_width() {
+        let mut out = String::new();
+        cells_html("a漢e\u{301}ö\u{301}<", &mut out);
+        assert_eq!(
+            out,
+            "a<span class=\"w2\">漢</span>e\u{301}<span class=\"w1\">ö\u{301}</span>&lt;"
+        );
+        assert_eq!(cells("a漢😀é"), 6);
     }
 
     #[test]
