@@ -218,3 +218,6 @@ pub const WEB_PAGE_TOKENS_MAX: usize = 256;
 /// when the port is taken, the next free one of this many is used (with a warning).
 pub const WEB_DEFAULT_LISTEN: &str = "127.0.0.1:8766";
 pub const WEB_LISTEN_TRIES: u16 = 20;
+
+/// Recordings played in the live view at once (each holds its parsed file and an emulator).
+pub const WEB_MAX_PLAYERS: usize = 4;

@@ -737,3 +737,120 @@ async fn wide_characters_keep_the_grid_and_the_sign_in_page_is_styled_with_an_ic
     let (a, b) = (bars[0].as_f64().unwrap(), bars[1].as_f64().unwrap());
     assert!((a - b).abs() < 0.5, "the bars line up: {measured}");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_recording_plays_in_the_page_through_the_servers_emulator() {
+    let Some(mut chromium) = Chromium::launch() else {
+        return;
+    };
+    let server = server(&[], |c, root| {
+        let casts = root.join("casts");
+        std::fs::create_dir(&casts).unwrap();
+        c["recordings_dir"] = json!(casts);
+    });
+    let (url, _) = sign_in_url(&server.stderr);
+    let id = server.open_session().await.unwrap();
+    let (sid, _) = server
+        .start_terminal(&id, json!({"command_id": "sh"}))
+        .await;
+    let exec = server
+        .call(
+            &id,
+            "terminal_exec",
+            json!({"session_id": sid, "command": "echo rec-one; sleep 1; echo rec-two"}),
+        )
+        .await;
+    assert_eq!(exec["structuredContent"]["ok"], json!(true), "{exec}");
+    let ended = server
+        .call(&id, "terminal_terminate", json!({"session_id": sid}))
+        .await;
+    let name = ended["structuredContent"]["recording"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no recording: {ended}"))
+        .to_string();
+
+    // From the session page's link to the player.
+    let page = chromium.open(&url.replace("/ui/?", &format!("/ui/sessions/{sid}?")));
+    chromium.until(
+        &page,
+        "document.querySelector('#live a.play') !== null",
+        LIVE_TEXT,
+    );
+    let href = chromium.eval(&page, "document.querySelector('#live a.play').href");
+    assert!(
+        href.as_str()
+            .unwrap()
+            .ends_with(&format!("/ui/recordings/{name}/play"))
+    );
+    let player = chromium.open(href.as_str().unwrap());
+    chromium.until(
+        &player,
+        "document.getElementById('play') !== null \
+         && document.getElementById('state').textContent === 'paused'",
+        "document.body.textContent",
+    );
+    let duration: f64 = chromium
+        .eval(&player, "parseFloat(document.body.dataset.duration)")
+        .as_f64()
+        .unwrap();
+    assert!(
+        duration >= 1.0,
+        "the recording lasts past the sleep: {duration}"
+    );
+    const SCREEN: &str = "document.querySelector('#frame pre.screen').textContent";
+    const TIME: &str = "parseFloat(document.getElementById('time').textContent)";
+    chromium.eval(&player, "document.getElementById('play').click(); true");
+    chromium.until(
+        &player,
+        &format!(
+            "{SCREEN}.includes('rec-one') && !{SCREEN}.includes('rec-two') && {TIME} > 0 \
+             && document.getElementById('state').textContent === 'playing'"
+        ),
+        "document.body.textContent",
+    );
+    save_screenshot(&mut chromium, &player, "live-view-recording.png");
+    chromium.until(
+        &player,
+        &format!(
+            "{SCREEN}.includes('rec-two') && document.getElementById('state').textContent \
+             === 'ended' && {TIME} >= {:.1}",
+            duration - 0.05
+        ),
+        "document.body.textContent",
+    );
+    // Seeking while paused shows the screen at that time.
+    chromium.eval(
+        &player,
+        &format!(
+            "(s => {{ s.value = '{:.3}'; s.dispatchEvent(new Event('change')); }})\
+             (document.getElementById('seek')); true",
+            duration - 0.5
+        ),
+    );
+    chromium.until(
+        &player,
+        &format!("{SCREEN}.includes('rec-one') && !{SCREEN}.includes('rec-two')"),
+        "document.body.textContent",
+    );
+    // The download stays.
+    let cast = browser()
+        .get(format!("{}/ui/recordings/{name}", server.base))
+        .bearer_auth(&server.token)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(cast.status(), StatusCode::OK);
+    assert!(cast.text().await.unwrap().contains("rec-two"));
+    // Bad player arguments get a clear refusal.
+    let bad = browser()
+        .get(format!(
+            "{}/ui/recordings/{name}/frames?speed=100",
+            server.base
+        ))
+        .bearer_auth(&server.token)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(bad.status(), StatusCode::BAD_REQUEST);
+    assert!(bad.text().await.unwrap().contains("`speed`"));
+}

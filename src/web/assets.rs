@@ -49,6 +49,56 @@ pub const SCRIPT: &str = r#""use strict";
     });
   }
 
+  // The recording player: frames of the server's replay, as a live page gets its updates.
+  const frames = body.dataset.player;
+  if (frames) {
+    const duration = parseFloat(body.dataset.duration);
+    const frame = document.getElementById("frame");
+    const play = document.getElementById("play");
+    const seek = document.getElementById("seek");
+    const time = document.getElementById("time");
+    const speed = document.getElementById("speed");
+    let source = null;
+    let position = 0;
+    const setState = function (text, on) { state.textContent = text; state.className = on ? "state on" : "state off"; };
+    const show = function (data) {
+      const f = JSON.parse(data);
+      if (f.html !== null) frame.innerHTML = f.html;
+      position = f.t;
+      seek.value = f.t;
+      time.textContent = f.t.toFixed(1);
+    };
+    const stop = function () {
+      if (source) source.close();
+      source = null;
+      play.textContent = "Play";
+    };
+    const open = function (once) {
+      stop();
+      const s = new EventSource(frames + "?from=" + position + "&speed=" + speed.value + (once ? "&once=1" : ""));
+      s.addEventListener("frame", function (event) { show(event.data); });
+      s.addEventListener("still", function (event) { show(event.data); s.close(); });
+      s.addEventListener("end", function (event) {
+        show(event.data);
+        s.close();
+        if (source === s) { source = null; play.textContent = "Play"; setState("ended", false); }
+      });
+      s.onerror = function () { s.close(); if (source === s) { stop(); setState("stopped", false); } };
+      if (!once) { source = s; play.textContent = "Pause"; setState("playing", true); }
+    };
+    play.addEventListener("click", function () {
+      if (source) { stop(); setState("paused", false); return; }
+      if (position >= duration) position = 0;
+      open(false);
+    });
+    seek.addEventListener("change", function () {
+      position = parseFloat(seek.value);
+      open(source === null);
+    });
+    speed.addEventListener("change", function () { if (source) open(false); });
+    setState("paused", false);
+  }
+
   // Owner control (--web-control): each action is a POST with the page's token.
   const csrf = body.dataset.csrf;
   const session = body.dataset.session;
@@ -130,6 +180,8 @@ table.history th,table.history td{padding:2px 10px;border-bottom:1px solid #333;
 .note{color:#fb7}
 .signin{max-width:720px;margin:24px auto;padding:16px 24px;background:#1a1a1a;border:1px solid #333;border-radius:8px}
 .signin li{margin:6px 0}
+div.player{margin:8px 0}div.player input[type=range]{width:50%;vertical-align:middle}
+div.player button,div.player select{font:inherit}
 section.control{margin-top:12px;padding:8px;border:1px solid #553;background:#1a1a10}
 section.control input,section.control button{font:inherit}
 button.key{margin-right:4px}

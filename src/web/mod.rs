@@ -18,6 +18,8 @@ mod control;
 mod history;
 mod live;
 mod pages;
+mod player;
+mod replay;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -57,6 +59,7 @@ pub struct View {
     watchers: Arc<Semaphore>,
     settings: Settings,
     page_tokens: control::PageTokens,
+    players: Arc<Semaphore>,
 }
 
 impl View {
@@ -68,7 +71,20 @@ impl View {
             watchers: Arc::new(Semaphore::new(WEB_MAX_WATCHERS)),
             settings,
             page_tokens: control::PageTokens::default(),
+            players: Arc::new(Semaphore::new(crate::limits::WEB_MAX_PLAYERS)),
         })
+    }
+
+    /// Where the recording `name` is, if it is one the server made for a retained session
+    /// (no other name reaches the file system).
+    fn recording_path(&self, name: &str) -> Option<std::path::PathBuf> {
+        let known = self
+            .sessions
+            .retained()
+            .iter()
+            .any(|s| s.snapshot().recording.as_deref() == Some(name));
+        let dir = self.sessions.config.recordings_dir.as_ref()?;
+        known.then(|| dir.join(name))
     }
 
     /// A sign-in URL with a fresh one-time code, for a server bound to `bound` (an
@@ -107,6 +123,8 @@ pub fn router(view: Arc<View>) -> Router {
         .route("/ui/sessions/{id}/input", post(control::input))
         .route("/ui/sessions/{id}/terminate", post(control::terminate))
         .route("/ui/recordings/{name}", get(recording))
+        .route("/ui/recordings/{name}/play", get(player::page))
+        .route("/ui/recordings/{name}/frames", get(player::frames))
         .route("/ui/sign-in-url", get(fresh_sign_in_url))
         .route("/ui/{*rest}", any(unknown))
         // Route layers: paths outside `/ui` (the MCP endpoint's fallback) are not touched.
@@ -172,20 +190,14 @@ async fn output(
 
 /// A retained session's asciicast file; only names the server gave its own recordings.
 async fn recording(State(view): State<Arc<View>>, Path(name): Path<String>) -> Response {
-    let known = view
-        .sessions
-        .retained()
-        .iter()
-        .any(|s| s.snapshot().recording.as_deref() == Some(name.as_str()));
-    let dir = view.sessions.config.recordings_dir.as_ref();
-    let (Some(dir), true) = (dir, known) else {
+    let Some(path) = view.recording_path(&name) else {
         return (
             StatusCode::NOT_FOUND,
             pages::not_found(&format!("No recording {name} of a retained session.")),
         )
             .into_response();
     };
-    match tokio::fs::read(dir.join(&name)).await {
+    match tokio::fs::read(path).await {
         Ok(bytes) => {
             let disposition = HeaderValue::from_str(&format!("attachment; filename=\"{name}\""))
                 .unwrap_or(HeaderValue::from_static("attachment"));

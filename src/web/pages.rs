@@ -188,11 +188,42 @@ fn ending(s: &Snapshot) -> String {
 fn recording_link(s: &Snapshot) -> String {
     match &s.recording {
         Some(name) => format!(
-            "<a class=\"recording\" href=\"/ui/recordings/{0}\">{0}</a>",
+            "<a class=\"play\" href=\"/ui/recordings/{0}/play\">▶ play</a> \
+             <a class=\"recording\" href=\"/ui/recordings/{0}\">{0}</a>",
             escape(name)
         ),
         None => String::new(),
     }
+}
+
+/// The player of recording `name`: its first frame, the controls, and the download.
+pub fn player_page(name: &str, duration: f64, first: &StyledScreen) -> String {
+    let name = escape(name);
+    let mut screen = String::new();
+    screen_fragment(first, &mut screen);
+    let after = format!(
+        "<div class=\"player\"><button type=\"button\" id=\"play\">Play</button> \
+         <input type=\"range\" id=\"seek\" min=\"0\" max=\"{duration:.3}\" step=\"0.01\" \
+         value=\"0\"> <span id=\"time\">0.0</span> / {duration:.1} s \
+         <label>speed <select id=\"speed\"><option>0.5</option><option selected>1</option>\
+         <option>2</option><option>4</option><option>8</option></select></label> \
+         <a href=\"/ui/recordings/{name}\" download>download .cast</a></div>"
+    );
+    let live = format!(
+        "<h1>Recording <span class=\"id\">{name}</span></h1><div id=\"frame\">{screen}</div>"
+    );
+    page_with(
+        &format!("mcp-terminal: recording {name}"),
+        None,
+        &live,
+        &format!(" data-player=\"/ui/recordings/{name}/frames\" data-duration=\"{duration:.3}\""),
+        &after,
+    )
+}
+
+/// A screen as the player shows each frame: the same rendering as a live session's.
+pub fn screen_fragment(screen: &StyledScreen, out: &mut String) {
+    screen_html(screen, "screen", true, out);
 }
 
 /// The session table, newest first.
