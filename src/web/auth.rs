@@ -172,6 +172,17 @@ pub async fn require_viewer(
     unauthorized(false)
 }
 
+/// What anyone may fetch (the style sheet, script and icon of the sign-in page): served
+/// regardless, but a request that carries the view's cookie or the token still marks its
+/// connection as a signed-in one, as every other route does.
+pub async fn note_viewer(State(view): State<Arc<View>>, request: Request, next: Next) -> Response {
+    let headers = request.headers();
+    if view.sign_in.cookie_ok(headers) || view.access.bearer_ok(headers) {
+        crate::access::listener::prove(&request);
+    }
+    next.run(request).await
+}
+
 fn unauthorized(spent_code: bool) -> Response {
     (
         StatusCode::UNAUTHORIZED,

@@ -111,8 +111,9 @@ pub fn router(view: Arc<View>) -> Router {
         .route("/ui/style.css", get(style))
         .route("/ui/app.js", get(script))
         .route("/favicon.ico", get(favicon))
-        .route("/ui/favicon.svg", get(favicon))
-        .route_layer(from_fn(auth::page_headers));
+        .route_layer(from_fn_with_state(view.clone(), auth::note_viewer))
+        .route_layer(from_fn(auth::page_headers))
+        .with_state(view.clone());
     let guarded = Router::new()
         .route("/ui", get(|| async { Redirect::to("/ui/") }))
         .route("/ui/", get(index))
