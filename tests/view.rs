@@ -91,6 +91,23 @@ fn audit_lines(server: &Server) -> Vec<Value> {
         .collect()
 }
 
+/// The audit log once it holds `n` lines of the owner's (written as each action is
+/// answered, which may be after its effect is seen).
+fn audit_with_owner_lines(server: &Server, n: usize) -> Vec<Value> {
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        let lines = audit_lines(server);
+        if lines.iter().filter(|l| l["by"] == json!("owner")).count() >= n {
+            return lines;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "never {n} owner lines: {lines:?}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn owner_control_types_into_a_pty_session_and_the_agent_and_audit_log_see_it() {
     let Some(mut chromium) = Chromium::launch() else {
@@ -145,9 +162,36 @@ async fn owner_control_types_into_a_pty_session_and_the_agent_and_audit_log_see_
         LIVE_TEXT,
     );
 
-    let lines = audit_lines(&server);
+    // Text without Enter, then the page's Enter key: cat gets the line when Enter comes.
+    chromium.eval(
+        &page,
+        "document.getElementById('enter').checked = false; \
+         document.getElementById('text').value = 'second-line'; \
+         document.getElementById('type').requestSubmit(); true",
+    );
+    chromium.until(
+        &page,
+        "document.getElementById('control-result').textContent === 'done (2)'",
+        "document.getElementById('control-result').textContent",
+    );
+    chromium.eval(
+        &page,
+        "document.querySelector('button.key[data-key=\"Enter\"]').click(); true",
+    );
+    call_until(
+        &server,
+        &id,
+        "terminal_read",
+        json!({"session_id": sid, "cursor": 0}),
+        |r| records_text(r).matches("second-line").count() >= 2,
+    )
+    .await;
+
+    let lines = audit_with_owner_lines(&server, 3);
     let owner: Vec<&Value> = lines.iter().filter(|l| l["by"] == json!("owner")).collect();
-    assert_eq!(owner.len(), 1, "{lines:?}");
+    assert_eq!(owner.len(), 3, "{lines:?}");
+    assert_eq!(owner[2]["tool"], json!("terminal_keys"));
+    assert_eq!(owner[2]["keys"], json!(1));
     assert_eq!(owner[0]["tool"], json!("terminal_write"));
     assert_eq!(owner[0]["session_id"], json!(sid));
     assert_eq!(owner[0]["outcome"], json!("ok"));
@@ -216,7 +260,8 @@ async fn owner_control_types_into_a_pty_session_and_the_agent_and_audit_log_see_
          && document.querySelector('#live .reason').textContent.includes('owner')",
         LIVE_TEXT,
     );
-    let lines = audit_lines(&server);
+    // Two more owner lines since: the Enter posted from this test, and the termination.
+    let lines = audit_with_owner_lines(&server, 5);
     assert!(
         lines.iter().any(|l| l["by"] == json!("owner")
             && l["tool"] == json!("terminal_terminate")
