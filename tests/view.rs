@@ -802,7 +802,7 @@ async fn a_recording_plays_in_the_page_through_the_servers_emulator() {
         .call(
             &id,
             "terminal_exec",
-            json!({"session_id": sid, "command": "echo rec-one; sleep 1; echo rec-two"}),
+            json!({"session_id": sid, "command": "echo rec-one; sleep 3; echo rec-two"}),
         )
         .await;
     assert_eq!(exec["structuredContent"]["ok"], json!(true), "{exec}");
@@ -839,7 +839,7 @@ async fn a_recording_plays_in_the_page_through_the_servers_emulator() {
         .as_f64()
         .unwrap();
     assert!(
-        duration >= 1.0,
+        duration >= 3.0,
         "the recording lasts past the sleep: {duration}"
     );
     const SCREEN: &str = "document.querySelector('#frame pre.screen').textContent";
@@ -854,6 +854,19 @@ async fn a_recording_plays_in_the_page_through_the_servers_emulator() {
         "document.body.textContent",
     );
     save_screenshot(&mut chromium, &player, "live-view-recording.png");
+    // Pause, then play on from there four times as fast.
+    chromium.eval(&player, "document.getElementById('play').click(); true");
+    chromium.until(
+        &player,
+        "document.getElementById('state').textContent === 'paused' \
+         && document.getElementById('play').textContent === 'Play'",
+        "document.body.textContent",
+    );
+    chromium.eval(
+        &player,
+        "(s => { s.value = '4'; s.dispatchEvent(new Event('change')); })\
+         (document.getElementById('speed')); document.getElementById('play').click(); true",
+    );
     chromium.until(
         &player,
         &format!(
