@@ -1,15 +1,17 @@
-//! The live view (`--web`): a read-only web page of the sessions for the person who owns
-//! the machine, under `/ui/` beside `/mcp` (`http --web`) or on its own loopback address
-//! beside stdio (`stdio --web`), with the same token and the same Host/Origin rules.
+//! The live view (`--web`): web pages of the sessions for the person who owns the machine,
+//! under `/ui/` beside `/mcp` (`http --web`) or on its own loopback address beside stdio
+//! (`stdio --web`), with the same token and the same Host/Origin rules.
 //!
 //! Flow at a glance: `auth` signs a browser in with the one-time code of a printed URL and
-//! guards every route;
-//! `pages` renders the session list and a session's page (its PTY screen in colour, or its
-//! pipe output tail by stream) from the same state the tools read; `live` streams fresh
-//! renderings as Server-Sent Events; `history` says what ran and how the session started
-//! and ended; `assets` is the one style sheet and script. Read-only by default: every route
-//! is GET, and only with `--web-control` does `control` take the owner's keys and
-//! terminations (POST, same origin, a page token).
+//! guards every route; `address` picks where the view beside stdio listens and publishes the
+//! sign-in URL (`mcp-terminal web-url` asks for a fresh one); `pages` renders the session
+//! list and a session's page (its PTY screen in colour, or its pipe output tail by stream)
+//! from the same state the tools read, and `history` what ran and how the session started
+//! and ended; `live` streams fresh renderings as Server-Sent Events; `replay` plays a
+//! recording through the server's emulator and `player` streams its frames the same way;
+//! `assets` is the one style sheet, script and icon. Read-only by default: every route is
+//! GET, and only with `--web-control` does `control` take the owner's keys and terminations
+//! (POST, same origin, a page token).
 
 mod address;
 mod assets;
