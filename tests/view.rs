@@ -402,6 +402,18 @@ async fn a_shell_page_lists_what_ran_and_every_page_how_its_session_started_and_
         "document.body.textContent",
     );
 
+    // A range that is not one is refused, saying what a range is.
+    for query in ["from=x", "from=9&to=3", ""] {
+        let refused = browser()
+            .get(format!("{}/ui/sessions/{sid}/output?{query}", server.base))
+            .bearer_auth(&server.token)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(refused.status(), StatusCode::BAD_REQUEST, "{query}");
+        assert!(refused.text().await.unwrap().contains("needs `from`"));
+    }
+
     let list = chromium.open(&format!("{}/ui/", server.base));
     chromium.until(
         &list,

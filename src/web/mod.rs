@@ -173,7 +173,8 @@ async fn output(
         _ => {
             return (
                 StatusCode::BAD_REQUEST,
-                pages::not_found(
+                pages::refusal(
+                    "Bad request",
                     "The output range needs `from` (a cursor) and optionally `to` (a cursor \
                      not before it).",
                 ),

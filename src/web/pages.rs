@@ -89,11 +89,17 @@ pub fn sign_in_needed(spent_code: bool) -> axum::response::Html<String> {
 }
 
 pub fn not_found(what: &str) -> axum::response::Html<String> {
+    refusal("Not found", what)
+}
+
+/// A page saying why a request was refused (`heading`, then `what` in words).
+pub fn refusal(heading: &str, what: &str) -> axum::response::Html<String> {
     axum::response::Html(page(
-        "mcp-terminal: not found",
+        &format!("mcp-terminal: {}", heading.to_lowercase()),
         None,
         &format!(
-            "<h1>Not found</h1><p>{}</p><p><a href=\"/ui/\">All sessions</a></p>",
+            "<h1>{}</h1><p>{}</p><p><a href=\"/ui/\">All sessions</a></p>",
+            escape(heading),
             escape(what)
         ),
     ))

@@ -44,7 +44,10 @@ async fn load(view: &View, name: &str) -> Result<Cast, Response> {
     parsed.map_err(|why| {
         (
             StatusCode::UNPROCESSABLE_ENTITY,
-            pages::not_found(&format!("The recording {name} cannot be played: {why}.")),
+            pages::refusal(
+                "Cannot play",
+                &format!("The recording {name} cannot be played: {why}."),
+            ),
         )
             .into_response()
     })
