@@ -6,24 +6,92 @@
 //! count, and a secret only by its name, since either may hold what must not be logged.
 //! The file is opened once with `O_APPEND` (mode 0600, never through a symlink, see
 //! `private_file`) and each line goes out in one unbuffered write, so lines never
-//! interleave and nothing waits in a buffer. A failing write (disk full) is reported once
-//! on stderr; the call is answered regardless.
+//! interleave and nothing waits in a buffer. The writes are made by a thread of the log's
+//! own, never by an async worker: a slow or hung disk holds up no other call. A call's
+//! answer waits for its line (up to `AUDIT_WAIT`), so a line is in the file once its call
+//! is answered; when the disk is that slow the wait is given up, and calls are answered
+//! without waiting until the writer has caught up. A failing write (disk full) is reported
+//! once on stderr; the call is answered regardless.
 
 use std::fs::File;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, mpsc};
 use std::time::{Duration, SystemTime};
 
 use serde_json::{Map, Value};
+use tokio::sync::oneshot;
 
 use crate::private_file;
 
+/// How long a call's answer waits for its audit line to be written.
+const AUDIT_WAIT: Duration = Duration::from_secs(1);
+/// Lines waiting for the writer, at most; past it (a disk hung for a long time) lines are
+/// dropped, and that is reported once.
+const MAX_BACKLOG: usize = 100_000;
+
 pub struct AuditLog {
     path: PathBuf,
-    file: Mutex<File>,
+    lines: mpsc::Sender<Pending>,
+    shared: Arc<Shared>,
+}
+
+/// A line for the writer, and whom to tell once it is written.
+struct Pending {
+    text: String,
+    written: oneshot::Sender<()>,
+}
+
+/// What the callers and the writer thread both see.
+struct Shared {
+    /// Lines sent and not yet written.
+    backlog: AtomicUsize,
+    /// A wait for a line timed out, and the writer has not caught up since.
+    stalled: AtomicBool,
+    /// A failure (a write, or lines dropped) was reported.
     failed: AtomicBool,
+}
+
+impl Shared {
+    fn report(&self, path: &Path, what: &str) {
+        if !self.failed.swap(true, Ordering::SeqCst) {
+            tracing::error!(
+                "audit log `{}`: {what}; calls are still answered, and further failures are \
+                 not reported",
+                path.display()
+            );
+        }
+    }
+}
+
+/// A line on its way to the file.
+#[must_use = "a call's answer waits for its audit line"]
+pub struct Written(Option<oneshot::Receiver<()>>);
+
+impl Written {
+    /// Wait until the line is written (or could not be), `AUDIT_WAIT` at most.
+    pub async fn settled(self, log: &AuditLog) {
+        let Some(written) = self.0 else {
+            return;
+        };
+        if tokio::time::timeout(AUDIT_WAIT, written).await.is_err() {
+            log.shared.stalled.store(true, Ordering::SeqCst);
+        }
+    }
+}
+
+/// The writer thread: each line in one write, in the order sent, until the log is dropped.
+fn write_lines(path: PathBuf, mut file: File, lines: mpsc::Receiver<Pending>, shared: Arc<Shared>) {
+    for pending in lines {
+        if let Err(e) = file.write_all(pending.text.as_bytes()) {
+            shared.report(&path, &format!("a line could not be written ({e})"));
+        }
+        let _ = pending.written.send(());
+        if shared.backlog.fetch_sub(1, Ordering::SeqCst) == 1 {
+            shared.stalled.store(false, Ordering::SeqCst);
+        }
+    }
 }
 
 /// Who acted: the agent through a tool call, or the machine's owner from the live view.
@@ -59,14 +127,29 @@ impl AuditLog {
                 refusal.describe(path)
             )
         })?;
+        let shared = Arc::new(Shared {
+            backlog: AtomicUsize::new(0),
+            stalled: AtomicBool::new(false),
+            failed: AtomicBool::new(false),
+        });
+        let (lines, receiver) = mpsc::channel();
+        let writer = {
+            let (path, shared) = (path.to_path_buf(), Arc::clone(&shared));
+            move || write_lines(path, file, receiver, shared)
+        };
+        std::thread::Builder::new()
+            .name("audit-log".into())
+            .spawn(writer)
+            .map_err(|e| format!("`audit_log`: cannot start its writer thread: {e}"))?;
         Ok(AuditLog {
             path: path.to_path_buf(),
-            file: Mutex::new(file),
-            failed: AtomicBool::new(false),
+            lines,
+            shared,
         })
     }
 
-    pub fn record(&self, line: AuditLine) {
+    /// Hand one call's line to the writer; the answer to the call awaits what this returns.
+    pub fn record(&self, line: AuditLine) -> Written {
         let mut fields = Map::new();
         fields.insert(
             "time".into(),
@@ -90,19 +173,20 @@ impl AuditLog {
         fields.extend(line.extra);
         let mut text = Value::Object(fields).to_string();
         text.push('\n');
-        let written = self
-            .file
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .write_all(text.as_bytes());
-        if let Err(e) = written
-            && !self.failed.swap(true, Ordering::SeqCst)
-        {
-            tracing::error!(
-                "audit log `{}`: a line could not be written ({e}); calls are still answered, \
-                 and further failures are not reported",
-                self.path.display()
-            );
+        if self.shared.backlog.fetch_add(1, Ordering::SeqCst) >= MAX_BACKLOG {
+            self.shared.backlog.fetch_sub(1, Ordering::SeqCst);
+            self.shared
+                .report(&self.path, "the disk is so slow that lines were dropped");
+            return Written(None);
         }
+        let (written, receiver) = oneshot::channel();
+        if self.lines.send(Pending { text, written }).is_err() {
+            self.shared.backlog.fetch_sub(1, Ordering::SeqCst);
+            return Written(None);
+        }
+        if self.shared.stalled.load(Ordering::SeqCst) {
+            return Written(None);
+        }
+        Written(Some(receiver))
     }
 }

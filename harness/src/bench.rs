@@ -11,7 +11,7 @@
 //! measures, a `Setup` says what server it runs on, and `measure` runs it into a
 //! `Benchmark`; its floor is measured beside it, and `targets` makes the report row of the
 //! two. The workloads live in modules named for what they measure: `latency`, `exec`,
-//! `throughput`, `floors`, `storm`, `lock_hold`, `memory`, `live_view`; `calls` holds the
+//! `throughput`, `floors`, `storm`, `lock_hold`, `input_wait`, `memory`, `live_view`; `calls` holds the
 //! tool calls they share, `report` the report and how it is written.
 //!
 //! Flow at a glance: `run` → `run_all`, which runs the workloads in a fixed order: the
@@ -30,6 +30,7 @@ use crate::evidence;
 mod calls;
 mod exec;
 mod floors;
+mod input_wait;
 mod latency;
 mod live_view;
 mod lock_hold;
@@ -248,6 +249,15 @@ async fn run_all(server: &Path, sizes: Sizes, report: &mut BenchReport) {
     out.push(measure(&throughput::CJK_READ, throughput::cjk_read(&servers)).await);
     out.push(measure(&storm::STORM, storm::storm(&servers)).await);
     out.push(measure(&lock_hold::LOCK_HOLD, lock_hold::lock_hold(&servers)).await);
+    out.push(measure(&input_wait::PTY_FLOOD, input_wait::pty_flood(&servers)).await);
+    let asks = if quick { 5 } else { 20 };
+    out.push(
+        measure(
+            &input_wait::INPUT_WAIT,
+            input_wait::input_wait(&servers, asks),
+        )
+        .await,
+    );
     out.push(measure(&memory::MEMORY_AT_REST, memory::memory_at_rest(&servers)).await);
     out.push(measure(&memory::MEMORY_OSC_FLOOD, memory::osc_flood(&servers)).await);
     out.push(measure(&memory::MEMORY_RESIZE, memory::resize(&servers)).await);

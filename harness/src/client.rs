@@ -743,6 +743,11 @@ impl McpServer {
         procfs::open_fds(self.pid)
     }
 
+    /// The CPU time the server process has used, in clock ticks.
+    pub fn cpu_ticks(&self) -> Result<u64, String> {
+        procfs::cpu_ticks(self.pid)
+    }
+
     /// The resident memory of the server process, in KiB.
     pub fn rss_kib(&self) -> Result<u64, String> {
         procfs::rss_kib(self.pid)

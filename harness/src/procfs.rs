@@ -242,6 +242,22 @@ fn status_kib(pid: u32, field: &str) -> Result<u64, String> {
         .ok_or_else(|| format!("/proc/{pid}/status has no {field}"))
 }
 
+/// The CPU time a process has used (user and system, all its threads), in clock ticks
+/// (`sysconf(_SC_CLK_TCK)`, 100 on Linux).
+pub fn cpu_ticks(pid: u32) -> Result<u64, String> {
+    let path = format!("/proc/{pid}/stat");
+    let text = std::fs::read_to_string(&path).map_err(|e| format!("{path}: {e}"))?;
+    // Fields after the command name (which may hold spaces, so split after its `)`):
+    // utime and stime are the 12th and 13th of them.
+    let after = text.rsplit_once(')').map_or("", |(_, rest)| rest);
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    let tick = |i: usize| fields.get(i).and_then(|f| f.parse::<u64>().ok());
+    match (tick(11), tick(12)) {
+        (Some(user), Some(system)) => Ok(user + system),
+        _ => Err(format!("{path}: no utime and stime")),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -95,7 +95,20 @@ pub fn awaiting(members: &[i32], input: &InputFile) -> Option<bool> {
         }
         match blocked_on(pid)? {
             Blocked::Running => return Some(false),
-            Blocked::Call(call) => reading |= reads(pid, &call, input)?,
+            Blocked::Call(call) => {
+                let this = reads(pid, &call, input)?;
+                if this {
+                    tracing::debug!(
+                        pid,
+                        ?members,
+                        nr = call.nr,
+                        fd = call.args[0],
+                        name = ?procfs::name(pid),
+                        "blocked reading the input"
+                    );
+                }
+                reading |= this;
+            }
         }
     }
     Some(reading)

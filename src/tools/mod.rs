@@ -62,7 +62,7 @@ impl TerminalServer {
 
     /// Write the audit line of one call: what it named and asked for, never written text
     /// or secret values.
-    fn audit(
+    async fn audit(
         &self,
         tool: &str,
         arguments: &Map<String, Value>,
@@ -119,7 +119,7 @@ impl TerminalServer {
             }
             _ => {}
         }
-        audit.record(AuditLine {
+        let written = audit.record(AuditLine {
             by: By::Agent,
             tool: tool.to_owned(),
             session_id,
@@ -132,6 +132,7 @@ impl TerminalServer {
             details,
             extra: (self.audit_fields)(context),
         });
+        written.settled(audit).await;
     }
 }
 
@@ -227,7 +228,8 @@ impl ServerHandler for TerminalServer {
             Ok(args) => self.dispatch(spec.name, &args, &context).await,
             Err(error) => Err(error),
         };
-        self.audit(spec.name, &arguments, &outcome, began.elapsed(), &context);
+        self.audit(spec.name, &arguments, &outcome, began.elapsed(), &context)
+            .await;
         let result = match outcome {
             Ok(value) => structured(value, false),
             Err(error) => {

@@ -131,11 +131,13 @@ fn typed(body: &[u8]) -> Result<(Vec<u8>, Map<String, Value>), String> {
     }
 }
 
-fn record(view: &View, tool: &str, id: &str, command_id: &str, outcome: Outcome<'_>) {
+/// Write the owner's action to the audit log; the answer waits for the line, as a tool
+/// call's does.
+async fn record(view: &View, tool: &str, id: &str, command_id: &str, outcome: Outcome<'_>) {
     let Some(audit) = &view.settings.audit else {
         return;
     };
-    audit.record(AuditLine {
+    let written = audit.record(AuditLine {
         by: By::Owner,
         tool: tool.to_owned(),
         session_id: Some(id.to_owned()),
@@ -145,6 +147,7 @@ fn record(view: &View, tool: &str, id: &str, command_id: &str, outcome: Outcome<
         details: outcome.details,
         extra: Map::new(),
     });
+    written.settled(audit).await;
 }
 
 struct Outcome<'a> {
@@ -202,7 +205,7 @@ pub async fn input(
         began,
         details,
     };
-    record(&view, tool, &id, &session.command_id, outcome);
+    record(&view, tool, &id, &session.command_id, outcome).await;
     match sent {
         Ok(()) => (
             [(header::CONTENT_TYPE, "application/json")],
@@ -242,7 +245,8 @@ pub async fn terminate(
         &id,
         &session.command_id,
         outcome,
-    );
+    )
+    .await;
     let body = json!({"ok": true, "status": snapshot.status});
     (
         [(header::CONTENT_TYPE, "application/json")],
