@@ -1,6 +1,7 @@
 //! The audit log (SPEC §9): one JSON line per tool call, appended to an owner-chosen file.
 //!
-//! Each line holds the time, tool, session id, command id, outcome (`ok` or the error
+//! Each line holds the time, who acted (`by`: `agent`, or `owner` for what the machine's
+//! owner did from the live view), tool, session id, command id, outcome (`ok` or the error
 //! code) and duration; `terminal_exec` command lines in full; written text only as a byte
 //! count, and a secret only by its name, since either may hold what must not be logged.
 //! The file is opened once with `O_APPEND` (mode 0600, never through a symlink, see
@@ -93,8 +94,16 @@ fn write_lines(path: PathBuf, mut file: File, lines: mpsc::Receiver<Pending>, sh
     }
 }
 
+/// Who acted: the agent through a tool call, or the machine's owner from the live view.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum By {
+    Agent,
+    Owner,
+}
+
 /// One call as the audit log records it.
 pub struct AuditLine {
+    pub by: By,
     pub tool: String,
     pub session_id: Option<String>,
     pub command_id: Option<String>,
@@ -148,6 +157,11 @@ impl AuditLog {
                 .to_string()
                 .into(),
         );
+        let by = match line.by {
+            By::Agent => "agent",
+            By::Owner => "owner",
+        };
+        fields.insert("by".into(), by.into());
         fields.insert("tool".into(), line.tool.into());
         fields.insert("session_id".into(), line.session_id.into());
         fields.insert("command_id".into(), line.command_id.into());

@@ -208,3 +208,16 @@ pub const WEB_MAX_WATCHERS: usize = 64;
 /// and at most this many unspent ones are kept (past it the oldest is void).
 pub const WEB_SIGN_IN_CODE_TTL: Duration = Duration::from_secs(10 * 60);
 pub const WEB_SIGN_IN_CODES_MAX: usize = 16;
+
+/// Owner control (`--web-control`): the per-page tokens a control request must carry; past
+/// this many the oldest page's token is void (that page must be reloaded to act again).
+pub const WEB_PAGE_TOKENS_MAX: usize = 256;
+
+/// `stdio --web` without an address: where the live view listens unless the config's
+/// `web_listen` says otherwise, so its address stays the same from one launch to the next;
+/// when the port is taken, the next free one of this many is used (with a warning).
+pub const WEB_DEFAULT_LISTEN: &str = "127.0.0.1:8766";
+pub const WEB_LISTEN_TRIES: u16 = 20;
+
+/// Recordings played in the live view at once (each holds its parsed file and an emulator).
+pub const WEB_MAX_PLAYERS: usize = 4;

@@ -37,13 +37,18 @@ enum Command {
         /// Owner config (JSON); see `make-config`.
         #[arg(long)]
         config: Option<PathBuf>,
-        /// Also serve the read-only live view of the sessions on this loopback address
-        /// (default 127.0.0.1:0, a free port); the sign-in URL is printed on stderr.
-        #[arg(long, value_name = "ADDR", num_args = 0..=1, default_missing_value = "127.0.0.1:0")]
-        web: Option<String>,
+        /// Also serve the live view of the sessions on this loopback address (default: the
+        /// config's web_listen, else 127.0.0.1:8766, or the next free port); the sign-in URL
+        /// is printed on stderr and written to `web-url` beside the config.
+        #[arg(long, value_name = "ADDR", num_args = 0..=1)]
+        web: Option<Option<String>>,
         /// The token file of the live view (default as for `http`).
         #[arg(long, requires = "web")]
         token_file: Option<PathBuf>,
+        /// Let the owner type into PTY sessions and end sessions from the live view
+        /// (recorded in the audit log as the owner's); read-only without it.
+        #[arg(long, requires = "web")]
+        web_control: bool,
     },
     /// Serve MCP over Streamable HTTP at /mcp, for clients that send the bearer token.
     Http {
@@ -67,6 +72,10 @@ enum Command {
         /// is printed on stderr.
         #[arg(long)]
         web: bool,
+        /// Let the owner type into PTY sessions and end sessions from the live view
+        /// (recorded in the audit log as the owner's); read-only without it.
+        #[arg(long, requires = "web")]
+        web_control: bool,
         /// Milliseconds an MCP session may go without a request before it is closed.
         #[arg(long, hide = true, default_value_t = limits::MCP_SESSION_IDLE.as_millis() as u64)]
         mcp_session_idle_ms: u64,
@@ -76,6 +85,16 @@ enum Command {
         /// Milliseconds a connection may move no byte before it is closed.
         #[arg(long, hide = true, default_value_t = limits::HTTP_IDLE_TIMEOUT.as_millis() as u64)]
         connection_idle_ms: u64,
+    },
+    /// Print a fresh one-time sign-in URL of the running server's live view (its address
+    /// from `web-url` beside the config, asked for with the bearer token).
+    WebUrl {
+        /// The config the server runs with (default: the owner's default config file).
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// The server's token file (default as for `http`).
+        #[arg(long)]
+        token_file: Option<PathBuf>,
     },
     /// Write an owner config with every field at its default, all paths absolute.
     MakeConfig {
@@ -178,15 +197,24 @@ fn main() -> ExitCode {
             config,
             web,
             token_file,
-        } => load_config(config.as_deref())
-            .and_then(|config| {
-                let beside = match web {
-                    Some(listen) => Some(web::prepare_beside(&listen, token_file)?),
-                    None => None,
-                };
-                Ok((config, beside))
-            })
-            .and_then(|(config, beside)| serve(config, Serve::Stdio(beside))),
+            web_control,
+        } => {
+            let url_file = web::url_file(config.as_deref());
+            load_config(config.as_deref())
+                .and_then(|loaded| {
+                    let beside = match web {
+                        Some(listen) => Some(web::prepare_beside(
+                            listen.as_deref(),
+                            loaded.web_listen,
+                            token_file,
+                            url_file,
+                        )?),
+                        None => None,
+                    };
+                    Ok((loaded, beside))
+                })
+                .and_then(|(config, beside)| serve(config, Serve::Stdio(beside, web_control)))
+        }
         Command::Http {
             config,
             listen,
@@ -194,6 +222,7 @@ fn main() -> ExitCode {
             allow_remote,
             allow_origins,
             web,
+            web_control,
             mcp_session_idle_ms,
             header_read_timeout_ms,
             connection_idle_ms,
@@ -206,6 +235,8 @@ fn main() -> ExitCode {
                 allow_origins,
                 mcp_idle: millis(mcp_session_idle_ms),
                 web,
+                web_control,
+                web_url_file: web::url_file(config.as_deref()),
                 connections: access::listener::Limits {
                     connections: limits::HTTP_MAX_CONNECTIONS,
                     header_read: millis(header_read_timeout_ms),
@@ -226,6 +257,14 @@ fn main() -> ExitCode {
             .map(|c| print!("{}", c.summary())),
         Command::Profile { action } => profile(action),
         Command::Guardian { instance } => process::run_guardian(&instance),
+        Command::WebUrl { config, token_file } => web::url_file(config.as_deref())
+            .ok_or_else(|| {
+                "no default config path (neither XDG_CONFIG_HOME nor HOME is set); pass \
+                 --config"
+                    .to_owned()
+            })
+            .and_then(|file| web::fetch_sign_in_url(&file, token_file))
+            .map(|url| println!("{url}")),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -399,8 +438,8 @@ fn make_config(output: Option<&Path>, root: Option<&Path>, shells: bool) -> Resu
 
 /// Which transport MCP is served on.
 enum Serve {
-    /// With the live view beside it, when asked for.
-    Stdio(Option<web::Beside>),
+    /// With the live view beside it, when asked for (and whether the owner controls it).
+    Stdio(Option<web::Beside>, bool),
     Http(http::Prepared),
 }
 
@@ -425,9 +464,13 @@ fn serve(config: Config, transport: Serve) -> Result<(), String> {
         // The one set of terminal sessions every MCP session of this server shares.
         let sessions = Arc::new(Sessions::new(Arc::new(config), reaper, instance.clone()));
         match transport {
-            Serve::Stdio(beside) => {
+            Serve::Stdio(beside, control) => {
                 if let Some(beside) = beside {
-                    web::serve_beside(sessions.clone(), beside)?;
+                    let settings = web::Settings {
+                        control,
+                        audit: audit.clone(),
+                    };
+                    web::serve_beside(sessions.clone(), beside, settings)?;
                 }
                 run(sessions, audit).await
             }

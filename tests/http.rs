@@ -16,86 +16,14 @@ use serde_json::{Value, json};
 mod support;
 
 use support::config::config_with;
-use support::http_server::{BIN, HttpServer as Server};
+use support::http_server::{BIN, HttpServer as Server, initialize};
 use support::stderr::{PATIENCE, Stderr, stderr_of};
+use support::view::{
+    Chromium, LIVE_TEXT, SIGN_IN, browser, code_of, recording_config, sign_in, sign_in_url, view,
+};
 
 /// Every server here logs at trace level: the most a log could give away.
 const LOG: &str = "trace";
-
-impl Server {
-    fn post(&self, body: &Value) -> reqwest::RequestBuilder {
-        reqwest::Client::new()
-            .post(self.url())
-            .header("Content-Type", "application/json")
-            .header("Accept", "application/json, text/event-stream")
-            .body(body.to_string())
-    }
-
-    fn authed(&self, body: &Value) -> reqwest::RequestBuilder {
-        self.post(body).bearer_auth(&self.token)
-    }
-
-    /// Open an MCP session (legacy revision) and return its id.
-    async fn open_session(&self) -> Result<String, (StatusCode, String)> {
-        let response = self.authed(&initialize(1)).send().await.unwrap();
-        let status = response.status();
-        let id = response
-            .headers()
-            .get("mcp-session-id")
-            .map(|v| v.to_str().unwrap().to_string());
-        let body = response.text().await.unwrap();
-        match id {
-            Some(id) if status == StatusCode::OK => {
-                let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
-                let sent = self
-                    .authed(&initialized)
-                    .header("Mcp-Session-Id", &id)
-                    .send()
-                    .await
-                    .unwrap();
-                assert_eq!(sent.status(), StatusCode::ACCEPTED);
-                Ok(id)
-            }
-            _ => Err((status, body)),
-        }
-    }
-
-    /// A terminal_start in MCP session `id`: the terminal session's id, and the result.
-    async fn start_terminal(&self, id: &str, arguments: Value) -> (String, Value) {
-        let started = self.call(id, "terminal_start", arguments).await;
-        let sid = started["structuredContent"]["session_id"]
-            .as_str()
-            .unwrap_or_else(|| panic!("nothing started: {started}"))
-            .to_string();
-        (sid, started)
-    }
-
-    /// A tools/call in session `id`; the JSON-RPC result from the SSE answer.
-    async fn call(&self, id: &str, tool: &str, arguments: Value) -> Value {
-        let request = json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call",
-            "params": {"name": tool, "arguments": arguments}});
-        let response = self
-            .authed(&request)
-            .header("Mcp-Session-Id", id)
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(response.status(), StatusCode::OK);
-        let text = response.text().await.unwrap();
-        text.lines()
-            .filter_map(|l| l.strip_prefix("data: "))
-            .filter_map(|d| serde_json::from_str::<Value>(d).ok())
-            .find(|m| m.get("id") == Some(&json!(7)))
-            .unwrap_or_else(|| panic!("no answer in {text}"))["result"]
-            .clone()
-    }
-}
-
-fn initialize(id: u64) -> Value {
-    json!({"jsonrpc": "2.0", "id": id, "method": "initialize", "params": {
-        "protocolVersion": "2025-11-25", "capabilities": {},
-        "clientInfo": {"name": "http-test", "version": "1"}}})
-}
 
 /// Run `http` to its exit and return (exit code, stderr).
 fn run_to_exit(token_file: &Path, extra: &[&str]) -> (Option<i32>, String) {
@@ -483,65 +411,6 @@ fn without_token_file_the_token_lives_beside_the_default_config() {
 
 // The live view (`--web`, SPEC §11).
 
-const SIGN_IN: &str = "mcp-terminal: live view: ";
-
-/// A client like a browser that has not signed in: it follows no redirect and keeps no
-/// cookie, so each step shows what the server answered.
-fn browser() -> reqwest::Client {
-    reqwest::Client::builder()
-        .redirect(reqwest::redirect::Policy::none())
-        .build()
-        .unwrap()
-}
-
-/// The sign-in URL a server printed, and where its live view lives.
-fn sign_in_url(stderr: &Stderr) -> (String, String) {
-    let url = stderr.line(SIGN_IN).trim_start_matches(SIGN_IN).to_string();
-    let base = url.split("/ui/").next().unwrap().to_string();
-    (url, base)
-}
-
-/// Visit the sign-in URL; the `name=value` of the cookie it sets.
-async fn sign_in(url: &str) -> String {
-    let response = browser().get(url).send().await.unwrap();
-    assert_eq!(response.status(), StatusCode::SEE_OTHER);
-    let cookie = response.headers()["set-cookie"].to_str().unwrap();
-    cookie.split(';').next().unwrap().to_string()
-}
-
-/// GET `path` of the view with `cookie`: status, headers and body.
-async fn view(
-    base: &str,
-    path: &str,
-    cookie: &str,
-) -> (StatusCode, reqwest::header::HeaderMap, String) {
-    let response = browser()
-        .get(format!("{base}{path}"))
-        .header("Cookie", cookie)
-        .send()
-        .await
-        .unwrap();
-    let status = response.status();
-    let headers = response.headers().clone();
-    (status, headers, response.text().await.unwrap())
-}
-
-/// A config with the shells approved and recordings on, in `dir`.
-fn recording_config(dir: &Path) -> String {
-    let recordings = dir.canonicalize().unwrap().join("casts");
-    std::fs::create_dir(&recordings).unwrap();
-    let config = config_with(dir, true, |c| c["recordings_dir"] = json!(recordings));
-    config.display().to_string()
-}
-
-/// The code of a sign-in URL: 32 hex digits.
-fn code_of(url: &str) -> String {
-    let code = url.rsplit_once("?code=").expect("a sign-in code").1;
-    assert_eq!(code.len(), 32, "{url}");
-    assert!(code.bytes().all(|b| b.is_ascii_hexdigit()), "{url}");
-    code.to_string()
-}
-
 #[tokio::test]
 async fn live_view_sign_in_is_a_one_time_code_that_buys_a_cookie_not_the_token() {
     let server = Server::start(&["--listen", "127.0.0.1:0", "--web"], LOG);
@@ -846,6 +715,9 @@ fn stdio_web_serves_the_view_beside_stdio_on_loopback_only() {
         .args(["stdio", "--web", "--token-file"])
         .arg(&token_file)
         .current_dir(dir.path())
+        // Its own HOME: the sign-in URL file goes beside a config of this test's.
+        .env("HOME", dir.path())
+        .env_remove("XDG_CONFIG_HOME")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -887,165 +759,6 @@ fn stdio_web_serves_the_view_beside_stdio_on_loopback_only() {
     assert!(message.contains("not a loopback address"), "{message}");
     assert!(!message.contains(token.trim()), "{message}");
 }
-
-/// Headless Chromium driven over the DevTools protocol on a pipe (`--remote-debugging-pipe`:
-/// commands on its fd 3, answers and events on its fd 4, each message a JSON text ended by
-/// NUL), so the test waits for conditions in the real DOM rather than for a time budget.
-struct Chromium {
-    child: Child,
-    commands: std::fs::File,
-    answers: std::io::BufReader<std::fs::File>,
-    next_id: u64,
-    _profile: tempfile::TempDir,
-}
-
-impl Chromium {
-    /// Chromium, or `None` (skipped, with the reason printed) when it is not installed,
-    /// unless `MCP_TERMINAL_REQUIRE_CHROMIUM=1` (as in CI, which installs it).
-    fn launch() -> Option<Chromium> {
-        use std::os::fd::{AsRawFd, OwnedFd};
-        use std::os::unix::process::CommandExt;
-        let binary = support::extras::chromium();
-        if !binary.exists() {
-            support::extras::missing(
-                "MCP_TERMINAL_REQUIRE_CHROMIUM",
-                &format!("Chromium ({})", binary.display()),
-                "apt-get install chromium",
-            );
-            return None;
-        }
-        let (to_browser, commands): (OwnedFd, OwnedFd) =
-            nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).unwrap();
-        let (answers, from_browser): (OwnedFd, OwnedFd) =
-            nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).unwrap();
-        let (read_end, write_end) = (to_browser.as_raw_fd(), from_browser.as_raw_fd());
-        let profile = tempfile::tempdir().unwrap();
-        let mut command = Command::new(binary);
-        command
-            .args([
-                "--headless",
-                "--no-sandbox",
-                "--disable-gpu",
-                "--no-first-run",
-                "--disable-extensions",
-                "--window-size=1200,800",
-                "--remote-debugging-pipe",
-            ])
-            .arg(format!("--user-data-dir={}", profile.path().display()))
-            .arg("about:blank")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null());
-        // SAFETY: only async-signal-safe calls between fork and exec. Both ends are first
-        // moved above 10 so that placing one at 3 cannot close the other.
-        unsafe {
-            command.pre_exec(move || {
-                let high_read = libc::fcntl(read_end, libc::F_DUPFD, 10);
-                let high_write = libc::fcntl(write_end, libc::F_DUPFD, 10);
-                if high_read < 0
-                    || high_write < 0
-                    || libc::dup2(high_read, 3) < 0
-                    || libc::dup2(high_write, 4) < 0
-                {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
-        }
-        let child = command.spawn().unwrap();
-        drop((to_browser, from_browser));
-        Some(Chromium {
-            child,
-            commands: std::fs::File::from(commands),
-            answers: std::io::BufReader::new(std::fs::File::from(answers)),
-            next_id: 0,
-            _profile: profile,
-        })
-    }
-
-    /// Send a command (to a page when `session` is given) and return its result.
-    fn send(&mut self, session: Option<&str>, method: &str, params: Value) -> Value {
-        use std::io::{BufRead, Write};
-        self.next_id += 1;
-        let id = self.next_id;
-        let mut message = json!({"id": id, "method": method, "params": params});
-        if let Some(session) = session {
-            message["sessionId"] = json!(session);
-        }
-        let mut bytes = message.to_string().into_bytes();
-        bytes.push(0);
-        self.commands.write_all(&bytes).unwrap();
-        loop {
-            let mut raw = Vec::new();
-            let n = self.answers.read_until(0, &mut raw).unwrap();
-            assert!(n > 0, "Chromium closed the DevTools pipe");
-            raw.pop();
-            let answer: Value = serde_json::from_slice(&raw).unwrap();
-            if answer["id"] == json!(id) {
-                assert!(answer.get("error").is_none(), "{method}: {answer}");
-                return answer["result"].clone();
-            }
-        }
-    }
-
-    /// Open `url` in a new tab; the DevTools session of that page.
-    fn open(&mut self, url: &str) -> String {
-        let target = self.send(None, "Target.createTarget", json!({"url": url}));
-        let attached = self.send(
-            None,
-            "Target.attachToTarget",
-            json!({"targetId": target["targetId"], "flatten": true}),
-        );
-        attached["sessionId"].as_str().unwrap().to_string()
-    }
-
-    /// The value of a JavaScript expression in the page.
-    fn eval(&mut self, page: &str, expression: &str) -> Value {
-        let result = self.send(
-            Some(page),
-            "Runtime.evaluate",
-            json!({"expression": expression, "returnByValue": true}),
-        );
-        result["result"]["value"].clone()
-    }
-
-    /// Look at `expression` in the page until it is true; the last text of `show` for the
-    /// failure message.
-    fn until(&mut self, page: &str, expression: &str, show: &str) {
-        let deadline = Instant::now() + PATIENCE;
-        while self.eval(page, expression) != json!(true) {
-            let shown = self.eval(page, show);
-            assert!(
-                Instant::now() < deadline,
-                "`{expression}` never held; the page shows:\n{shown}"
-            );
-            // A look at the DOM every 50 ms: the page updates itself from its own events.
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-
-    fn screenshot(&mut self, page: &str) -> Vec<u8> {
-        use base64::Engine;
-        let shot = self.send(
-            Some(page),
-            "Page.captureScreenshot",
-            json!({"format": "png"}),
-        );
-        base64::engine::general_purpose::STANDARD
-            .decode(shot["data"].as_str().unwrap())
-            .unwrap()
-    }
-}
-
-impl Drop for Chromium {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// The text of the live part of the page.
-const LIVE_TEXT: &str = "document.getElementById('live').textContent";
 
 #[tokio::test(flavor = "multi_thread")]
 async fn live_view_in_chromium_follows_a_pty_screen_and_pipe_output() {

@@ -29,6 +29,12 @@ impl Token {
         bool::from(self.0.as_bytes().ct_eq(presented.as_bytes()))
     }
 
+    /// The `Authorization` header value that presents it (for `mcp-terminal web-url`, the
+    /// one client of this server in this program; never printed).
+    pub fn authorization(&self) -> String {
+        format!("Bearer {}", self.0)
+    }
+
     #[cfg(test)]
     pub fn as_str(&self) -> &str {
         &self.0

@@ -161,6 +161,7 @@ pub fn default_config(root: &Path) -> Config {
         audit_log: None,
         secrets: BTreeMap::new(),
         recordings_dir: None,
+        web_listen: None,
     }
 }
 

@@ -33,6 +33,9 @@ pub struct Config {
     pub secrets: BTreeMap<String, Secret>,
     /// Canonical directory for asciicast recordings.
     pub recordings_dir: Option<PathBuf>,
+    /// Where `stdio --web` serves the live view (a loopback `IP:PORT`; the next free port
+    /// when it is taken).
+    pub web_listen: Option<std::net::SocketAddr>,
 }
 
 /// The owner-tunable limits (SPEC §3), already checked against their ranges and each other.
@@ -193,6 +196,7 @@ impl Config {
                 .map(|(name, s)| (name.clone(), s.to_json()))
                 .collect::<serde_json::Map<String, Value>>(),
             "recordings_dir": self.recordings_dir,
+            "web_listen": self.web_listen.map(|a| a.to_string()),
         })
     }
 

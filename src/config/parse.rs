@@ -131,6 +131,7 @@ pub fn parse_config(value: &Value, default_root: &Path) -> Result<Config, String
         None => None,
         Some(v) => Some(audit_path(absolute_str(v, "audit_log")?)?),
     };
+    let web_listen = f.string("web_listen")?.map(web_listen).transpose()?;
     f.finish()?;
 
     Ok(Config {
@@ -141,7 +142,22 @@ pub fn parse_config(value: &Value, default_root: &Path) -> Result<Config, String
         audit_log,
         secrets,
         recordings_dir,
+        web_listen,
     })
+}
+
+/// `web_listen`: a loopback `IP:PORT` (the live view beside stdio serves this machine only).
+fn web_listen(text: &str) -> Result<std::net::SocketAddr, String> {
+    let address: std::net::SocketAddr = text.parse().map_err(|_| {
+        format!("`web_listen`: `{text}` is not an address of the form IP:PORT (127.0.0.1:8766)")
+    })?;
+    if !address.ip().is_loopback() {
+        return Err(format!(
+            "`web_listen`: `{text}` is not a loopback address; the live view beside stdio \
+             serves this machine only"
+        ));
+    }
+    Ok(address)
 }
 
 fn int(f: &mut Fields, key: &'static str, min: u64, max: u64, default: u64) -> Result<u64, String> {
@@ -673,6 +689,15 @@ mod tests {
             e.starts_with("`commands.p.record`: must be true or false"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn web_listen_is_a_loopback_address() {
+        let c = parse_config(&with(json!({"web_listen": "127.0.0.1:9000"})), &root()).unwrap();
+        assert_eq!(c.web_listen, Some("127.0.0.1:9000".parse().unwrap()));
+        assert!(err(json!({"web_listen": "0.0.0.0:9000"})).contains("not a loopback"));
+        assert!(err(json!({"web_listen": "localhost"})).contains("IP:PORT"));
+        assert!(err(json!({"web_listen": 8766})).contains("must be a string"));
     }
 
     #[test]

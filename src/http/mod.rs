@@ -41,6 +41,10 @@ pub struct Options {
     pub mcp_idle: Duration,
     /// Also serve the live view under `/ui/`.
     pub web: bool,
+    /// Let the owner type into sessions and end them from the live view.
+    pub web_control: bool,
+    /// Where the live view's sign-in URL is written (beside the config).
+    pub web_url_file: Option<PathBuf>,
     pub connections: listener::Limits,
 }
 
@@ -50,6 +54,8 @@ pub struct Prepared {
     access: Arc<Access>,
     mcp_idle: Duration,
     web: bool,
+    web_control: bool,
+    web_url_file: Option<PathBuf>,
     connections: listener::Limits,
 }
 
@@ -63,6 +69,8 @@ pub fn prepare(options: Options) -> Result<Prepared, String> {
         access: Arc::new(access),
         mcp_idle: options.mcp_idle,
         web: options.web,
+        web_control: options.web_control,
+        web_url_file: options.web_url_file,
         connections: options.connections,
     })
 }
@@ -109,12 +117,16 @@ pub async fn serve(
         .map_err(|e| format!("cannot read the bound address: {e}"))?;
 
     let stop_mcp = CancellationToken::new();
+    let settings = crate::web::Settings {
+        control: prepared.web_control,
+        audit: audit.clone(),
+    };
     let server = TerminalServer::new(sessions.clone())
         .with_audit(audit)
         .with_audit_fields(audit_fields);
     let view = prepared
         .web
-        .then(|| crate::web::View::new(sessions.clone(), prepared.access.clone()));
+        .then(|| crate::web::View::new(sessions.clone(), prepared.access.clone(), settings));
     let router = router(server, view.clone(), &prepared, stop_mcp.clone());
     let serving = tokio::spawn(listener::serve(
         listener,
@@ -124,7 +136,11 @@ pub async fn serve(
     ));
     eprintln!("mcp-terminal: listening on http://{bound}/mcp");
     if let Some(view) = view {
-        eprintln!("mcp-terminal: live view: {}", view.sign_in_url(bound));
+        let url = view.sign_in_url(bound);
+        if let Some(file) = &prepared.web_url_file {
+            crate::web::publish(file, &url);
+        }
+        eprintln!("mcp-terminal: live view: {url}");
     }
     tracing::info!(version = env!("CARGO_PKG_VERSION"), "serving MCP over HTTP");
 

@@ -71,6 +71,21 @@ pub struct Screen {
     parser: vt100::Parser<Events>,
     budget: usize,
     reach: (usize, usize),
+    /// The alternate screen as it was when the program last left it (a full-screen
+    /// program's last screen, which leaving wipes), for the live view.
+    last_full: Option<super::StyledScreen>,
+}
+
+/// The sequences that leave the alternate screen.
+const LEAVE_ALTERNATE: [&[u8]; 3] = [b"\x1b[?1049l", b"\x1b[?1047l", b"\x1b[?47l"];
+
+/// Where the first sequence that leaves the alternate screen begins in `bytes`, and its
+/// length.
+fn leaving_alternate(bytes: &[u8]) -> Option<(usize, usize)> {
+    LEAVE_ALTERNATE
+        .iter()
+        .filter_map(|seq| memchr::memmem::find(bytes, seq).map(|at| (at, seq.len())))
+        .min()
 }
 
 #[derive(Debug, Serialize)]
@@ -107,6 +122,7 @@ impl Screen {
             parser: Self::parser(rows, cols, budget, Events::default()),
             budget,
             reach: (usize::from(rows), usize::from(cols)),
+            last_full: None,
         }
     }
 
@@ -131,8 +147,35 @@ impl Screen {
 
     /// Feed terminal output; returns the answers owed to the program, if any.
     pub fn feed(&mut self, bytes: &[u8]) -> Vec<u8> {
-        self.parser.process(bytes);
+        let mut rest = bytes;
+        // Leaving the alternate screen wipes what the program showed there: keep it. A
+        // program's way out often begins by moving to the last line and scrolling (vim),
+        // in the same write as the leaving: when this piece leaves a screen it began on,
+        // keep that screen as the piece found it.
+        let mut before = leaving_alternate(rest).is_some() && self.on_alternate_screen();
+        if before {
+            self.last_full = Some(self.styled());
+        }
+        while let Some((at, len)) = leaving_alternate(rest) {
+            self.parser.process(&rest[..at]);
+            if !std::mem::take(&mut before) && self.on_alternate_screen() {
+                self.last_full = Some(self.styled());
+            }
+            self.parser.process(&rest[at..at + len]);
+            rest = &rest[at + len..];
+        }
+        self.parser.process(rest);
         std::mem::take(&mut self.parser.callbacks_mut().replies)
+    }
+
+    /// The alternate screen as the program last left it, if it ever did.
+    pub fn last_full_screen(&self) -> Option<&super::StyledScreen> {
+        self.last_full.as_ref()
+    }
+
+    /// Whether the alternate screen is shown now.
+    pub fn on_alternate_screen(&self) -> bool {
+        self.parser.screen().alternate_screen()
     }
 
     /// Resize to a size that `fits`. Scrollback is kept while the budget still holds what
@@ -238,6 +281,9 @@ mod tests {
         assert!(v.alternate_screen);
         assert_eq!(v.lines[2], "   full");
         s.feed(b"\x1b[?1049l");
+        let last = s.last_full_screen().expect("the alternate screen it left");
+        let text: String = last.rows[2].iter().map(|span| span.text.as_str()).collect();
+        assert_eq!(text.trim_end(), "   full");
         assert_eq!(s.view(0).lines[0], "hello");
     }
 

@@ -31,7 +31,7 @@ pub struct Span {
     pub style: Style,
 }
 
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct StyledScreen {
     /// One entry per row; trailing blank cells without attributes are left out.
     pub rows: Vec<Vec<Span>>,

@@ -347,7 +347,7 @@ impl Session {
         }
     }
 
-    fn check_writable(&self) -> Result<(), ToolError> {
+    pub(super) fn check_writable(&self) -> Result<(), ToolError> {
         if self.status().is_final() {
             return Err(self.not_running());
         }

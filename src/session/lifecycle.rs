@@ -365,7 +365,7 @@ impl Session {
     }
 
     /// `terminate`, saying why in words (kept for errors about the final session).
-    async fn end(&self, reason: Reason, why: Option<String>, grace_ms: u64) -> Snapshot {
+    pub(super) async fn end(&self, reason: Reason, why: Option<String>, grace_ms: u64) -> Snapshot {
         // A process that already ended on its own (not yet recorded by the supervisor)
         // ended without controller action: it stays EXITED, not TERMINATED.
         let exited = has_exited(self.pid);

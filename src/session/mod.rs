@@ -44,7 +44,7 @@ pub use io::ReadFrom;
 pub use manager::{Sessions, StartRequest};
 pub use run::RunResult;
 pub use shell::{Command, ExecRequest, ExecResult, OnTimeout};
-pub use state::{Reason, Snapshot, Status};
+pub use state::{Reason, Snapshot, Status, timestamp};
 pub use terminal::Target;
 pub use wait::{Streams, WaitRequest};
 pub use waiting::{Foreground, Waiting};

@@ -108,6 +108,8 @@ pub struct State {
     discarded: bool,
     /// A shell profile's shell.
     shell: Option<Track>,
+    /// When the machine's owner last typed into the session from the live view.
+    owner_input_at: Option<SystemTime>,
 }
 
 impl State {
@@ -131,6 +133,7 @@ impl State {
             holding: [false; 2],
             discarded: false,
             shell: None,
+            owner_input_at: None,
         }
     }
 
@@ -210,6 +213,16 @@ impl State {
 
     pub fn final_since(&self) -> Option<Instant> {
         self.final_at.map(|(at, _)| at)
+    }
+
+    /// When the session became final, by the clock.
+    pub fn ended_at(&self) -> Option<SystemTime> {
+        self.final_at.map(|(_, at)| at)
+    }
+
+    /// Why the controller ended the session, in words, when it said.
+    pub fn why(&self) -> Option<&str> {
+        self.why.as_deref()
     }
 
     /// Why and when the session ended (or that it is ending), for errors about it.
@@ -298,6 +311,12 @@ impl State {
     pub fn wrote(&mut self) {
         self.touched();
         self.last_input = Instant::now();
+    }
+
+    /// The owner typed into the program from the live view.
+    pub fn owner_wrote(&mut self) {
+        self.wrote();
+        self.owner_input_at = Some(SystemTime::now());
     }
 
     /// The controller starts ending a running session, for `reason` (and `why`, in words);
@@ -406,6 +425,9 @@ pub struct Snapshot {
     /// The program in its foreground (a terminal's foreground group leader; on pipes the
     /// session's leader); null once it ended.
     pub foreground: Option<super::Foreground>,
+    /// When the machine's owner last typed into the session from the live view (null:
+    /// never); what the owner's keys caused is ordinary output.
+    pub owner_input_at: Option<String>,
 }
 
 pub struct Names<'a> {
@@ -444,6 +466,7 @@ pub fn snapshot(id: &Names, s: &State) -> Snapshot {
         recording: None,
         awaiting_input: None,
         foreground: None,
+        owner_input_at: s.owner_input_at.map(timestamp),
     }
 }
 

@@ -1,15 +1,26 @@
 //! What the live view reads of a session: the same state the tools read, looked at without
-//! touching it. Nothing here names the session (its idle time runs on), acknowledges a cursor
-//! (a paused session stays paused) or writes anything.
+//! touching it. Nothing here names the session (its idle time runs on) or acknowledges a
+//! cursor (a paused session stays paused). The owner's own actions (`owner_send`,
+//! `owner_terminate`, only with `--web-control`) are the one way the view changes a session,
+//! and each leaves its mark where the agent sees it.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use tokio::sync::watch;
 
 use super::pages::Evicted;
-use super::{Command, Origin, Session, Sessions};
+use super::{Command, Origin, Reason, Session, Sessions, Snapshot};
+use crate::errors::ToolError;
+use crate::limits::GRACE_DEFAULT_MS;
 use crate::output::{Entry, StyledScreen, strip_entries};
+
+/// How a final session ended, beyond its snapshot.
+pub struct Ending {
+    pub at: SystemTime,
+    /// Why the controller ended it, in words, when it said.
+    pub why: Option<String>,
+}
 
 impl Sessions {
     /// A retained session, looked up without naming it (its idle time runs on).
@@ -38,6 +49,57 @@ impl Session {
         })
     }
 
+    /// When and why the session ended; `None` while it runs.
+    pub fn ending_facts(&self) -> Option<Ending> {
+        self.inspect(|s| {
+            Some(Ending {
+                at: s.ended_at()?,
+                why: s.why().map(str::to_owned),
+            })
+        })
+    }
+
+    /// When the session started.
+    pub fn started_at(&self) -> SystemTime {
+        self.created_at
+    }
+
+    /// The output between two cursors (what is still held), without escape sequences.
+    pub fn output_range(&self, from: u64, to: u64) -> Vec<Entry> {
+        let mut entries: Vec<Entry> = Vec::new();
+        for page in self.pages(from, Evicted::Skip).map_while(Result::ok) {
+            let past = page.entries.last().is_some_and(|e| e.cursor >= to);
+            for mut entry in page.entries.into_iter().filter(|e| e.cursor < to) {
+                // An entry that runs past `to` is cut there (cursors count characters).
+                let keep = usize::try_from(to - entry.cursor).unwrap_or(usize::MAX);
+                if let Some((at, _)) = entry.text.char_indices().nth(keep) {
+                    entry.text.truncate(at);
+                }
+                entries.push(entry);
+            }
+            if past {
+                break;
+            }
+        }
+        strip_entries(&mut entries);
+        entries
+    }
+
+    /// The owner typed `bytes` from the live view: marked in the snapshot
+    /// (`owner_input_at`) before they are written, so anything they cause comes after it.
+    pub async fn owner_send(&self, bytes: &[u8]) -> Result<(), ToolError> {
+        self.check_writable()?;
+        self.update(|s| s.owner_wrote());
+        let never = tokio_util::sync::CancellationToken::new();
+        self.send(bytes, false, &never).await.map(|_| ())
+    }
+
+    /// The owner ended the session from the live view.
+    pub async fn owner_terminate(&self) -> Snapshot {
+        let why = "the machine's owner ended it from the live view".to_owned();
+        self.end(Reason::User, Some(why), GRACE_DEFAULT_MS).await
+    }
+
     /// How long ago the session started.
     pub fn age(&self) -> Duration {
         self.created_at.elapsed().unwrap_or_default()
@@ -47,6 +109,17 @@ impl Session {
     pub fn styled_screen(&self) -> Option<StyledScreen> {
         let screen = self.screen.as_ref()?;
         Some(screen.lock().unwrap_or_else(|e| e.into_inner()).styled())
+    }
+
+    /// A PTY session's last full screen: the alternate screen as the program left it
+    /// (leaving wipes it), while the main screen is shown; `None` otherwise.
+    pub fn last_full_screen(&self) -> Option<StyledScreen> {
+        let screen = self.screen.as_ref()?;
+        let screen = screen.lock().unwrap_or_else(|e| e.into_inner());
+        if screen.on_alternate_screen() {
+            return None;
+        }
+        screen.last_full_screen().cloned()
     }
 
     /// The newest output (at most `chars` characters of it, then its last `lines` lines),

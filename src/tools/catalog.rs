@@ -279,6 +279,7 @@ fn exec_spec(config: &Config) -> Option<ToolSpec> {
             "exit_code": {"type": ["integer", "null"]},
             "still_running": {"type": "boolean"},
             "foreground": {"type": ["object", "null"], "properties": {"pid": {"type": "integer"}, "name": {"type": ["string", "null"]}}},
+        "owner_input_at": {"type": ["string", "null"], "format": "date-time"},
             "screen": {"type": ["array", "null"], "items": {"type": "string"}},
             "start_cursor": {"type": "integer", "minimum": 0},
             "end_cursor": {"type": "integer", "minimum": 0},

@@ -4,7 +4,7 @@
 
 mod calls;
 mod catalog;
-mod keys;
+pub mod keys;
 mod params;
 
 use std::sync::Arc;
@@ -19,7 +19,7 @@ use rmcp::{ErrorData, RoleServer, ServerHandler};
 use serde::Serialize;
 use serde_json::{Map, Value};
 
-use crate::audit::{AuditLine, AuditLog};
+use crate::audit::{AuditLine, AuditLog, By};
 use crate::errors::ToolError;
 use crate::session::Sessions;
 use catalog::{ToolSpec, catalog};
@@ -120,6 +120,7 @@ impl TerminalServer {
             _ => {}
         }
         let written = audit.record(AuditLine {
+            by: By::Agent,
             tool: tool.to_owned(),
             session_id,
             command_id,

@@ -172,6 +172,17 @@ pub async fn require_viewer(
     unauthorized(false)
 }
 
+/// What anyone may fetch (the style sheet, script and icon of the sign-in page): served
+/// regardless, but a request that carries the view's cookie or the token still marks its
+/// connection as a signed-in one, as every other route does.
+pub async fn note_viewer(State(view): State<Arc<View>>, request: Request, next: Next) -> Response {
+    let headers = request.headers();
+    if view.sign_in.cookie_ok(headers) || view.access.bearer_ok(headers) {
+        crate::access::listener::prove(&request);
+    }
+    next.run(request).await
+}
+
 fn unauthorized(spent_code: bool) -> Response {
     (
         StatusCode::UNAUTHORIZED,
@@ -181,9 +192,14 @@ fn unauthorized(spent_code: bool) -> Response {
         .into_response()
 }
 
-/// Read-only by construction: nothing under `/ui/` takes any method but GET and HEAD.
-pub async fn only_reads(request: Request, next: Next) -> Response {
-    if request.method() == Method::GET || request.method() == Method::HEAD {
+/// Read-only unless the owner turned control on: without `--web-control` nothing under
+/// `/ui/` takes any method but GET and HEAD.
+pub async fn only_reads(State(view): State<Arc<View>>, request: Request, next: Next) -> Response {
+    let method = request.method();
+    if method == Method::GET
+        || method == Method::HEAD
+        || (method == Method::POST && view.settings.control)
+    {
         return next.run(request).await;
     }
     (

@@ -1,37 +1,57 @@
-//! The live view (`--web`): a read-only web page of the sessions for the person who owns
-//! the machine, under `/ui/` beside `/mcp` (`http --web`) or on its own loopback address
-//! beside stdio (`stdio --web`), with the same token and the same Host/Origin rules.
+//! The live view (`--web`): web pages of the sessions for the person who owns the machine,
+//! under `/ui/` beside `/mcp` (`http --web`) or on its own loopback address beside stdio
+//! (`stdio --web`), with the same token and the same Host/Origin rules.
 //!
 //! Flow at a glance: `auth` signs a browser in with the one-time code of a printed URL and
-//! guards every route;
-//! `pages` renders the session list and a session's page (its PTY screen in colour, or its
-//! pipe output tail by stream) from the same state the tools read; `live` streams fresh
-//! renderings as Server-Sent Events; `assets` is the one style sheet and script. Nothing
-//! here can write to, signal or end a session: every route is GET.
+//! guards every route; `address` picks where the view beside stdio listens and publishes the
+//! sign-in URL (`mcp-terminal web-url` asks for a fresh one); `pages` renders the session
+//! list and a session's page (its PTY screen in colour, or its pipe output tail by stream)
+//! from the same state the tools read, and `history` what ran and how the session started
+//! and ended; `live` streams fresh renderings as Server-Sent Events; `replay` plays a
+//! recording through the server's emulator and `player` streams its frames the same way;
+//! `assets` is the one style sheet, script and icon. Read-only by default: every route is
+//! GET, and only with `--web-control` does `control` take the owner's keys and terminations
+//! (POST, same origin, a page token).
 
+mod address;
 mod assets;
 mod auth;
+mod control;
+mod history;
 mod live;
 mod pages;
+mod player;
+mod replay;
 
-use std::net::{SocketAddr, TcpListener, ToSocketAddrs};
-use std::path::PathBuf;
+use std::net::SocketAddr;
 use std::sync::Arc;
 
 use axum::Router;
-use axum::extract::{Path, State};
-use axum::http::{HeaderValue, StatusCode, header};
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::middleware::{from_fn, from_fn_with_state};
 use axum::response::{Html, IntoResponse, Redirect, Response};
-use axum::routing::{any, get};
+use axum::routing::{any, get, post};
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
-use crate::access::{self, Access, guard, listener};
+pub use address::{Beside, fetch_sign_in_url, prepare_beside, publish, url_file};
+
+use crate::access::{Access, guard, listener};
+use crate::audit::AuditLog;
 use crate::limits::{
     HTTP_HEADER_READ_TIMEOUT, HTTP_IDLE_TIMEOUT, HTTP_MAX_CONNECTIONS, WEB_MAX_WATCHERS,
 };
 use crate::session::Sessions;
+
+/// How the owner set up the view.
+#[derive(Default)]
+pub struct Settings {
+    /// `--web-control`: the owner may type into PTY sessions and end sessions.
+    pub control: bool,
+    /// Where the owner's actions are recorded, beside the agent's tool calls.
+    pub audit: Option<Arc<AuditLog>>,
+}
 
 /// What every route of the view shares.
 pub struct View {
@@ -39,16 +59,34 @@ pub struct View {
     access: Arc<Access>,
     sign_in: auth::SignIn,
     watchers: Arc<Semaphore>,
+    settings: Settings,
+    page_tokens: control::PageTokens,
+    players: Arc<Semaphore>,
 }
 
 impl View {
-    pub fn new(sessions: Arc<Sessions>, access: Arc<Access>) -> Arc<View> {
+    pub fn new(sessions: Arc<Sessions>, access: Arc<Access>, settings: Settings) -> Arc<View> {
         Arc::new(View {
             sessions,
             access,
             sign_in: auth::SignIn::new(),
             watchers: Arc::new(Semaphore::new(WEB_MAX_WATCHERS)),
+            settings,
+            page_tokens: control::PageTokens::default(),
+            players: Arc::new(Semaphore::new(crate::limits::WEB_MAX_PLAYERS)),
         })
+    }
+
+    /// Where the recording `name` is, if it is one the server made for a retained session
+    /// (no other name reaches the file system).
+    fn recording_path(&self, name: &str) -> Option<std::path::PathBuf> {
+        let known = self
+            .sessions
+            .retained()
+            .iter()
+            .any(|s| s.snapshot().recording.as_deref() == Some(name));
+        let dir = self.sessions.config.recordings_dir.as_ref()?;
+        known.then(|| dir.join(name))
     }
 
     /// A sign-in URL with a fresh one-time code, for a server bound to `bound` (an
@@ -67,24 +105,37 @@ impl View {
     }
 }
 
-/// The `/ui/` routes, guarded (only GET/HEAD, a signed-in viewer, the page headers); the
-/// caller adds the Host/Origin rules around them.
+/// The `/ui/` routes, guarded (GET/HEAD, and the owner's POSTs only with control on; a
+/// signed-in viewer; the page headers); the caller adds the Host/Origin rules around them.
 pub fn router(view: Arc<View>) -> Router {
-    Router::new()
+    // What the sign-in page itself needs, served to anyone: nothing in it is the owner's.
+    let public = Router::new()
+        .route("/ui/style.css", get(style))
+        .route("/ui/app.js", get(script))
+        .route("/favicon.ico", get(favicon))
+        .route_layer(from_fn_with_state(view.clone(), auth::note_viewer))
+        .route_layer(from_fn(auth::page_headers))
+        .with_state(view.clone());
+    let guarded = Router::new()
         .route("/ui", get(|| async { Redirect::to("/ui/") }))
         .route("/ui/", get(index))
         .route("/ui/events", get(live::list_events))
         .route("/ui/sessions/{id}", get(session))
         .route("/ui/sessions/{id}/events", get(live::session_events))
+        .route("/ui/sessions/{id}/output", get(output))
+        .route("/ui/sessions/{id}/input", post(control::input))
+        .route("/ui/sessions/{id}/terminate", post(control::terminate))
         .route("/ui/recordings/{name}", get(recording))
-        .route("/ui/style.css", get(style))
-        .route("/ui/app.js", get(script))
+        .route("/ui/recordings/{name}/play", get(player::page))
+        .route("/ui/recordings/{name}/frames", get(player::frames))
+        .route("/ui/sign-in-url", get(fresh_sign_in_url))
         .route("/ui/{*rest}", any(unknown))
         // Route layers: paths outside `/ui` (the MCP endpoint's fallback) are not touched.
         .route_layer(from_fn_with_state(view.clone(), auth::require_viewer))
-        .route_layer(from_fn(auth::only_reads))
+        .route_layer(from_fn_with_state(view.clone(), auth::only_reads))
         .route_layer(from_fn(auth::page_headers))
-        .with_state(view)
+        .with_state(view);
+    guarded.merge(public)
 }
 
 async fn index(State(view): State<Arc<View>>) -> Html<String> {
@@ -93,7 +144,46 @@ async fn index(State(view): State<Arc<View>>) -> Html<String> {
 
 async fn session(State(view): State<Arc<View>>, Path(id): Path<String>) -> Response {
     match view.sessions.find(&id) {
-        Some(session) => Html(pages::session_page(&session)).into_response(),
+        Some(session) => {
+            let token = view
+                .settings
+                .control
+                .then(|| view.page_tokens.issue(&session.id));
+            Html(pages::session_page(&session, token.as_deref())).into_response()
+        }
+        None => (
+            StatusCode::NOT_FOUND,
+            pages::not_found(&format!("No session {id} is retained.")),
+        )
+            .into_response(),
+    }
+}
+
+/// A range of a session's output (`?from=CURSOR&to=CURSOR`, `to` open when absent): what a
+/// command of its history printed.
+async fn output(
+    State(view): State<Arc<View>>,
+    Path(id): Path<String>,
+    Query(query): Query<std::collections::HashMap<String, String>>,
+) -> Response {
+    let cursor = |name: &str| query.get(name).map(|v| v.parse::<u64>());
+    let (from, to) = match (cursor("from"), cursor("to")) {
+        (Some(Ok(from)), None) => (from, u64::MAX),
+        (Some(Ok(from)), Some(Ok(to))) if to >= from => (from, to),
+        _ => {
+            return (
+                StatusCode::BAD_REQUEST,
+                pages::refusal(
+                    "Bad request",
+                    "The output range needs `from` (a cursor) and optionally `to` (a cursor \
+                     not before it).",
+                ),
+            )
+                .into_response();
+        }
+    };
+    match view.sessions.find(&id) {
+        Some(session) => Html(pages::output_page(&session, from, to)).into_response(),
         None => (
             StatusCode::NOT_FOUND,
             pages::not_found(&format!("No session {id} is retained.")),
@@ -104,20 +194,14 @@ async fn session(State(view): State<Arc<View>>, Path(id): Path<String>) -> Respo
 
 /// A retained session's asciicast file; only names the server gave its own recordings.
 async fn recording(State(view): State<Arc<View>>, Path(name): Path<String>) -> Response {
-    let known = view
-        .sessions
-        .retained()
-        .iter()
-        .any(|s| s.snapshot().recording.as_deref() == Some(name.as_str()));
-    let dir = view.sessions.config.recordings_dir.as_ref();
-    let (Some(dir), true) = (dir, known) else {
+    let Some(path) = view.recording_path(&name) else {
         return (
             StatusCode::NOT_FOUND,
             pages::not_found(&format!("No recording {name} of a retained session.")),
         )
             .into_response();
     };
-    match tokio::fs::read(dir.join(&name)).await {
+    match tokio::fs::read(path).await {
         Ok(bytes) => {
             let disposition = HeaderValue::from_str(&format!("attachment; filename=\"{name}\""))
                 .unwrap_or(HeaderValue::from_static("attachment"));
@@ -141,11 +225,33 @@ async fn recording(State(view): State<Arc<View>>, Path(name): Path<String>) -> R
     }
 }
 
+/// A fresh sign-in URL for `mcp-terminal web-url`: only for the bearer token (a browser's
+/// cookie gets none), on the address the request was sent to.
+async fn fresh_sign_in_url(State(view): State<Arc<View>>, headers: HeaderMap) -> Response {
+    let host = headers.get(header::HOST).and_then(|h| h.to_str().ok());
+    match host {
+        Some(host) if view.access.bearer_ok(&headers) => (
+            [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+            format!("http://{host}/ui/?code={}\n", view.sign_in.issue()),
+        )
+            .into_response(),
+        _ => (
+            StatusCode::FORBIDDEN,
+            "Forbidden: a sign-in URL is issued only to the bearer token (mcp-terminal web-url).\n",
+        )
+            .into_response(),
+    }
+}
+
 async fn style() -> impl IntoResponse {
     (
         [(header::CONTENT_TYPE, "text/css; charset=utf-8")],
         assets::style_sheet(),
     )
+}
+
+async fn favicon() -> impl IntoResponse {
+    ([(header::CONTENT_TYPE, "image/svg+xml")], assets::FAVICON)
 }
 
 async fn script() -> impl IntoResponse {
@@ -163,44 +269,22 @@ async fn unknown() -> Response {
         .into_response()
 }
 
-/// `stdio --web [ADDR]`: the view on its own address, checked and bound before serving.
-pub struct Beside {
-    listener: TcpListener,
-    access: Arc<Access>,
-}
-
-/// Check `listen` (loopback only), load the token, bind; errors are usage errors (exit 2).
-pub fn prepare_beside(listen: &str, token_file: Option<PathBuf>) -> Result<Beside, String> {
-    let address = listen
-        .to_socket_addrs()
-        .ok()
-        .and_then(|mut a| a.next())
-        .ok_or_else(|| format!("--web `{listen}` is not an address of the form IP:PORT"))?;
-    if !address.ip().is_loopback() {
-        return Err(format!(
-            "--web `{listen}` is not a loopback address; the live view beside stdio serves \
-             this machine only"
-        ));
-    }
-    let token = access::load_token(token_file)?;
-    let listener = TcpListener::bind(address)
-        .and_then(|l| l.set_nonblocking(true).map(|()| l))
-        .map_err(|e| format!("cannot listen on {address}: {e}"))?;
-    Ok(Beside {
-        listener,
-        access: Arc::new(Access::new(token, false, &[])),
-    })
-}
-
 /// Serve the view beside stdio until the process ends; prints the sign-in URL.
-pub fn serve_beside(sessions: Arc<Sessions>, beside: Beside) -> Result<(), String> {
+pub fn serve_beside(
+    sessions: Arc<Sessions>,
+    beside: Beside,
+    settings: Settings,
+) -> Result<(), String> {
     let listener = tokio::net::TcpListener::from_std(beside.listener)
         .map_err(|e| format!("cannot serve the live view: {e}"))?;
     let bound = listener
         .local_addr()
         .map_err(|e| format!("cannot read the bound address: {e}"))?;
-    let view = View::new(sessions, beside.access.clone());
+    let view = View::new(sessions, beside.access.clone(), settings);
     let url = view.sign_in_url(bound);
+    if let Some(file) = &beside.url_file {
+        address::publish(file, &url);
+    }
     let app = router(view).layer(from_fn_with_state(beside.access, guard::browser_rules));
     let limits = listener::Limits {
         connections: HTTP_MAX_CONNECTIONS,

@@ -6,7 +6,7 @@ use std::fmt::Write;
 use std::time::Duration;
 
 use crate::output::{Colour, Entry, Span, Stream, Style, StyledScreen};
-use crate::session::{Session, Snapshot};
+use crate::session::{Reason, Session, Snapshot};
 
 /// `text` safe as HTML text and inside a double-quoted attribute.
 pub fn escape(text: &str) -> String {
@@ -26,18 +26,31 @@ pub fn escape(text: &str) -> String {
     out
 }
 
-/// A whole page: `live` is replaced by each update from `events`.
+/// A whole page: `live` is replaced by each update from `events`; `after` follows it and
+/// is never replaced (the owner's controls keep what is typed in them).
 fn page(title: &str, events: Option<&str>, live: &str) -> String {
+    page_with(title, events, live, "", "")
+}
+
+fn page_with(
+    title: &str,
+    events: Option<&str>,
+    live: &str,
+    body_data: &str,
+    after: &str,
+) -> String {
     let events = events
         .map(|url| format!(" data-events=\"{}\"", escape(url)))
         .unwrap_or_default();
     format!(
         "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
          <meta name=\"viewport\" content=\"width=device-width\">\
-         <title>{}</title><link rel=\"stylesheet\" href=\"/ui/style.css\"></head>\
-         <body{events}><header><a href=\"/ui/\">mcp-terminal</a> · live view \
+         <title>{}</title><link rel=\"icon\" href=\"/favicon.ico\" type=\"image/svg+xml\">\
+         <link rel=\"stylesheet\" href=\"/ui/style.css\"></head>\
+         <body{events}{body_data}><header><a href=\"/ui/\">mcp-terminal</a> · live view \
          <span id=\"state\" class=\"state\"></span></header>\
-         <main id=\"live\">{live}</main><script src=\"/ui/app.js\"></script></body></html>\n",
+         <main><div id=\"live\">{live}</div>{after}</main>\
+         <script src=\"/ui/app.js\"></script></body></html>\n",
         escape(title)
     )
 }
@@ -59,22 +72,34 @@ pub fn sign_in_needed(spent_code: bool) -> axum::response::Html<String> {
         "mcp-terminal: sign in",
         None,
         &format!(
-            "<h1>Sign in to the live view</h1>{spent}<p>Open the address the server printed \
-             on its standard error, the line <code>mcp-terminal: live view: \
-             http://127.0.0.1:PORT/ui/?code=…</code>, within {minutes} minutes of its start. Its \
-             code works once: it signs this browser in with a cookie that lasts until the \
-             server stops. Scripts may send <code>Authorization: Bearer &lt;token&gt;</code> \
-             instead, with the token from the server's token file.</p>"
+            "<div class=\"signin\"><h1>Sign in to the live view</h1>{spent}<p>This is the \
+             live view of mcp-terminal, for the person who owns this machine. To sign in, \
+             open a sign-in address of the running server:</p><ol><li>Run \
+             <code>mcp-terminal web-url</code> (with <code>--config PATH</code> if the server \
+             runs with one): it prints a fresh one.</li><li>Or open the one in the file \
+             <code>web-url</code> beside the server's config, or the one it printed on its \
+             standard error (<code>mcp-terminal: live view: \
+             http://127.0.0.1:PORT/ui/?code=…</code>), within {minutes} minutes of its \
+             start.</li></ol><p>A code works once: it signs this browser in with a cookie that \
+             lasts until the server stops. Scripts may send <code>Authorization: Bearer \
+             &lt;token&gt;</code> instead, with the token from the server's token file.</p>\
+             </div>"
         ),
     ))
 }
 
 pub fn not_found(what: &str) -> axum::response::Html<String> {
+    refusal("Not found", what)
+}
+
+/// A page saying why a request was refused (`heading`, then `what` in words).
+pub fn refusal(heading: &str, what: &str) -> axum::response::Html<String> {
     axum::response::Html(page(
-        "mcp-terminal: not found",
+        &format!("mcp-terminal: {}", heading.to_lowercase()),
         None,
         &format!(
-            "<h1>Not found</h1><p>{}</p><p><a href=\"/ui/\">All sessions</a></p>",
+            "<h1>{}</h1><p>{}</p><p><a href=\"/ui/\">All sessions</a></p>",
+            escape(heading),
             escape(what)
         ),
     ))
@@ -88,15 +113,60 @@ pub fn list_page(sessions: &[std::sync::Arc<Session>]) -> String {
     )
 }
 
-pub fn session_page(session: &Session) -> String {
-    page(
+/// A session's page; `control` is the page's token when the owner may act on it.
+pub fn session_page(session: &Session, control: Option<&str>) -> String {
+    let (data, after) = match control {
+        Some(token) => (
+            format!(" data-csrf=\"{}\"", escape(token)),
+            controls(session),
+        ),
+        None => (String::new(), String::new()),
+    };
+    page_with(
         &format!("mcp-terminal: {} {}", session.command_id, session.id),
         Some(&format!("/ui/sessions/{}/events", session.id)),
         &session_view(session),
+        &format!(" data-session=\"{}\"{data}", escape(&session.id)),
+        &after,
     )
 }
 
-fn age(d: Duration) -> String {
+/// The owner's controls (`--web-control`): typing and keys for a terminal, and ending the
+/// session. The script posts them with the page's token.
+fn controls(session: &Session) -> String {
+    let typing = if session.mode == crate::config::Mode::Pty {
+        let keys = [
+            "Enter",
+            "Tab",
+            "Escape",
+            "Backspace",
+            "Up",
+            "Down",
+            "Left",
+            "Right",
+            "C-c",
+            "C-d",
+        ]
+        .iter()
+        .map(|k| format!("<button type=\"button\" class=\"key\" data-key=\"{k}\">{k}</button>"))
+        .collect::<String>();
+        format!(
+            "<form id=\"type\" autocomplete=\"off\"><label>Type into the terminal \
+             <input id=\"text\" name=\"text\" size=\"40\"></label> \
+             <button type=\"submit\">Send</button> <label><input type=\"checkbox\" \
+             id=\"enter\" checked> with Enter</label></form><p class=\"keys\">{keys}</p>"
+        )
+    } else {
+        String::new()
+    };
+    format!(
+        "<section id=\"control\" class=\"control\"><h2>Owner control</h2>{typing}\
+         <p><button type=\"button\" id=\"terminate\">Terminate the session</button> \
+         <span id=\"control-result\" class=\"none\"></span></p></section>"
+    )
+}
+
+pub fn age(d: Duration) -> String {
     let s = d.as_secs();
     match s {
         0..60 => format!("{s}s"),
@@ -105,22 +175,61 @@ fn age(d: Duration) -> String {
     }
 }
 
+/// How it ended: the exit code or the signal, and beside it the reason when the
+/// controller ended it (`SIGTERM (timeout)`).
 fn ending(s: &Snapshot) -> String {
-    match (s.exit_code, s.exit_signal) {
+    let how = match (s.exit_code, s.exit_signal) {
         (Some(code), _) => format!("exit {code}"),
         (None, Some(signal)) => signal.to_owned(),
         (None, None) => String::new(),
+    };
+    match s.termination_reason {
+        Some(reason) if reason != Reason::Natural && !how.is_empty() => {
+            format!("{how} ({})", reason.as_str())
+        }
+        _ => how,
     }
 }
 
 fn recording_link(s: &Snapshot) -> String {
     match &s.recording {
         Some(name) => format!(
-            "<a class=\"recording\" href=\"/ui/recordings/{0}\">{0}</a>",
+            "<a class=\"play\" href=\"/ui/recordings/{0}/play\">▶ play</a> \
+             <a class=\"recording\" href=\"/ui/recordings/{0}\">{0}</a>",
             escape(name)
         ),
         None => String::new(),
     }
+}
+
+/// The player of recording `name`: its first frame, the controls, and the download.
+pub fn player_page(name: &str, duration: f64, first: &StyledScreen) -> String {
+    let name = escape(name);
+    let mut screen = String::new();
+    screen_fragment(first, &mut screen);
+    let after = format!(
+        "<div class=\"player\"><button type=\"button\" id=\"play\">Play</button> \
+         <input type=\"range\" id=\"seek\" min=\"0\" max=\"{duration:.3}\" step=\"0.01\" \
+         value=\"0\"> <span id=\"time\">0.0</span> / {duration:.1} s \
+         <label>speed <select id=\"speed\"><option>0.5</option><option selected>1</option>\
+         <option>2</option><option>4</option><option>8</option></select></label> \
+         <a href=\"/ui/recordings/{name}\" download>download .cast</a></div>"
+    );
+    let live = format!(
+        "<h1>Recording <span class=\"id\">{name}</span></h1><div id=\"frame\">{screen}</div>"
+    );
+    page_with(
+        &format!("mcp-terminal: recording {name}"),
+        None,
+        &live,
+        &format!(" data-player=\"/ui/recordings/{name}/frames\" data-duration=\"{duration:.3}\""),
+        &after,
+    )
+}
+
+/// A screen as the player shows each frame: the same rendering as a live session's.
+pub fn screen_fragment(screen: &StyledScreen, out: &mut String) {
+    screen_html(screen, "screen", true, out);
 }
 
 /// The session table, newest first.
@@ -170,8 +279,23 @@ pub fn session_view(session: &Session) -> String {
         output = s.next_cursor,
         recording = recording_link(&s),
     );
+    super::history::origin_html(session, &s, &mut out);
+    super::history::history_html(session, &mut out);
     match session.styled_screen() {
-        Some(screen) => screen_html(&screen, &mut out),
+        Some(screen) => {
+            let ended = s.status.is_final();
+            // A full-screen program that ended (vim after `:wq`) wiped its screen on the
+            // way out: show what it showed last, then the terminal as it was left.
+            if let Some(last) = session.last_full_screen().filter(|_| ended) {
+                out.push_str(
+                    "<h2>Last full screen</h2><p class=\"note\">What the program showed last, \
+                     before it left its full screen at the end.</p>",
+                );
+                screen_html(&last, "screen last", false, &mut out);
+                out.push_str("<h2>The terminal as it was left</h2>");
+            }
+            screen_html(&screen, "screen", !ended, &mut out);
+        }
         None => tail_html(
             &session.output_tail(crate::limits::WEB_TAIL_CHARS, crate::limits::WEB_TAIL_LINES),
             &mut out,
@@ -180,20 +304,61 @@ pub fn session_view(session: &Session) -> String {
     out
 }
 
-fn screen_html(screen: &StyledScreen, out: &mut String) {
+/// The output of a session between two cursors, on a page of its own.
+pub fn output_page(session: &Session, from: u64, to: u64) -> String {
+    let base = session.snapshot().base_cursor;
+    let entries = session.output_range(from, to);
+    let shown = if to == u64::MAX {
+        format!("from char {from}")
+    } else {
+        format!("chars {from}–{to}")
+    };
+    let mut live = format!(
+        "<h1>{command} <span class=\"id\">{id}</span></h1><p class=\"facts\">Output {shown}. \
+         <a href=\"/ui/sessions/{id}\">Back to the session</a></p>",
+        command = escape(&session.command_id),
+        id = escape(&session.id),
+    );
+    if from < base {
+        let _ = write!(
+            live,
+            "<p class=\"note\">The output before char {base} was evicted from the buffer; \
+             what is still held is shown.</p>"
+        );
+    }
+    tail_html(&entries, &mut live);
+    page(&format!("mcp-terminal: {} output", session.id), None, &live)
+}
+
+/// A screen in a box of class `class`; `cursor`: show the cursor (not once it ended).
+fn screen_html(screen: &StyledScreen, class: &str, cursor: bool, out: &mut String) {
     if !screen.title.is_empty() {
         let _ = write!(out, "<p class=\"title\">{}</p>", escape(&screen.title));
     }
-    let _ = write!(out, "<pre class=\"screen\" data-cols=\"{}\">", screen.cols);
+    let _ = write!(out, "<pre class=\"{class}\" data-cols=\"{}\">", screen.cols);
     for (i, row) in screen.rows.iter().enumerate() {
         if i > 0 {
             out.push('\n');
         }
         for span in row {
-            span_html(span, out);
+            if cursor || !span.style.cursor {
+                span_html(span, out);
+            } else {
+                let style = Style {
+                    cursor: false,
+                    ..span.style
+                };
+                span_html(
+                    &Span {
+                        text: span.text.clone(),
+                        style,
+                    },
+                    out,
+                );
+            }
         }
         // The box is as wide as the terminal: pad the trimmed row to its columns.
-        let used: usize = row.iter().map(|s| s.text.chars().count()).sum();
+        let used: usize = row.iter().map(|s| cells(&s.text)).sum();
         let cols = usize::from(screen.cols);
         out.extend(std::iter::repeat_n(' ', cols.saturating_sub(used)));
     }
@@ -203,15 +368,44 @@ fn screen_html(screen: &StyledScreen, out: &mut String) {
 fn span_html(span: &Span, out: &mut String) {
     let classes = classes(&span.style);
     if classes.is_empty() {
-        out.push_str(&escape(&span.text));
+        cells_html(&span.text, out);
     } else {
-        let _ = write!(
-            out,
-            "<span class=\"{}\">{}</span>",
-            classes.join(" "),
-            escape(&span.text)
-        );
+        let _ = write!(out, "<span class=\"{}\">", classes.join(" "));
+        cells_html(&span.text, out);
+        out.push_str("</span>");
     }
+}
+
+/// Screen text as a grid of cells whatever the font: ASCII is as wide as the monospace
+/// font's cell, and every other character (with the combining marks after it) gets a
+/// box of exactly one or two cells (`w1`, `w2`), as wide as the emulator counts it.
+fn cells_html(text: &str, out: &mut String) {
+    use unicode_width::UnicodeWidthChar;
+    let mut chars = text.chars().peekable();
+    let mut buffer = [0u8; 4];
+    while let Some(c) = chars.next() {
+        // A mark that combines with what comes before it takes no cell of its own.
+        if c.is_ascii() || c.width() == Some(0) {
+            out.push_str(&escape(c.encode_utf8(&mut buffer)));
+            continue;
+        }
+        let mut cluster = String::from(c);
+        while let Some(&mark) = chars
+            .peek()
+            .filter(|m| !m.is_ascii() && m.width() == Some(0))
+        {
+            cluster.push(mark);
+            chars.next();
+        }
+        let width = c.width().unwrap_or(1).clamp(1, 2);
+        let _ = write!(out, "<span class=\"w{width}\">{}</span>", escape(&cluster));
+    }
+}
+
+/// How many cells `text` takes on the screen.
+fn cells(text: &str) -> usize {
+    use unicode_width::UnicodeWidthChar;
+    text.chars().map(|c| c.width().unwrap_or(0)).sum()
 }
 
 /// CSS classes of a style: `fN`/`bN` palette colours, `fd`/`bd` the page's default colours
@@ -311,6 +505,17 @@ mod tests {
             &mut out,
         );
         assert_eq!(out, "&lt;b&gt;");
+    }
+
+    #[test]
+    fn wide_and_combined_characters_get_cells_of_their_width() {
+        let mut out = String::new();
+        cells_html("a漢e\u{301}ö\u{301}<", &mut out);
+        assert_eq!(
+            out,
+            "a<span class=\"w2\">漢</span>e\u{301}<span class=\"w1\">ö\u{301}</span>&lt;"
+        );
+        assert_eq!(cells("a漢😀é"), 6);
     }
 
     #[test]

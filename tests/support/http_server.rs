@@ -5,6 +5,9 @@
 use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
 
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+
 use super::stderr::Stderr;
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_mcp-terminal");
@@ -87,4 +90,79 @@ impl Drop for HttpServer {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+impl HttpServer {
+    pub fn post(&self, body: &Value) -> reqwest::RequestBuilder {
+        reqwest::Client::new()
+            .post(self.url())
+            .header("Content-Type", "application/json")
+            .header("Accept", "application/json, text/event-stream")
+            .body(body.to_string())
+    }
+
+    pub fn authed(&self, body: &Value) -> reqwest::RequestBuilder {
+        self.post(body).bearer_auth(&self.token)
+    }
+
+    /// Open an MCP session (legacy revision) and return its id.
+    pub async fn open_session(&self) -> Result<String, (StatusCode, String)> {
+        let response = self.authed(&initialize(1)).send().await.unwrap();
+        let status = response.status();
+        let id = response
+            .headers()
+            .get("mcp-session-id")
+            .map(|v| v.to_str().unwrap().to_string());
+        let body = response.text().await.unwrap();
+        match id {
+            Some(id) if status == StatusCode::OK => {
+                let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+                let sent = self
+                    .authed(&initialized)
+                    .header("Mcp-Session-Id", &id)
+                    .send()
+                    .await
+                    .unwrap();
+                assert_eq!(sent.status(), StatusCode::ACCEPTED);
+                Ok(id)
+            }
+            _ => Err((status, body)),
+        }
+    }
+
+    /// A terminal_start in MCP session `id`: the terminal session's id, and the result.
+    pub async fn start_terminal(&self, id: &str, arguments: Value) -> (String, Value) {
+        let started = self.call(id, "terminal_start", arguments).await;
+        let sid = started["structuredContent"]["session_id"]
+            .as_str()
+            .unwrap_or_else(|| panic!("nothing started: {started}"))
+            .to_string();
+        (sid, started)
+    }
+
+    /// A tools/call in session `id`; the JSON-RPC result from the SSE answer.
+    pub async fn call(&self, id: &str, tool: &str, arguments: Value) -> Value {
+        let request = json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call",
+            "params": {"name": tool, "arguments": arguments}});
+        let response = self
+            .authed(&request)
+            .header("Mcp-Session-Id", id)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::OK);
+        let text = response.text().await.unwrap();
+        text.lines()
+            .filter_map(|l| l.strip_prefix("data: "))
+            .filter_map(|d| serde_json::from_str::<Value>(d).ok())
+            .find(|m| m.get("id") == Some(&json!(7)))
+            .unwrap_or_else(|| panic!("no answer in {text}"))["result"]
+            .clone()
+    }
+}
+
+pub fn initialize(id: u64) -> Value {
+    json!({"jsonrpc": "2.0", "id": id, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {},
+        "clientInfo": {"name": "http-test", "version": "1"}}})
 }

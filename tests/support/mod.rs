@@ -5,3 +5,4 @@ pub mod config;
 pub mod extras;
 pub mod http_server;
 pub mod stderr;
+pub mod view;

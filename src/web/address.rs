@@ -1,0 +1,199 @@
+//! Where the live view is found: the address `stdio --web` binds (the given one exactly;
+//! else `web_listen` from the config or `127.0.0.1:8766`, moving to the next free port with
+//! a warning when it is taken), the file beside the config that holds the latest sign-in
+//! URL (mode 0600), and `mcp-terminal web-url`, which asks the running server for a fresh
+//! one with the bearer token.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::access::{self, Access};
+use crate::limits::{WEB_DEFAULT_LISTEN, WEB_LISTEN_TRIES};
+
+/// The name of the file beside the config that holds the sign-in URL.
+const URL_FILE: &str = "web-url";
+
+/// `stdio --web [ADDR]`: the view on its own address, checked and bound before serving.
+pub struct Beside {
+    pub(super) listener: TcpListener,
+    pub(super) access: Arc<Access>,
+    pub(super) url_file: Option<PathBuf>,
+}
+
+/// Check the address (loopback only), load the token, bind; errors are usage errors (exit
+/// 2). `given`: the address on the command line, bound exactly; without it `configured`
+/// (the config's `web_listen`) or the default, moving on to the next free port.
+pub fn prepare_beside(
+    given: Option<&str>,
+    configured: Option<SocketAddr>,
+    token_file: Option<PathBuf>,
+    url_file: Option<PathBuf>,
+) -> Result<Beside, String> {
+    let (address, exact) = match given {
+        Some(listen) => {
+            let address = listen
+                .to_socket_addrs()
+                .ok()
+                .and_then(|mut a| a.next())
+                .ok_or_else(|| format!("--web `{listen}` is not an address of the form IP:PORT"))?;
+            (address, true)
+        }
+        None => {
+            let default = WEB_DEFAULT_LISTEN
+                .parse()
+                .map_err(|_| "bad default address")?;
+            (configured.unwrap_or(default), false)
+        }
+    };
+    if !address.ip().is_loopback() {
+        return Err(format!(
+            "--web `{address}` is not a loopback address; the live view beside stdio serves \
+             this machine only"
+        ));
+    }
+    let token = access::load_token(token_file)?;
+    let listener = if exact {
+        bind(address).map_err(|e| format!("cannot listen on {address}: {e}"))?
+    } else {
+        bind_next_free(address)?
+    };
+    Ok(Beside {
+        listener,
+        access: Arc::new(Access::new(token, false, &[])),
+        url_file,
+    })
+}
+
+fn bind(address: SocketAddr) -> std::io::Result<TcpListener> {
+    TcpListener::bind(address).and_then(|l| l.set_nonblocking(true).map(|()| l))
+}
+
+/// `address`, or the first free port after it (with a warning on stderr).
+fn bind_next_free(address: SocketAddr) -> Result<TcpListener, String> {
+    let mut first_error = None;
+    for step in 0..WEB_LISTEN_TRIES {
+        let Some(port) = address.port().checked_add(step) else {
+            break;
+        };
+        let candidate = SocketAddr::new(address.ip(), port);
+        match bind(candidate) {
+            Ok(listener) => {
+                if step > 0 {
+                    eprintln!(
+                        "mcp-terminal: warning: {address} is taken; the live view listens on \
+                         {candidate} instead (set `web_listen` in the config to choose)"
+                    );
+                }
+                return Ok(listener);
+            }
+            Err(e) => {
+                first_error.get_or_insert(e);
+            }
+        }
+    }
+    Err(format!(
+        "cannot listen on {address} nor on the {} ports after it: {}",
+        WEB_LISTEN_TRIES - 1,
+        first_error.map_or_else(|| "no port left".to_owned(), |e| e.to_string())
+    ))
+}
+
+/// The file beside the config (`--config`'s directory, else the default config's) that
+/// holds the sign-in URL; `None` when there is no such place.
+pub fn url_file(config: Option<&Path>) -> Option<PathBuf> {
+    let config = match config {
+        Some(path) => path.to_path_buf(),
+        None => crate::config::default_config_path()?,
+    };
+    Some(config.with_file_name(URL_FILE))
+}
+
+/// Write `url` to `file`, readable by its owner only (never through a symlink); a failure
+/// is a warning, the view is served regardless.
+pub fn publish(file: &Path, url: &str) {
+    let written = file
+        .parent()
+        .map_or(Ok(()), std::fs::create_dir_all)
+        .and_then(|()| {
+            let mut out = std::fs::OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .mode(0o600)
+                .custom_flags(libc::O_NOFOLLOW)
+                .open(file)?;
+            out.set_permissions(std::fs::Permissions::from_mode(0o600))?;
+            out.write_all(format!("{url}\n").as_bytes())
+        });
+    if let Err(e) = written {
+        eprintln!(
+            "mcp-terminal: warning: cannot write the sign-in URL to {}: {e}",
+            file.display()
+        );
+    }
+}
+
+/// `mcp-terminal web-url`: a fresh one-time sign-in URL from the server whose URL is in
+/// `file`, asked for with the bearer token of `token_file` (default: beside the config).
+pub fn fetch_sign_in_url(file: &Path, token_file: Option<PathBuf>) -> Result<String, String> {
+    let published = std::fs::read_to_string(file).map_err(|e| {
+        format!(
+            "no live view address in {} ({e}); start the server with --web",
+            file.display()
+        )
+    })?;
+    let host = published
+        .trim()
+        .strip_prefix("http://")
+        .and_then(|rest| rest.split('/').next())
+        .filter(|host| !host.is_empty())
+        .ok_or_else(|| format!("{} does not hold a live view URL", file.display()))?;
+    let token_path = match token_file {
+        Some(path) => path,
+        None => access::token::default_path()?,
+    };
+    if !token_path.exists() {
+        return Err(format!(
+            "no token file at {}; pass the server's --token-file",
+            token_path.display()
+        ));
+    }
+    let token = access::load_token(Some(token_path))?;
+    let refused = |e: std::io::Error| {
+        format!("the live view at {host} does not answer ({e}); is the server running?")
+    };
+    let address = host
+        .to_socket_addrs()
+        .map_err(refused)?
+        .next()
+        .ok_or_else(|| format!("{host} is not an address"))?;
+    let mut stream =
+        TcpStream::connect_timeout(&address, Duration::from_secs(5)).map_err(refused)?;
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .map_err(refused)?;
+    let request = format!(
+        "GET /ui/sign-in-url HTTP/1.1\r\nHost: {host}\r\nAuthorization: {}\r\n\
+         Connection: close\r\n\r\n",
+        token.authorization()
+    );
+    stream.write_all(request.as_bytes()).map_err(refused)?;
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).map_err(refused)?;
+    let (head, body) = answer.split_once("\r\n\r\n").unwrap_or((&answer, ""));
+    let status = head.split(' ').nth(1).unwrap_or("");
+    match status {
+        "200" => Ok(body.trim().to_owned()),
+        "401" => Err(format!(
+            "the server at {host} did not accept the token; pass its --token-file"
+        )),
+        _ => Err(format!(
+            "the server at {host} answered {}",
+            head.lines().next().unwrap_or("nothing")
+        )),
+    }
+}

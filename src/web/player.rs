@@ -1,0 +1,180 @@
+//! The recording player: `/ui/recordings/{name}/play` is a page with play/pause, a seek bar
+//! and a speed; `/ui/recordings/{name}/frames?from=S&speed=X` replays the file through the
+//! server's emulator (`replay`) and streams its screen as Server-Sent Events, rendered by
+//! the same function as a live session's screen. `&once=1` sends the one frame at `from`
+//! (seeking while paused). The page needs no script but the view's own.
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::{Path, Query, State};
+use axum::http::{StatusCode, header};
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{Html, IntoResponse, Response};
+use futures::stream;
+use tokio::sync::OwnedSemaphorePermit;
+use tokio::time::Instant;
+
+use super::replay::{Cast, Replay};
+use super::{View, pages};
+use crate::limits::WEB_UPDATE_EVERY;
+
+/// The longest the player goes without a frame while playing (its clock moves on).
+const TICK: Duration = Duration::from_millis(500);
+
+fn not_found(what: String) -> Response {
+    (StatusCode::NOT_FOUND, pages::not_found(&what)).into_response()
+}
+
+/// The parsed recording `name`, if it is one of a retained session's.
+async fn load(view: &View, name: &str) -> Result<Cast, Response> {
+    let Some(path) = view.recording_path(name) else {
+        return Err(not_found(format!(
+            "No recording {name} of a retained session."
+        )));
+    };
+    let text = tokio::fs::read(&path)
+        .await
+        .map_err(|e| not_found(format!("The recording {name} cannot be read: {e}.")))?;
+    let parsed = tokio::task::spawn_blocking(move || Cast::parse(&String::from_utf8_lossy(&text)))
+        .await
+        .unwrap_or_else(|_| Err("the recording could not be parsed".into()));
+    parsed.map_err(|why| {
+        (
+            StatusCode::UNPROCESSABLE_ENTITY,
+            pages::refusal(
+                "Cannot play",
+                &format!("The recording {name} cannot be played: {why}."),
+            ),
+        )
+            .into_response()
+    })
+}
+
+pub async fn page(State(view): State<Arc<View>>, Path(name): Path<String>) -> Response {
+    match load(&view, &name).await {
+        Ok(cast) => {
+            let replay = Replay::new(cast);
+            Html(pages::player_page(
+                &name,
+                replay.duration(),
+                &replay.frame(),
+            ))
+            .into_response()
+        }
+        Err(refusal) => refusal,
+    }
+}
+
+struct Playing {
+    replay: Replay,
+    /// Where the stream started, in recording seconds, and when.
+    from: f64,
+    began: Instant,
+    speed: f64,
+    once: bool,
+    first: bool,
+    last_html: String,
+    ended: bool,
+    _permit: OwnedSemaphorePermit,
+}
+
+impl Playing {
+    /// The frame at `at`: its time, and its screen when it changed.
+    fn frame(&mut self, at: f64, kind: &'static str) -> Event {
+        let mut html = String::new();
+        pages::screen_fragment(&self.replay.frame(), &mut html);
+        let changed = html != self.last_html;
+        let data = serde_json::json!({"t": at, "html": changed.then_some(html.as_str())});
+        if changed {
+            self.last_html = html;
+        }
+        Event::default().event(kind).data(data.to_string())
+    }
+}
+
+pub async fn frames(
+    State(view): State<Arc<View>>,
+    Path(name): Path<String>,
+    Query(query): Query<HashMap<String, String>>,
+) -> Response {
+    let number = |key: &str| query.get(key).map(|v| v.parse::<f64>());
+    let from = match number("from") {
+        None => 0.0,
+        Some(Ok(s)) if s.is_finite() && s >= 0.0 => s,
+        Some(_) => return bad("`from` must be a number of seconds, 0 or more"),
+    };
+    let speed = match number("speed") {
+        None => 1.0,
+        Some(Ok(x)) if (0.1..=16.0).contains(&x) => x,
+        Some(_) => return bad("`speed` must be a number from 0.1 to 16"),
+    };
+    let once = query.get("once").is_some_and(|v| v == "1");
+    let Ok(permit) = view.players.clone().try_acquire_owned() else {
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            [(header::RETRY_AFTER, "5")],
+            "Service Unavailable: other recordings are playing; stop one and try again.\n",
+        )
+            .into_response();
+    };
+    let cast = match load(&view, &name).await {
+        Ok(cast) => cast,
+        Err(refusal) => return refusal,
+    };
+    let mut replay = Replay::new(cast);
+    let from = from.min(replay.duration());
+    replay.advance_to(from);
+    let playing = Playing {
+        replay,
+        from,
+        began: Instant::now(),
+        speed,
+        once,
+        first: true,
+        last_html: String::new(),
+        ended: false,
+        _permit: permit,
+    };
+    let stream = stream::unfold(playing, |mut p| async move {
+        if p.ended {
+            return None;
+        }
+        if std::mem::take(&mut p.first) {
+            let done = p.once || p.replay.next_at().is_none();
+            let kind = if p.once {
+                "still"
+            } else if done {
+                "end"
+            } else {
+                "frame"
+            };
+            p.ended = done;
+            let event = p.frame(p.from, kind);
+            return Some((Ok::<_, Infallible>(event), p));
+        }
+        let now = p.from + p.began.elapsed().as_secs_f64() * p.speed;
+        let next = p.replay.next_at().unwrap_or(now);
+        let wait = Duration::from_secs_f64(((next - now) / p.speed).max(0.0));
+        tokio::time::sleep(wait.clamp(WEB_UPDATE_EVERY, TICK)).await;
+        let at = (p.from + p.began.elapsed().as_secs_f64() * p.speed).min(p.replay.duration());
+        p.replay.advance_to(at);
+        let kind = if p.replay.next_at().is_none() {
+            p.ended = true;
+            "end"
+        } else {
+            "frame"
+        };
+        let event = p.frame(at, kind);
+        Some((Ok(event), p))
+    });
+    Sse::new(stream)
+        .keep_alive(KeepAlive::default())
+        .into_response()
+}
+
+fn bad(why: &str) -> Response {
+    (StatusCode::BAD_REQUEST, format!("Bad Request: {why}.\n")).into_response()
+}
