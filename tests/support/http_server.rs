@@ -75,6 +75,11 @@ impl HttpServer {
         self.stderr.text()
     }
 
+    /// Its stderr once `done` holds of it (within `PATIENCE`).
+    pub fn stderr_until(&self, what: &str, done: impl Fn(&str) -> bool) -> String {
+        self.stderr.until(what, done)
+    }
+
     pub fn signal(&self, signal: nix::sys::signal::Signal) {
         nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.child.id() as i32), signal).unwrap();
     }

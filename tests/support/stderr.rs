@@ -43,18 +43,29 @@ impl Stderr {
     /// The first complete line starting with `prefix`, without its newline, once it is
     /// written (within `PATIENCE`).
     pub fn line(&self, prefix: &str) -> String {
+        let text = self.until(&format!("a `{prefix}` line"), |text| {
+            text.split_inclusive('\n')
+                .any(|l| l.starts_with(prefix) && l.ends_with('\n'))
+        });
+        let line = text
+            .split_inclusive('\n')
+            .find(|l| l.starts_with(prefix) && l.ends_with('\n'));
+        line.unwrap_or_default().trim_end().to_string()
+    }
+
+    /// Everything written so far, once `done` holds of it (within `PATIENCE`; `what` names
+    /// it in the failure). The writer's lines reach the collector when its thread reads
+    /// them, which on a loaded machine may be well after the server wrote them.
+    pub fn until(&self, what: &str, done: impl Fn(&str) -> bool) -> String {
         let deadline = Instant::now() + PATIENCE;
         let (text, grown) = &*self.0;
         let mut text = text.lock().unwrap();
         loop {
-            if let Some(line) = text
-                .split_inclusive('\n')
-                .find(|l| l.starts_with(prefix) && l.ends_with('\n'))
-            {
-                return line.trim_end().to_string();
+            if done(&text) {
+                return text.clone();
             }
             let left = deadline.saturating_duration_since(Instant::now());
-            assert!(!left.is_zero(), "no `{prefix}` line in:\n{text}");
+            assert!(!left.is_zero(), "no {what} in:\n{text}");
             text = grown.wait_timeout(text, left).unwrap().0;
         }
     }
