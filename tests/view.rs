@@ -1,7 +1,8 @@
 //! The owner's live view in a real browser (headless Chromium over the DevTools protocol)
 //! against the real binary: what ran and how each session started and ended, following
 //! the newest output, the last screen of an ended terminal program, owner control and its
-//! refusals, the stable address, readability and the recording player. Each test that needs
+//! refusals, the stable address, readability, the recording player and the badge of a
+//! program waiting for input. Each test that needs
 //! Chromium is skipped, saying so, when it is absent.
 
 use std::os::unix::fs::PermissionsExt;
@@ -923,4 +924,72 @@ async fn a_recording_plays_in_the_page_through_the_servers_emulator() {
         .unwrap();
     assert_eq!(bad.status(), StatusCode::BAD_REQUEST);
     assert!(bad.text().await.unwrap().contains("`speed`"));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_program_waiting_for_input_has_a_badge_on_the_list_and_its_page() {
+    let Some(mut chromium) = Chromium::launch() else {
+        return;
+    };
+    let server = server(&[], |c, _| {
+        c["commands"]["asker"] = json!({
+            "argv": ["/bin/sh", "-c", "echo asking; read -r answer; echo \"got $answer\"; exec sleep 600"],
+            "mode": "pty", "description": "asks once, then sleeps"});
+    });
+    let (url, _) = sign_in_url(&server.stderr);
+    let id = server.open_session().await.unwrap();
+    let (sid, _) = server
+        .start_terminal(&id, json!({"command_id": "asker"}))
+        .await;
+    let asked = server
+        .call(
+            &id,
+            "terminal_wait",
+            json!({"session_id": sid, "until_input": true, "timeout_ms": 30_000}),
+        )
+        .await;
+    assert_eq!(
+        asked["structuredContent"]["outcome"],
+        json!("awaiting_input"),
+        "{asked}"
+    );
+
+    let list = chromium.open(&url);
+    let badge = format!(
+        "(document.querySelector('#live tr[data-session=\"{sid}\"] .badge.waiting') || {{}}).textContent"
+    );
+    chromium.until(
+        &list,
+        &format!("{badge} === 'waiting for input: sh'"),
+        LIVE_TEXT,
+    );
+    // Signed in by the list: the session page opens on the browser's cookie.
+    let base = url.split("/ui/?").next().unwrap();
+    let page = chromium.open(&format!("{base}/ui/sessions/{sid}"));
+    let on_page = "(document.querySelector('#live .facts .badge.waiting') || {}).textContent";
+    chromium.until(
+        &page,
+        &format!("{on_page} === 'waiting for input: sh'"),
+        LIVE_TEXT,
+    );
+
+    // Answered, the program runs on (`sleep`, reading nothing): the badges go.
+    let answered = server
+        .call(
+            &id,
+            "terminal_write",
+            json!({"session_id": sid, "text": "yes\n"}),
+        )
+        .await;
+    assert_eq!(
+        answered["structuredContent"]["ok"],
+        json!(true),
+        "{answered}"
+    );
+    chromium.until(
+        &page,
+        &format!("document.querySelector('#live').textContent.includes('got yes') && {on_page} === undefined"),
+        LIVE_TEXT,
+    );
+    chromium.until(&list, &format!("{badge} === undefined"), LIVE_TEXT);
 }

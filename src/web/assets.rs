@@ -165,6 +165,7 @@ table.sessions td{font-family:monospace}
 .none{color:#888}
 .status.RUNNING{color:#7e9}.status.TERMINATING{color:#fb7}
 .status.EXITED,.status.TERMINATED{color:#aaa}.status.FAILED{color:#f77}
+.badge.waiting{background:#fd6;color:#111;border-radius:3px;padding:0 .4em;font-weight:bold}
 .facts span{margin-right:10px}
 .title{color:#aaa;margin:4px 0}
 pre{font:14px/1.25 ui-monospace,'DejaVu Sans Mono',monospace;margin:0;white-space:pre}

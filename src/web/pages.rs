@@ -191,6 +191,20 @@ fn ending(s: &Snapshot) -> String {
     }
 }
 
+/// A badge when the session's program waits for input (`awaiting_input`, read from the
+/// kernel when the snapshot is taken), naming the program in the foreground.
+fn waiting_badge(s: &Snapshot) -> String {
+    if s.awaiting_input != Some(true) || s.status.is_final() {
+        return String::new();
+    }
+    let program = s.foreground.as_ref().and_then(|f| f.name.as_deref());
+    format!(
+        "<span class=\"badge waiting\" title=\"the program in the foreground is blocked \
+         reading the session's input\">waiting for input{}</span> ",
+        program.map_or(String::new(), |name| format!(": {}", escape(name)))
+    )
+}
+
 fn recording_link(s: &Snapshot) -> String {
     match &s.recording {
         Some(name) => format!(
@@ -244,12 +258,14 @@ pub fn list(sessions: &[std::sync::Arc<Session>]) -> String {
         let _ = write!(
             out,
             "<tr data-session=\"{id}\"><td><a href=\"/ui/sessions/{id}\">{id}</a></td>\
-             <td>{command}</td><td>{mode}</td><td class=\"status {status}\">{status}</td>\
-             <td>{ending}</td><td>{age}</td><td>{output} chars</td><td>{recording}</td></tr>",
+             <td>{command}</td><td>{mode}</td><td><span class=\"status {status}\">{status}</span>\
+             {waiting}</td><td>{ending}</td><td>{age}</td><td>{output} chars</td>\
+             <td>{recording}</td></tr>",
             id = escape(&s.session_id),
             command = escape(&s.command_id),
             mode = s.mode,
             status = s.status.as_str(),
+            waiting = waiting_badge(&s),
             ending = escape(&ending(&s)),
             age = age(session.age()),
             output = s.next_cursor,
@@ -268,12 +284,13 @@ pub fn session_view(session: &Session) -> String {
     let s = session.snapshot();
     let mut out = format!(
         "<h1>{command} <span class=\"id\">{id}</span></h1><p class=\"facts\">\
-         <span>{mode}</span> <span class=\"status {status}\">{status}</span> \
+         <span>{mode}</span> <span class=\"status {status}\">{status}</span> {waiting}\
          <span>{ending}</span> <span>age {age}</span> <span>{output} chars</span> {recording}</p>",
         command = escape(&s.command_id),
         id = escape(&s.session_id),
         mode = s.mode,
         status = s.status.as_str(),
+        waiting = waiting_badge(&s),
         ending = escape(&ending(&s)),
         age = age(session.age()),
         output = s.next_cursor,
