@@ -88,11 +88,6 @@ pub async fn lock_hold(servers: &Servers) -> Result<Vec<Metric>, String> {
         field("longest_lock_hold_us")? / 1000.0,
     ));
     metrics.push(Metric::value(
-        "longest_lock_hold_cpu",
-        "ms",
-        field("longest_lock_hold_cpu_us")? / 1000.0,
-    ));
-    metrics.push(Metric::value(
         "lock_holds_over_1ms",
         "holds",
         field("lock_holds_over_1ms")?,

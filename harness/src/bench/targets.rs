@@ -241,13 +241,6 @@ pub(super) fn comparisons(benchmarks: &[Benchmark]) -> Vec<Comparison> {
             None,
             Target::AtMost(1.0),
         ),
-        (
-            "longest session lock hold, holder's CPU",
-            "ms",
-            get("lock_hold", "longest_lock_hold_cpu"),
-            None,
-            Target::AtMost(1.0),
-        ),
         ("idle RSS", "KiB", idle, None, Target::AtMost(8192.0)),
         (
             "overhead of 32 full buffers",
