@@ -172,6 +172,9 @@ async fn run_all(server: &Path, sizes: Sizes, report: &mut BenchReport) {
         &latency::TOOL_ROUNDTRIP,
         &latency::WRITE_ECHO,
         &exec::EXEC_ROUNDTRIP,
+        &exec::RUN_ROUNDTRIP,
+        &exec::SHELL_FLOORS,
+        &latency::TOOLS_LIST,
         &latency::PTY_KEYS,
     ];
     match servers.start(&defaults).await {
@@ -186,6 +189,9 @@ async fn run_all(server: &Path, sizes: Sizes, report: &mut BenchReport) {
             let n = sizes.write_echo;
             out.push(measure(&latency::WRITE_ECHO, latency::write_echo(&mcp, n)).await);
             out.push(measure(&exec::EXEC_ROUNDTRIP, exec::exec_roundtrip(&mcp, n)).await);
+            out.push(measure(&exec::RUN_ROUNDTRIP, exec::run_roundtrip(&mcp, n)).await);
+            out.push(measure(&exec::SHELL_FLOORS, exec::shell_floors(n)).await);
+            out.push(measure(&latency::TOOLS_LIST, latency::tools_list(&mcp)).await);
             let n = sizes.pty_keys;
             out.push(measure(&latency::PTY_KEYS, latency::pty_keys(&mcp, n)).await);
             memory.probe(&mcp, "after_latency");

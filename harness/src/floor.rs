@@ -230,9 +230,94 @@ pub fn direct_pipe_read(program: &Path, args: &[&str]) -> Result<(u64, Duration)
     Ok((total, began.elapsed()))
 }
 
+/// The exec floor: a persistent `/bin/sh` on pipes driven directly, no MCP at all. Each
+/// command is written with a marker line after it (`printf '\036%s\n' "$?"`), and its output
+/// is read up to the marker, which carries its exit status.
+pub struct ShellFloor {
+    child: Child,
+    stdin: std::process::ChildStdin,
+    stdout: ChildStdout,
+    buf: Vec<u8>,
+}
+
+impl ShellFloor {
+    pub fn start() -> Result<ShellFloor, String> {
+        let mut child = Command::new("/bin/sh")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|e| format!("cannot spawn /bin/sh: {e}"))?;
+        let stdin = child.stdin.take().ok_or("no stdin")?;
+        let stdout = child.stdout.take().ok_or("no stdout")?;
+        Ok(ShellFloor {
+            child,
+            stdin,
+            stdout,
+            buf: Vec::with_capacity(4096),
+        })
+    }
+
+    /// Run `command`; what it printed and its exit status.
+    pub fn exec(&mut self, command: &str) -> Result<(String, i32), String> {
+        use std::io::Write;
+        let line = format!("{command}\nprintf '\\036%s\\n' \"$?\"\n");
+        self.stdin
+            .write_all(line.as_bytes())
+            .map_err(|e| e.to_string())?;
+        self.buf.clear();
+        let mut chunk = [0u8; 4096];
+        loop {
+            if let Some(at) = self.buf.iter().position(|b| *b == 0x1e)
+                && self.buf[at..].ends_with(b"\n")
+            {
+                let status = std::str::from_utf8(&self.buf[at + 1..self.buf.len() - 1])
+                    .ok()
+                    .and_then(|s| s.parse().ok())
+                    .ok_or("a marker without a status")?;
+                let output = String::from_utf8_lossy(&self.buf[..at]).into_owned();
+                return Ok((output, status));
+            }
+            match self.stdout.read(&mut chunk) {
+                Ok(0) => return Err("/bin/sh ended".into()),
+                Ok(n) => self.buf.extend_from_slice(&chunk[..n]),
+                Err(e) => return Err(e.to_string()),
+            }
+        }
+    }
+}
+
+impl Drop for ShellFloor {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The run floor: `/bin/sh -c LINE` spawned directly, stdout and stderr read to their end
+/// and the exit awaited; what it printed and its exit status.
+pub fn sh_c(line: &str) -> Result<(String, i32), String> {
+    let out = Command::new("/bin/sh")
+        .args(["-c", line])
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| format!("cannot spawn /bin/sh: {e}"))?;
+    let status = out.status.code().ok_or("/bin/sh was killed")?;
+    Ok((String::from_utf8_lossy(&out.stdout).into_owned(), status))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_shell_floors_run_commands() {
+        let mut sh = ShellFloor::start().expect("sh starts");
+        assert_eq!(sh.exec("true").unwrap(), (String::new(), 0));
+        assert_eq!(sh.exec("echo hi").unwrap(), ("hi\n".to_string(), 0));
+        assert_eq!(sh.exec("printf x; false").unwrap(), ("x".to_string(), 1));
+        assert_eq!(sh_c("echo hi").unwrap(), ("hi\n".to_string(), 0));
+    }
 
     #[test]
     fn a_page_is_its_line_repeated_to_whole_code_points() {

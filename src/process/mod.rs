@@ -181,12 +181,15 @@ impl SessionGroups {
 }
 
 /// The groups other than `sid`'s own with a member in POSIX session `sid`, by one scan of
-/// /proc (none when it cannot be read).
+/// /proc (none when it cannot be read). Every member of a session descends from its leader,
+/// which this process started; as a child subreaper it inherits every orphan among them,
+/// so only its own descendants are read where they can be listed, not every process of
+/// the machine.
 fn other_groups(sid: i32) -> Vec<i32> {
     #[cfg(test)]
     SCANS.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
     let mut others = Vec::new();
-    for pid in procfs::pids() {
+    for pid in procfs::descendants().unwrap_or_else(procfs::pids) {
         if let Some((group, session)) = group_and_session(pid)
             && session == sid
             && group != sid

@@ -44,16 +44,17 @@ fn spec(
     output: Map<String, Value>,
     effect: Effect,
 ) -> ToolSpec {
-    let (read_only, destructive, idempotent) = match effect {
-        Effect::Read => (true, false, true),
-        Effect::End => (false, true, true),
-        Effect::Act => (false, false, false),
-    };
-    let annotations = ToolAnnotations::new()
-        .read_only(read_only)
-        .destructive(destructive)
-        .idempotent(idempotent)
-        .open_world(false);
+    // Each hint is given where it means something: destructive only for a tool that is not
+    // read-only, idempotent only when true (false is its default).
+    let annotations = match effect {
+        Effect::Read => ToolAnnotations::new().read_only(true).idempotent(true),
+        Effect::End => ToolAnnotations::new()
+            .read_only(false)
+            .destructive(true)
+            .idempotent(true),
+        Effect::Act => ToolAnnotations::new().read_only(false).destructive(false),
+    }
+    .open_world(false);
     let tool = Tool::new(name, description, input_schema(&params))
         .with_raw_output_schema(output.into())
         .with_annotations(annotations);
@@ -73,12 +74,7 @@ fn cursor(description: &str) -> Param {
 }
 
 fn session_id() -> Param {
-    Param::new(
-        "session_id",
-        Kind::SessionId,
-        "The session_id terminal_start returned.",
-    )
-    .required()
+    Param::new("session_id", Kind::SessionId, "").required()
 }
 
 /// What starting a session takes (`terminal_start`, `terminal_run`).
@@ -90,7 +86,7 @@ fn start_params(timeout_max: u64, timeout_default: u64, timeout: &str) -> Vec<Pa
                 min: 1,
                 max: COMMAND_ID_MAX_CHARS,
             },
-            "Id of an approved command profile.",
+            "An approved command (terminal_start lists them).",
         )
         .required(),
         Param::new(
@@ -99,13 +95,13 @@ fn start_params(timeout_max: u64, timeout_default: u64, timeout: &str) -> Vec<Pa
                 min: 1,
                 max: CWD_MAX_CHARS,
             },
-            "Working directory: absolute, or relative to the default; must be inside the \
-             owner's allowed roots. Default: the owner's default_cwd.",
+            "Working directory, absolute or relative to the owner's default_cwd (the \
+             default); inside the allowed roots.",
         ),
         Param::new(
             "env",
             Kind::StrMap,
-            "Extra environment variables (at most 32), each named in the profile's allowed_env.",
+            "Extra environment variables (at most 32) the profile's allowed_env names.",
         ),
         Param::new(
             "timeout_ms",
@@ -125,14 +121,13 @@ fn run_spec(config: &Config) -> ToolSpec {
     let mut params = start_params(
         limits.max_wait_ms,
         limits.default_timeout_ms.min(limits.max_wait_ms),
-        "The run is terminated (reason `timeout`) after this long.",
+        "Then it is terminated (reason timeout).",
     );
     params.push(Param::new(
         "stdin",
         Kind::Text,
         format!(
-            "Text written to the program's stdin before it is closed (at most {} bytes); \
-             default none, stdin is closed at once.",
+            "Written to stdin before it is closed (at most {} bytes); default none.",
             limits.max_input_bytes
         ),
     ));
@@ -140,15 +135,10 @@ fn run_spec(config: &Config) -> ToolSpec {
     params.push(strip_ansi_param());
     spec(
         "terminal_run",
-        format!(
-            "Run an approved command to its end in one call: start it, write stdin and close \
-             it, wait until it exits (at most timeout_ms, itself at most {} ms; then it is \
-             terminated with reason timeout) and return exit_code, signal, stdout and \
-             stderr with the final snapshot as session. Use it for commands that need no \
-             conversation; the session stays readable with terminal_read until its \
-             retention ends.",
-            limits.max_wait_ms
-        ),
+        "Start an approved command, write stdin and close it, wait for its exit; returns \
+         exit_code, signal, stdout, stderr and the final snapshot. For commands that need no \
+         conversation; terminal_read reads it until its retention ends."
+            .into(),
         params,
         envelope(json!({
             "exit_code": {"type": ["integer", "null"]},
@@ -159,7 +149,7 @@ fn run_spec(config: &Config) -> ToolSpec {
             "stderr_truncated": {"type": "boolean"},
             "stdout_omitted": omitted_schema(),
             "stderr_omitted": omitted_schema(),
-            "session": {"type": "object", "properties": snapshot_properties()},
+            "session": snapshot_ref(),
         })),
         Effect::Act,
     )
@@ -174,9 +164,9 @@ fn max_bytes_param(min: u64) -> Param {
             max: RUN_MAX_BYTES,
             default: RUN_DEFAULT_BYTES,
         },
-        "Bytes of output returned per stream. Longer output is its first quarter and its \
-         last lines, cut at line ends and joined by one line naming what was left out; \
-         `omitted` says how much and the cursor range that holds it (terminal_read).",
+        "Bytes returned per stream; longer output is its head and its last lines, and \
+         omitted ({bytes, lines, start_cursor, end_cursor}) says what was left out \
+         (terminal_read).",
     )
 }
 
@@ -189,15 +179,7 @@ fn strip_ansi_param() -> Param {
 }
 
 fn omitted_schema() -> Value {
-    json!({
-        "type": ["object", "null"],
-        "properties": {
-            "bytes": {"type": "integer", "minimum": 0},
-            "lines": {"type": "integer", "minimum": 0},
-            "start_cursor": {"type": "integer", "minimum": 0},
-            "end_cursor": {"type": "integer", "minimum": 0},
-        },
-    })
+    json!({"type": ["object", "null"]})
 }
 
 /// `terminal_exec`, offered only when some profile is a POSIX shell.
@@ -215,17 +197,14 @@ fn exec_spec(config: &Config) -> Option<ToolSpec> {
     Some(spec(
         "terminal_exec",
         format!(
-            "Run one command line in a persistent shell session (shell profiles: {}) and \
-             return exactly what it printed and its real exit code: no markers, echo or \
-             prompts. cwd, variables, functions and aliases persist between calls; any \
-             shell syntax works. On pipes stderr comes apart and the command's stdin is \
-             /dev/null; on a terminal stderr is part of output, which by default is the \
-             text as the terminal left it. outcome: completed; timeout (the command was \
-             interrupted; if a program keeps the terminal, still_running with foreground \
-             and screen: answer it with terminal_keys/terminal_write); running (on_timeout \
-             keep: it runs on); exited (the shell ended). Collect a running command with \
-             continue: true, across as many calls as it takes. A timeout never ends the \
-             shell. One command at a time per session (SESSION_BUSY).",
+            "Run a command line in a persistent shell session (profiles: {}); returns exactly \
+             what it printed and its exit code. cwd, variables and functions persist. On pipes \
+             stderr is apart and stdin is /dev/null; on a terminal stderr is in output, as \
+             the terminal left it. outcome: completed; timeout (interrupted; a program that \
+             keeps the terminal gives still_running, foreground and screen: answer with \
+             terminal_keys/terminal_write); running (on_timeout keep: collect with \
+             continue); exited (the shell ended). A timeout never ends the shell. One \
+             command at a time (SESSION_BUSY).",
             shells.join(", ")
         ),
         vec![
@@ -242,8 +221,7 @@ fn exec_spec(config: &Config) -> Option<ToolSpec> {
             Param::new(
                 "continue",
                 Kind::Bool,
-                "Wait for the command still running (kept, or still running after a \
-                 timeout) and return its result: all it printed since it started.",
+                "Collect the running command: all it printed since it started.",
             ),
             Param::new(
                 "timeout_ms",
@@ -252,21 +230,19 @@ fn exec_spec(config: &Config) -> Option<ToolSpec> {
                     max: limits.max_wait_ms,
                     default: EXEC_DEFAULT_TIMEOUT_MS.min(limits.max_wait_ms),
                 },
-                "How long this call waits for the command.",
+                "This call's wait.",
             ),
             Param::new(
                 "on_timeout",
                 Kind::OneOf(&["interrupt", "keep"]),
-                "At the timeout: interrupt the command (Ctrl-C), or keep it running. \
-                 Default interrupt; with continue, keep.",
+                "Interrupt (Ctrl-C) or keep running; with continue, keep.",
             ),
             max_bytes_param(EXEC_MIN_BYTES),
             strip_ansi_param(),
             Param::new(
                 "raw",
                 Kind::Bool,
-                "On a terminal: return the output as written (carriage returns and escape \
-                 sequences included) rather than as the terminal left it.",
+                "On a terminal: output as written, not as the terminal left it.",
             ),
         ],
         envelope(json!({
@@ -278,12 +254,11 @@ fn exec_spec(config: &Config) -> Option<ToolSpec> {
             "truncated": {"type": "boolean"},
             "exit_code": {"type": ["integer", "null"]},
             "still_running": {"type": "boolean"},
-            "foreground": {"type": ["object", "null"], "properties": {"pid": {"type": "integer"}, "name": {"type": ["string", "null"]}}},
-        "owner_input_at": {"type": ["string", "null"], "format": "date-time"},
+            "foreground": {"type": ["object", "null"]},
             "screen": {"type": ["array", "null"], "items": {"type": "string"}},
-            "start_cursor": {"type": "integer", "minimum": 0},
-            "end_cursor": {"type": "integer", "minimum": 0},
-            "session": {"type": "object", "properties": snapshot_properties()},
+            "start_cursor": {"type": "integer"},
+            "end_cursor": {"type": "integer"},
+            "session": snapshot_ref(),
         })),
         Effect::Act,
     ))
@@ -310,45 +285,38 @@ fn base_catalog(config: &Config) -> Vec<ToolSpec> {
         spec(
             "terminal_start",
             format!(
-                "Start an owner-approved command as a new session (its own process group) and \
-                 return its snapshot at once. You name a command_id; the owner's config fixes \
-                 the program and its arguments. Then read its output with terminal_read, \
-                 feed it with terminal_write, and end it with terminal_terminate.\n\
-                 Approved commands:\n{}",
+                "Start an approved command (the owner's config fixes program and arguments) as \
+                 a new session in its own process group; returns its snapshot at once. Then \
+                 terminal_read, terminal_write, terminal_terminate.\nApproved commands:\n{}",
                 profiles.join("\n")
             ),
             start_params(
                 limits.max_timeout_ms,
                 limits.default_timeout_ms,
-                "The session is terminated (reason `timeout`) after this long.",
+                "Then it is terminated (reason timeout).",
             ),
-            envelope(snapshot_properties()),
+            envelope(started_properties()),
             Effect::Act,
         ),
         spec(
             "terminal_read",
-            "Read a session's output from an absolute cursor without consuming it: the same \
-             cursor always returns the same records while they are retained. Records are \
-             runs of code points tagged stdout or stderr; cursors count code points. Continue \
-             at next_cursor while has_more is true or the session runs; with wait_ms the \
-             call waits for new output or exit. output_complete means everything the process \
-             wrote is here. On CURSOR_EXPIRED, resume at error.base_cursor (older output was \
-             evicted). To see the last lines without cursor arithmetic, pass tail_lines \
-             instead of cursor."
+            "Read a session's output from an absolute cursor without consuming it (the same \
+             cursor gives the same records while retained). Records are runs of code points \
+             tagged stdout or stderr; cursors count code points. Continue at next_cursor while \
+             has_more or the session runs; output_complete: all the process wrote is here. \
+             On CURSOR_EXPIRED resume at error.base_cursor (older output was evicted)."
                 .into(),
             vec![
                 session_id(),
-                cursor("Absolute cursor to read from (0 = the start of the output)."),
+                cursor("0 = the start of the output."),
                 Param::new(
                     "tail_lines",
                     Kind::OptInt {
                         min: 1,
                         max: TAIL_MAX_LINES,
                     },
-                    "Instead of cursor: read the last N lines of the retained output (the \
-                     page starts where the N-th last line begins, or at base_cursor if fewer \
-                     are retained). Still bounded by max_bytes: continue at next_cursor \
-                     while has_more. With strip_ansi, lines are counted in the stripped text.",
+                    "Instead of cursor: from the N-th last retained line (counted after \
+                     strip_ansi).",
                 ),
                 Param::new(
                     "max_bytes",
@@ -357,8 +325,8 @@ fn base_catalog(config: &Config) -> Vec<ToolSpec> {
                         max: READ_MAX_BYTES,
                         default: READ_MAX_BYTES,
                     },
-                    "Most UTF-8 bytes of text to return; at least one code point is always \
-                     returned when available.",
+                    "Most UTF-8 bytes of text to return (at least one code point when \
+                     available).",
                 ),
                 Param::new(
                     "wait_ms",
@@ -367,14 +335,13 @@ fn base_catalog(config: &Config) -> Vec<ToolSpec> {
                         max: READ_MAX_WAIT_MS,
                         default: 0,
                     },
-                    "If nothing is available at the cursor yet, wait this long for output, \
-                     exit or completion.",
+                    "If nothing is at the cursor yet, wait this long for output or exit.",
                 ),
                 Param::new(
                     "strip_ansi",
                     Kind::Bool,
-                    "Remove terminal escape sequences from the returned text (cursors still \
-                     count raw code points).",
+                    "Remove terminal escape sequences (cursors still count raw code \
+                     points).",
                 ),
             ],
             envelope(read_properties()),
@@ -383,15 +350,11 @@ fn base_catalog(config: &Config) -> Vec<ToolSpec> {
         spec(
             "terminal_write",
             format!(
-                "Write text to a session's stdin exactly as given (no newline is added: end \
-                 lines with \\n) and wait until the pipe accepted it; accepted_bytes counts \
-                 bytes the pipe took, not bytes the program read. close_stdin sends EOF after \
-                 the text. At most {} bytes per call. Then read the reply with terminal_read \
-                 (wait_ms helps). If the program does not take input within 1 s, stdin is \
-                 closed and INPUT_BACKPRESSURE is returned: do not blindly retry. To answer a \
-                 password prompt (the snapshot's input_hidden is true), pass secret with a \
-                 name the owner allows instead of text{}.",
-                limits.max_input_bytes,
+                "Write text to a session's stdin as given (no newline added) once the pipe \
+                 takes it; accepted_bytes counts what the pipe took. Then terminal_read or \
+                 terminal_wait. Input not taken within 1 s closes stdin with \
+                 INPUT_BACKPRESSURE: do not blindly retry. For a password prompt \
+                 (input_hidden), use secret{}.",
                 secret_names(config)
             ),
             vec![
@@ -399,8 +362,11 @@ fn base_catalog(config: &Config) -> Vec<ToolSpec> {
                 Param::new(
                     "text",
                     Kind::Text,
-                    "Exact UTF-8 text to write; may be empty (e.g. with close_stdin). Give \
-                     this or secret.",
+                    format!(
+                        "Exact UTF-8 text (at most {} bytes); may be empty (e.g. with \
+                         close_stdin). This or secret.",
+                        limits.max_input_bytes
+                    ),
                 ),
                 Param::new(
                     "secret",
@@ -408,9 +374,9 @@ fn base_catalog(config: &Config) -> Vec<ToolSpec> {
                         min: 1,
                         max: SECRET_NAME_MAX_CHARS,
                     },
-                    "Instead of text: the name of an owner-held secret (a password) the \
-                     profile allows. Its value is typed followed by Enter; you never see it, \
-                     and it is shown as [secret:NAME] in the output.",
+                    "Instead of text: the name of an owner-held secret the profile allows, \
+                     typed followed by Enter; you never see it (the output shows \
+                     [secret:NAME]).",
                 ),
                 Param::new(
                     "close_stdin",
@@ -423,8 +389,8 @@ fn base_catalog(config: &Config) -> Vec<ToolSpec> {
         ),
         spec(
             "terminal_status",
-            "A session's snapshot: status, exit code or signal, termination reason, cursors \
-             and output completeness. Use it to check on a session without reading output."
+            "A session's snapshot (status, exit, cursors, output completeness), without \
+             reading output."
                 .into(),
             vec![session_id()],
             envelope(snapshot_properties()),
@@ -433,9 +399,8 @@ fn base_catalog(config: &Config) -> Vec<ToolSpec> {
         spec(
             "terminal_terminate",
             format!(
-                "End a session: SIGTERM to its whole process group, wait grace_ms, then \
-                 SIGKILL, and return the final snapshot. Idempotent: a session that already \
-                 ended is returned unchanged. Its output stays readable for {} s.",
+                "End a session: SIGTERM to its process group, grace_ms, then SIGKILL; returns \
+                 the final snapshot (unchanged if it had ended). Output stays readable for {} s.",
                 limits.retention_seconds
             ),
             vec![
@@ -447,20 +412,20 @@ fn base_catalog(config: &Config) -> Vec<ToolSpec> {
                         max: GRACE_MAX_MS,
                         default: GRACE_DEFAULT_MS,
                     },
-                    "How long to wait after SIGTERM before SIGKILL.",
+                    "Wait after SIGTERM.",
                 ),
             ],
-            envelope(snapshot_properties()),
+            envelope(ended_properties()),
             Effect::End,
         ),
         spec(
             "terminal_list",
-            "Every retained session (running, or ended within retention) with its snapshot, \
-             plus how many run and the limits. Use it to find session ids again."
+            "Every retained session's snapshot, how many run, and the limits: to find \
+             session ids again."
                 .into(),
             vec![],
             envelope(json!({
-                "sessions": {"type": "array", "items": {"type": "object", "properties": snapshot_properties()}},
+                "sessions": {"type": "array", "items": snapshot_ref()},
                 "running": {"type": "integer"},
                 "retained": {"type": "integer"},
                 "max_sessions": {"type": "integer"},
@@ -470,9 +435,8 @@ fn base_catalog(config: &Config) -> Vec<ToolSpec> {
         ),
         spec(
             "terminal_forget",
-            "Drop an ended session's record and output now, freeing its place under the \
-             retained-session limit without waiting for its retention period. A running \
-             session is refused (SESSION_RUNNING): terminate it first."
+            "Drop an ended session and its output now, freeing its place under the \
+             retained-session limit. A running one is refused (SESSION_RUNNING)."
                 .into(),
             vec![session_id()],
             envelope(json!({"forgotten": {"type": "string"}})),
@@ -480,38 +444,24 @@ fn base_catalog(config: &Config) -> Vec<ToolSpec> {
         ),
         spec(
             "terminal_wait",
-            format!(
-                "Wait until a regex pattern matches a session's output at or after cursor, or \
-                 the session ends, or (with until_input) its program waits for input, or \
-                 (with idle_ms) no output has arrived for idle_ms, or timeout_ms passes; \
-                 outcome is matched, exited, awaiting_input, idle or timeout. Without a \
-                 pattern, wait for the session to end (or for input, or quiet). Use \
-                 until_input after terminal_write to know when a prompt, a REPL, a pager or \
-                 an editor is ready for the next input, then look with terminal_screen or \
-                 terminal_read. The match gives \
-                 its text, groups and cursors; continue from next_cursor (just after the \
-                 match, or the end of output). Output is searched once as it arrives, and as \
-                 if it ended where it ends now (so `$` matches at the current end). Use it to \
-                 wait for a prompt after terminal_write, or for a server's ready line. At \
-                 most {} ms.",
-                limits.max_wait_ms
-            ),
+            "Wait until pattern matches the output from cursor on (matched), the session \
+             ends (exited), until_input or idle_ms holds, or timeout_ms passes: for a prompt \
+             after terminal_write or a server's ready line. Continue from next_cursor (after \
+             the match, or the end of output). `$` matches at the current end."
+                .into(),
             vec![
                 session_id(),
-                cursor("Search output from this cursor on."),
+                cursor(""),
                 Param::new(
                     "pattern",
                     Kind::Str {
                         min: 1,
                         max: WAIT_PATTERN_MAX_CHARS,
                     },
-                    "A regex (Rust `regex` syntax). Omit to wait for the session to end.",
+                    "A regex (Rust `regex` syntax). Omit to wait for the end (or input, or \
+                     quiet).",
                 ),
-                Param::new(
-                    "stream",
-                    Kind::OneOf(&["any", "stdout", "stderr"]),
-                    "Which output to search.",
-                ),
+                Param::new("stream", Kind::OneOf(&["any", "stdout", "stderr"]), ""),
                 Param::new(
                     "timeout_ms",
                     Kind::Int {
@@ -519,7 +469,7 @@ fn base_catalog(config: &Config) -> Vec<ToolSpec> {
                         max: limits.max_wait_ms,
                         default: WAIT_DEFAULT_MS.min(limits.max_wait_ms),
                     },
-                    "How long to wait at most.",
+                    "",
                 ),
                 Param::new(
                     "strip_ansi",
@@ -533,16 +483,15 @@ fn base_catalog(config: &Config) -> Vec<ToolSpec> {
                         max: IDLE_MAX_MS,
                         default: 0,
                     },
-                    "0 = off; else 10 to 60000: answer with outcome idle once no output has \
-                     arrived for this long (counted from the later of this call and the last \
-                     output).",
+                    "0 = off; else (at least 10) outcome idle once output was quiet this \
+                     long.",
                 ),
                 Param::new(
                     "until_input",
                     Kind::Bool,
-                    "Answer with outcome awaiting_input as soon as the session's foreground \
-                     program is blocked reading its terminal (or stdin pipe) and output has \
-                     been quiet for 20 ms. An error where this cannot be known.",
+                    "Outcome awaiting_input once the foreground program blocks reading its \
+                     input with output quiet 20 ms (a prompt, REPL, pager or editor is ready). \
+                     An error where this cannot be known.",
                 ),
             ],
             envelope(json!({
@@ -557,34 +506,28 @@ fn base_catalog(config: &Config) -> Vec<ToolSpec> {
                     },
                 },
                 "next_cursor": {"type": "integer"},
-                "session": {"type": "object", "properties": snapshot_properties()},
+                "session": snapshot_ref(),
             })),
             Effect::Read,
         ),
         spec(
             "terminal_signal",
-            "Send a signal to a session's whole process group (default) or to its leader \
-             only. SIGINT is Ctrl-C for pipe sessions. The lifecycle follows from what the \
-             process does; to end a session for sure use terminal_terminate."
+            "Send a signal to a session's process group or its leader (SIGINT is Ctrl-C on \
+             pipes); to end a session for sure use terminal_terminate."
                 .into(),
             vec![
                 session_id(),
-                Param::new("signal", Kind::OneOf(SIGNALS), "The signal to send.").required(),
-                Param::new(
-                    "target",
-                    Kind::OneOf(&["group", "leader"]),
-                    "The whole process group, or only the process that was started.",
-                ),
+                Param::new("signal", Kind::OneOf(SIGNALS), "").required(),
+                Param::new("target", Kind::OneOf(&["group", "leader"]), ""),
             ],
-            envelope(snapshot_properties()),
+            envelope(ended_properties()),
             Effect::Act,
         ),
         spec(
             "terminal_keys",
             format!(
-                "Send named keys to a session's input as the byte sequences an xterm sends: \
-                 {KEY_NAMES}. On a PTY, C-c interrupts the foreground job and C-d is EOF at \
-                 the start of a line. Then read the effect with terminal_screen or \
+                "Send named keys as an xterm sends them: {KEY_NAMES}. On a PTY, C-c \
+                 interrupts and C-d is EOF at a line's start. Then terminal_screen or \
                  terminal_read."
             ),
             vec![
@@ -605,8 +548,8 @@ fn base_catalog(config: &Config) -> Vec<ToolSpec> {
         ),
         spec(
             "terminal_resize",
-            "Set a PTY session's window size; the program receives SIGWINCH and usually \
-             redraws. NOT_A_PTY for pipe sessions. Check the result with terminal_screen."
+            "Set a PTY session's window size (the program gets SIGWINCH); NOT_A_PTY on \
+             pipes. Then terminal_screen."
                 .into(),
             vec![
                 session_id(),
@@ -617,7 +560,7 @@ fn base_catalog(config: &Config) -> Vec<ToolSpec> {
                         max: u64::from(TERMINAL_MAX_SIZE),
                         default: 24,
                     },
-                    "Rows.",
+                    "",
                 )
                 .required(),
                 Param::new(
@@ -627,7 +570,7 @@ fn base_catalog(config: &Config) -> Vec<ToolSpec> {
                         max: u64::from(TERMINAL_MAX_SIZE),
                         default: 80,
                     },
-                    "Columns.",
+                    "",
                 )
                 .required(),
             ],
@@ -639,11 +582,9 @@ fn base_catalog(config: &Config) -> Vec<ToolSpec> {
         ),
         spec(
             "terminal_screen",
-            "A PTY session's screen as a terminal emulator renders it now: its lines, size, \
-             cursor, whether the alternate screen is on, the window title, and optionally \
-             lines that scrolled off the top. Always current, even after old output was \
-             evicted from the buffer. Use it for full-screen programs; NOT_A_PTY for pipe \
-             sessions."
+            "A PTY session's screen as rendered now (lines, size, cursor, alternate screen, \
+             title, optional scrollback), even after its output was evicted: for \
+             full-screen programs. NOT_A_PTY on pipes."
                 .into(),
             vec![
                 session_id(),
@@ -654,7 +595,7 @@ fn base_catalog(config: &Config) -> Vec<ToolSpec> {
                         max: SCREEN_MAX_SCROLLBACK,
                         default: 0,
                     },
-                    "Lines from above the screen to include, most recent last.",
+                    "Lines from above the screen, most recent last.",
                 ),
             ],
             envelope(json!({
@@ -706,15 +647,8 @@ fn envelope(success: Value) -> Map<String, Value> {
     properties.insert("ok".into(), json!({"type": "boolean"}));
     properties.insert(
         "error".into(),
-        json!({
-            "type": "object",
-            "description": "Present when ok is false.",
-            "properties": {
-                "code": {"type": "string"},
-                "message": {"type": "string"},
-            },
-            "required": ["code", "message"],
-        }),
+        // Both strings; the codes an agent acts on are named in the descriptions.
+        json!({"type": "object", "required": ["code", "message"]}),
     );
     let mut schema = Map::new();
     schema.insert("type".into(), "object".into());
@@ -726,8 +660,37 @@ fn envelope(success: Value) -> Map<String, Value> {
 /// What writing input returns (terminal_write, terminal_keys).
 fn input_result() -> Value {
     json!({
-        "accepted_bytes": {"type": "integer", "minimum": 0},
+        "accepted_bytes": {"type": "integer"},
         "stdin_closed": {"type": "boolean"},
+    })
+}
+
+/// A session's snapshot inside another result: its fields are stated once, in
+/// terminal_status's (and terminal_start's) output schema.
+fn snapshot_ref() -> Value {
+    json!({"type": "object", "description": "As terminal_status."})
+}
+
+/// What terminal_start returns: the snapshot (as terminal_status), of which these fields
+/// are what the next calls use.
+fn started_properties() -> Value {
+    json!({
+        "session_id": {"type": "string"},
+        "mode": {"type": "string", "enum": ["pipe", "pty"]},
+        "status": {"type": "string"},
+        "next_cursor": {"type": "integer"},
+    })
+}
+
+/// What terminal_terminate and terminal_signal return: the snapshot (as terminal_status),
+/// of which these fields say how the session ended.
+fn ended_properties() -> Value {
+    json!({
+        "session_id": {"type": "string"},
+        "status": {"type": "string"},
+        "exit_code": {"type": ["integer", "null"]},
+        "exit_signal": {"type": ["string", "null"]},
+        "termination_reason": {"type": ["string", "null"]},
     })
 }
 
@@ -743,8 +706,8 @@ fn snapshot_properties() -> Value {
         "termination_reason": {"type": ["string", "null"], "enum": ["natural", "user", "timeout", "shutdown", null]},
         "stdin_closed": {"type": "boolean"},
         "input_uncertain": {"type": "boolean"},
-        "base_cursor": {"type": "integer", "minimum": 0},
-        "next_cursor": {"type": "integer", "minimum": 0},
+        "base_cursor": {"type": "integer"},
+        "next_cursor": {"type": "integer"},
         "created_at": {"type": "string", "format": "date-time"},
         "last_activity_at": {"type": "string", "format": "date-time"},
         "output_complete": {"type": "boolean"},
@@ -754,6 +717,7 @@ fn snapshot_properties() -> Value {
         "recording": {"type": ["string", "null"]},
         "awaiting_input": {"type": ["boolean", "null"]},
         "foreground": {"type": ["object", "null"], "properties": {"pid": {"type": "integer"}, "name": {"type": ["string", "null"]}}},
+        "owner_input_at": {"type": ["string", "null"], "format": "date-time"},
     })
 }
 
@@ -764,15 +728,15 @@ fn read_properties() -> Value {
             "items": {
                 "type": "object",
                 "properties": {
-                    "cursor": {"type": "integer", "minimum": 0},
+                    "cursor": {"type": "integer"},
                     "stream": {"type": "string", "enum": ["stdout", "stderr"]},
                     "text": {"type": "string"},
                 },
                 "required": ["cursor", "stream", "text"],
             },
         },
-        "base_cursor": {"type": "integer", "minimum": 0},
-        "next_cursor": {"type": "integer", "minimum": 0},
+        "base_cursor": {"type": "integer"},
+        "next_cursor": {"type": "integer"},
         "truncated": {"type": "boolean"},
         "has_more": {"type": "boolean"},
         "status": {"type": "string"},

@@ -90,7 +90,10 @@ impl Param {
                 "additionalProperties": {"type": "string"},
             }),
         };
-        schema["description"] = self.description.clone().into();
+        // A parameter whose name and schema say it all has no description.
+        if !self.description.is_empty() {
+            schema["description"] = self.description.clone().into();
+        }
         schema
     }
 

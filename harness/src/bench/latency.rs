@@ -49,6 +49,13 @@ pub const COLD_START: Workload = Workload {
          the floor server (`harness floor-server`: rmcp on stdio with one no-op tool)",
 };
 
+pub const TOOLS_LIST: Workload = Workload {
+    name: "tools_list",
+    about: "the tools/list result of the server the latency workloads run on (the \
+         `make-config` defaults with two shell profiles, so terminal_exec is offered), as \
+         compact JSON: what every agent reads before its first call",
+};
+
 pub const FIRST_OUTPUT: Workload = Workload {
     name: "first_output",
     about: "`terminal_start` of `/bin/echo hello` to its output returned by `terminal_read`, \
@@ -96,6 +103,18 @@ pub async fn start_to_exit(mcp: &McpServer, n: usize) -> Result<Vec<Metric>, Str
     Ok(vec![
         Metric::distribution("start_to_exit", "ms", &total),
         Metric::distribution("terminal_start_call", "ms", &start_call),
+    ])
+}
+
+pub async fn tools_list(mcp: &McpServer) -> Result<Vec<Metric>, String> {
+    let list = mcp.list_tools().await?;
+    let bytes = serde_json::to_string(&list)
+        .map_err(|e| e.to_string())?
+        .len();
+    let tools = list["tools"].as_array().map_or(0, Vec::len);
+    Ok(vec![
+        Metric::value("result_bytes", "bytes", bytes as f64),
+        Metric::value("tools", "tools", tools as f64),
     ])
 }
 
