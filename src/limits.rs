@@ -52,6 +52,10 @@ pub const KILL_CONFIRM: Duration = Duration::from_secs(5);
 /// A write that cannot be drained into the child's stdin within this time fails with
 /// `INPUT_BACKPRESSURE` and closes stdin.
 pub const WRITE_DRAIN_TIMEOUT: Duration = Duration::from_secs(1);
+/// How long a session's end waits for a write in progress to record its input before the
+/// recording is closed (a write is bounded by `WRITE_DRAIN_TIMEOUT`, a command's typing by
+/// `EXEC_TYPING_TIMEOUT`; past this the recording closes without it).
+pub const SINK_CLOSE_AFTER_WRITE: Duration = Duration::from_secs(2);
 /// After the process ended, how long the readers may take to reach EOF before the output
 /// is declared incomplete (a descendant escaped the group and holds the pipe).
 pub const DRAIN_DEADLINE: Duration = Duration::from_millis(500);

@@ -16,7 +16,7 @@ use super::sink::Sink;
 use super::state::{Reason, State, Status};
 use super::{Identity, Origin, Parts, Session, Snapshot, return_memory};
 use crate::config::Mode;
-use crate::limits::{DRAIN_DEADLINE, INSTALL_WITHIN, KILL_CONFIRM};
+use crate::limits::{DRAIN_DEADLINE, INSTALL_WITHIN, KILL_CONFIRM, SINK_CLOSE_AFTER_WRITE};
 use crate::output::{OutputBuffer, Redactor, Screen, Shape, Stream};
 use crate::process::waiting::InputFile;
 use crate::process::{Exit, ExitReceiver, PipeChild, PtyChild, SessionGroups, has_exited};
@@ -275,6 +275,10 @@ async fn supervise(
         tracing::warn!(session = %session.id, "output incomplete: a pipe stayed open past the drain deadline");
     }
     if let Some(sink) = &session.sink {
+        // A write that reached the program just before it ended (the `q` that quit it)
+        // records its input once written: let it, so the recording shows the keys before
+        // the end. Writes are bounded, and so is this wait.
+        let _ = tokio::time::timeout(SINK_CLOSE_AFTER_WRITE, session.writing.lock()).await;
         sink.close(closing).await;
     }
     session.update(|s| s.output_settled(drained));
