@@ -22,6 +22,7 @@ use crate::audit::{AuditLine, By};
 use crate::config::Mode;
 use crate::errors::ToolError;
 use crate::limits::WEB_PAGE_TOKENS_MAX;
+use crate::session::Session;
 use crate::tools::keys::key_bytes;
 
 /// The tokens of the session pages rendered so far, each valid for its session only.
@@ -79,30 +80,37 @@ fn same_origin(headers: &HeaderMap) -> bool {
     matches!((origin, host), (Some(origin), Some(host)) if origin == format!("http://{host}"))
 }
 
-/// Origin and page token; the refusal to answer with, if any.
-fn refusal(view: &View, id: &str, headers: &HeaderMap) -> Option<Response> {
+/// The session an owner action is for, once its origin and page token are checked; else
+/// the refusal to answer with.
+fn permitted(view: &View, id: &str, headers: &HeaderMap) -> Result<Arc<Session>, Box<Response>> {
     if !same_origin(headers) {
         tracing::info!(session = %id, "refused an owner action from another origin");
-        return Some(refused(
+        return Err(Box::new(refused(
             StatusCode::FORBIDDEN,
             "FORBIDDEN",
             "owner actions are taken only from this view's own pages (the Origin header must \
              name this server)",
-        ));
+        )));
     }
     let token = headers
         .get("x-csrf-token")
         .and_then(|v| v.to_str().ok())
         .unwrap_or("");
     if !view.page_tokens.valid(id, token) {
-        return Some(refused(
+        return Err(Box::new(refused(
             StatusCode::FORBIDDEN,
             "FORBIDDEN",
             "the page token is missing, or is not one of this session's pages: reload the \
              session's page and try again",
-        ));
+        )));
     }
-    None
+    view.sessions.find(id).ok_or_else(|| {
+        Box::new(refused(
+            StatusCode::NOT_FOUND,
+            "SESSION_NOT_FOUND",
+            "no such session",
+        ))
+    })
 }
 
 /// What the owner typed: `{"text": "…"}` or `{"keys": ["Enter", "C-c"]}`.
@@ -164,15 +172,9 @@ pub async fn input(
     body: Bytes,
 ) -> Response {
     let began = Instant::now();
-    if let Some(refusal) = refusal(&view, &id, &headers) {
-        return refusal;
-    }
-    let Some(session) = view.sessions.find(&id) else {
-        return refused(
-            StatusCode::NOT_FOUND,
-            "SESSION_NOT_FOUND",
-            "no such session",
-        );
+    let session = match permitted(&view, &id, &headers) {
+        Ok(session) => session,
+        Err(refusal) => return *refusal,
     };
     if session.mode != Mode::Pty {
         return refused(
@@ -223,15 +225,9 @@ pub async fn terminate(
     headers: HeaderMap,
 ) -> Response {
     let began = Instant::now();
-    if let Some(refusal) = refusal(&view, &id, &headers) {
-        return refusal;
-    }
-    let Some(session) = view.sessions.find(&id) else {
-        return refused(
-            StatusCode::NOT_FOUND,
-            "SESSION_NOT_FOUND",
-            "no such session",
-        );
+    let session = match permitted(&view, &id, &headers) {
+        Ok(session) => session,
+        Err(refusal) => return *refusal,
     };
     let snapshot = session.owner_terminate().await;
     let outcome = Outcome {
