@@ -100,25 +100,39 @@ impl Session {
             (Some(input), Some(fg)) => awaiting(&group_members(self.pid, fg.pid), input),
             _ => None,
         };
+        // A program writes its prompt and then blocks reading: found blocked, what it wrote
+        // is already in the terminal. Looked at again now, so a prompt written between the
+        // first look and the program's read is never missed.
+        let awaiting_input = match awaiting_input {
+            Some(true) if self.terminal.as_ref().is_some_and(|t| t.unread() > 0) => Some(false),
+            other => other,
+        };
         Waiting {
             awaiting_input,
             foreground,
         }
     }
 
-    /// Whether the session awaits input, confirmed: what its reader has already read is
-    /// taken first (a prompt, or a shell's end mark, may be on its way to the buffer), and
-    /// any output or input since the first look means not yet. For a caller about to say so
-    /// to a client, who may act on it at once.
+    /// Whether the session awaits input, confirmed: a second look `AWAIT_QUIET` after the
+    /// first must find the same (a prompt the program wrote just before it blocked may still
+    /// be on its way through the terminal to the reader, and a program may pass through a
+    /// read on its way elsewhere), what its reader has read is taken first, and any output
+    /// or input since the first look means not yet. For a caller about to say so to a
+    /// client, who may act on it at once.
     pub(super) async fn awaiting_confirmed(&self) -> Option<bool> {
         let before = self.inspect(|s| s.last_traffic());
         match self.waiting().awaiting_input {
             Some(true) => {}
             other => return other,
         }
+        tokio::time::sleep(AWAIT_QUIET).await;
         self.ask_reader(Stream::Stdout, Control::Drain).await;
+        if self.inspect(|s| s.last_traffic()) != before {
+            return Some(false);
+        }
+        let again = self.waiting().awaiting_input;
         let quiet = self.inspect(|s| s.last_traffic()) == before;
-        Some(quiet)
+        again.map(|awaiting| awaiting && quiet)
     }
 
     /// When `waiting` may next answer differently as far as traffic goes: `AWAIT_QUIET`
