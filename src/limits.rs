@@ -162,6 +162,9 @@ pub const SHELL_IDLE_TIMEOUT_MS: u64 = 1_800_000;
 pub const EXEC_DEFAULT_TIMEOUT_MS: u64 = 30_000;
 pub const EXEC_LINE_BYTES: usize = 512;
 pub const EXEC_INTERRUPT_SETTLE: Duration = Duration::from_secs(1);
+/// How long `terminal_exec` waits for a terminal shell's next prompt to reach the reader
+/// when the shell, in its own foreground, has just run a line typed some other way.
+pub const EXEC_PROMPT_GRACE: Duration = Duration::from_millis(500);
 /// `terminal_exec.max_bytes`: bytes of a command's output returned (head and tail), range
 /// and default (as `terminal_run`'s).
 pub const EXEC_MIN_BYTES: u64 = 64;

@@ -27,7 +27,7 @@ use super::install::{canonical_text, pipe_wrapper, readline_text, terminal_wrapp
 use super::{Busy, Typing};
 use crate::config::Mode;
 use crate::errors::{ErrorCode, ToolError};
-use crate::limits::{AWAIT_POLL, DRAIN_DEADLINE, EXEC_INTERRUPT_SETTLE};
+use crate::limits::{AWAIT_POLL, DRAIN_DEADLINE, EXEC_INTERRUPT_SETTLE, EXEC_PROMPT_GRACE};
 use crate::output::{Kept, Omitted, Shape, Stream};
 use crate::process::{procfs, signal_process};
 use crate::session::Foreground;
@@ -211,10 +211,21 @@ impl Session {
             (_, _, true) => Shape::Strip,
             (Mode::Pty, true, false) | (Mode::Pipe, _, false) => Shape::Raw,
         };
+        let busy_now = |s: &State| s.shell().and_then(|t| t.busy());
+        if matches!(self.inspect(busy_now), Some(Busy::Foreground))
+            && self.foreground().is_some_and(|f| f.pid == self.pid)
+        {
+            // The shell itself is in the foreground after a line typed some other way: its
+            // next prompt's mark may still be on its way to the reader. Let it arrive.
+            self.ask_reader(Stream::Stdout, Control::Drain).await;
+            let grace = deadline.min(Instant::now() + EXEC_PROMPT_GRACE);
+            self.wait_until(grace, |s| !matches!(busy_now(s), Some(Busy::Foreground)))
+                .await;
+        }
         let (busy, typing, nonce) = self.inspect(|s| {
             let shell = s.shell();
             (
-                shell.and_then(|t| t.busy()),
+                busy_now(s),
                 shell.and_then(|t| t.typing()),
                 shell.map(|t| t.nonce.clone()).unwrap_or_default(),
             )
