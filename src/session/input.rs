@@ -240,6 +240,7 @@ impl Session {
             writing = self.writing.lock() => writing,
             () = cancel.cancelled() => return Err(cancelled_unwritten()),
         };
+        let ends_before = self.inspect(|s| s.shell_ends());
         // Another write, or the session's end, may have closed stdin meanwhile.
         let (sink, bytes) = self.inspect(|s| match &s.input {
             Input::Pipe { pipe, .. } => Ok((Sink::Pipe(pipe.clone()), bytes.to_vec())),
@@ -295,7 +296,7 @@ impl Session {
                 s.wrote();
             }
             if line_typed {
-                s.shell_typed_line();
+                s.shell_typed_line(ends_before);
             }
             let result = match outcome {
                 Some(Ok(Ok(()))) if !is_pty && close => {

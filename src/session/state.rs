@@ -378,10 +378,15 @@ impl State {
         }
     }
 
-    pub fn shell_typed_line(&mut self) {
+    pub fn shell_typed_line(&mut self, ends_before: u64) {
         if let Some(shell) = self.shell.as_mut() {
-            shell.typed_line();
+            shell.typed_line(ends_before);
         }
+    }
+
+    /// The shell's end marks seen so far (0 for a session without a shell).
+    pub fn shell_ends(&self) -> u64 {
+        self.shell.as_ref().map_or(0, |shell| shell.ends())
     }
 
     pub fn shell_collected(&mut self, seq: u64) {

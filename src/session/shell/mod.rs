@@ -82,6 +82,8 @@ pub struct Track {
     /// `None` while the integration is being installed.
     typing: Option<Typing>,
     at_prompt: bool,
+    /// End marks seen (one comes with every prompt).
+    ends: u64,
     /// The shell has shown a prompt since it was integrated (before that it is starting).
     prompted: bool,
     /// A readline shell reads a line, its terminal set up for it (raw): typing before that
@@ -119,6 +121,7 @@ impl Track {
             nonce,
             typing: None,
             at_prompt: false,
+            ends: 0,
             prompted: false,
             reading: false,
             commands: VecDeque::new(),
@@ -174,10 +177,20 @@ impl Track {
         (!self.at_prompt).then_some(Busy::Foreground)
     }
 
-    /// A line was typed into a terminal shell some other way (`terminal_write` with Enter):
-    /// at its prompt, the shell now runs it (or answers it with a new prompt).
-    pub fn typed_line(&mut self) {
-        if matches!(self.typing, Some(Typing::Readline | Typing::Canonical)) {
+    /// End marks seen so far: taken before a write, for `typed_line`.
+    pub fn ends(&self) -> u64 {
+        self.ends
+    }
+
+    /// A line was typed into a terminal shell some other way (`terminal_write` with Enter),
+    /// `ends_before` end marks having been seen when the write began: at its prompt, the
+    /// shell now runs it (or answers it with a new prompt). A prompt that came meanwhile (the
+    /// line went to a program that has since ended, or was run at once) already says where
+    /// the shell is.
+    pub fn typed_line(&mut self, ends_before: u64) {
+        if matches!(self.typing, Some(Typing::Readline | Typing::Canonical))
+            && self.ends == ends_before
+        {
             self.at_prompt = false;
         }
     }
@@ -275,6 +288,7 @@ impl Track {
                     });
                 }
                 self.at_prompt = true;
+                self.ends += 1;
                 self.prompted |= self.typing.is_some();
             }
         }
@@ -339,6 +353,25 @@ mod tests {
         track.mark(&Mark::End(Some(0)), 9);
         assert!(track.busy().is_none());
         assert!(track.current().is_none());
+    }
+
+    #[test]
+    fn a_line_typed_before_the_prompt_it_caused_leaves_the_shell_at_its_prompt() {
+        let mut track = Track::installing("n".into());
+        track.mark(&Mark::Installed(Typing::Readline), 0);
+        track.mark(&Mark::End(Some(0)), 0);
+        // A line is typed at the prompt; the shell's next prompt is seen before the write
+        // is noted (a command that ran at once): the shell is at its prompt.
+        let before = track.ends();
+        track.mark(&Mark::End(Some(0)), 5);
+        track.typed_line(before);
+        assert!(track.busy().is_none());
+        // Noted before any prompt came: the shell runs the line until its next prompt.
+        let before = track.ends();
+        track.typed_line(before);
+        assert!(matches!(track.busy(), Some(Busy::Foreground)));
+        track.mark(&Mark::End(Some(0)), 9);
+        assert!(track.busy().is_none());
     }
 
     #[test]
