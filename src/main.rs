@@ -11,7 +11,7 @@ use rmcp::ServiceExt;
 use tokio::signal::unix::{SignalKind, signal};
 
 use mcp_terminal::{
-    access, audit, config, framing, hangup, http, limits, process, session, stdio, tools, web,
+    access, audit, config, hangup, http, limits, process, session, stdio, tools, web,
 };
 
 use config::Config;
@@ -496,20 +496,12 @@ async fn run(sessions: Arc<Sessions>, audit: Option<Arc<audit::AuditLog>>) -> Re
     let mut sigint = signal(SignalKind::interrupt()).map_err(|e| e.to_string())?;
     stdio::widen_stdout();
     let (stdin, stdout) = rmcp::transport::io::stdio_pipes();
-    let framing::Guarded {
-        service_in,
-        service_out,
-        stdin_closed,
-        stdout_done,
-    } = framing::guard(stdin, stdout);
+    let (transport, stdin_closed) = stdio::Stdio::new(stdin, stdout);
     let server = TerminalServer::new(sessions.clone()).with_audit(audit);
     tracing::info!(version = env!("CARGO_PKG_VERSION"), "serving MCP on stdio");
 
     let serving = async {
-        match server
-            .serve(stdio::Stdio::new(service_in, service_out))
-            .await
-        {
+        match server.serve(transport).await {
             Ok(service) => {
                 let _ = service.waiting().await;
             }
@@ -517,29 +509,23 @@ async fn run(sessions: Arc<Sessions>, audit: Option<Arc<audit::AuditLog>>) -> Re
         }
     };
     tokio::pin!(serving);
-    // `served`: nothing is left to flush (the service ended, or stdout is gone); `ended`:
-    // the service ended.
-    let (why, served, ended) = tokio::select! {
-        () = &mut serving => ("the client closed the connection", true, true),
-        _ = stdin_closed => ("stdin closed", false, false),
+    // `served`: nothing is left to flush (the service ended, or stdout is gone). The service
+    // ends by closing its transport, which writes its last answers and the guard's own.
+    let (why, served) = tokio::select! {
+        () = &mut serving => ("the client closed the connection", true),
+        _ = stdin_closed => ("stdin closed", false),
         // Nothing in flight could be delivered any more: no flush.
-        () = hangup::stdout_closed() => ("the client closed stdout", true, false),
-        _ = sigterm.recv() => ("SIGTERM", false, false),
-        _ = sigint.recv() => ("SIGINT", false, false),
+        () = hangup::stdout_closed() => ("the client closed stdout", true),
+        _ = sigterm.recv() => ("SIGTERM", false),
+        _ = sigint.recv() => ("SIGINT", false),
     };
     tracing::info!("shutting down ({why})");
     sessions
         .shutdown(limits::SHUTDOWN_GRACE.as_millis() as u64)
         .await;
     // Requests still in flight (a wait on a session that just ended) can answer now.
-    let ended = ended
-        || (!served
-            && tokio::time::timeout(limits::SHUTDOWN_FLUSH, serving)
-                .await
-                .is_ok());
-    if ended {
-        // The service's last answers, and the guard's own, reach stdout before the exit.
-        let _ = tokio::time::timeout(limits::SHUTDOWN_FLUSH, stdout_done).await;
+    if !served {
+        let _ = tokio::time::timeout(limits::SHUTDOWN_FLUSH, serving).await;
     }
     tracing::info!("shutdown complete");
     Ok(())

@@ -1,21 +1,20 @@
-//! The MCP service's transport over the guarded stdin/stdout (see `framing`): messages are
-//! read as rmcp reads them, and written with the fast JSON writer (`json`), which writes
-//! the same bytes as serde_json in a fraction of the time for a page of output.
+//! The MCP service's transport over stdin/stdout: messages are read through the guard
+//! (`framing`), and written with the fast JSON writer (`json`), which writes the same bytes
+//! as serde_json in a fraction of the time for a page of output.
 
 use std::io;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::task::{Context, Poll, ready};
 
 use rmcp::RoleServer;
+use rmcp::model::JsonRpcMessage;
 use rmcp::service::{RxJsonRpcMessage, TxJsonRpcMessage};
 use rmcp::transport::Transport;
-use rmcp::transport::async_rw::AsyncRwTransport;
-use tokio::io::{AsyncWrite, AsyncWriteExt, DuplexStream};
-use tokio::sync::{Mutex, mpsc};
-use tokio_util::sync::PollSender;
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
+use tokio::sync::{Mutex, mpsc, oneshot};
+use tokio::task::JoinHandle;
 
+use crate::framing::{self, Guard, InFlight};
 use crate::json;
 use crate::limits::{REPLY_QUEUE_MAX, STDOUT_PIPE_BYTES};
 
@@ -36,103 +35,212 @@ pub fn widen_stdout() {
     }
 }
 
-pub struct Stdio {
-    /// rmcp's reader; what it answers by itself (a message of the wrong shape) goes
-    /// through `Answers` to the same output.
-    read: AsyncRwTransport<RoleServer, DuplexStream, Answers>,
-    write: Arc<Mutex<DuplexStream>>,
+/// The MCP service's transport on stdio: requests come through the guard (`framing`),
+/// answers go straight to stdout, each whole under one lock, and settle their request's
+/// place in flight once written.
+pub struct Stdio<R, W> {
+    /// Dropped at `close`, which ends the writer of the guard's own answers.
+    guard: Option<Guard<R>>,
+    out: Arc<Out<W>>,
+    /// Writes the guard's answers to stdout, in order, between the service's messages.
+    replies: Option<JoinHandle<()>>,
     /// The length of the last message sent: room made for the next one, so a page of
     /// output (answers of similar size, one after another) is written without the copies
     /// of a growing buffer.
     last_len: Arc<AtomicUsize>,
 }
 
-impl Stdio {
-    pub fn new(service_in: DuplexStream, service_out: DuplexStream) -> Self {
-        let write = Arc::new(Mutex::new(service_out));
+struct Out<W> {
+    stdout: Mutex<W>,
+    in_flight: Arc<InFlight>,
+}
+
+impl<W: AsyncWrite + Unpin> Out<W> {
+    /// One message, whole: nothing else reaches stdout between its bytes.
+    async fn write(&self, line: &[u8]) -> io::Result<()> {
+        let mut stdout = self.stdout.lock().await;
+        stdout.write_all(line).await?;
+        stdout.flush().await
+    }
+}
+
+impl<R, W> Stdio<R, W>
+where
+    R: AsyncRead + Unpin + Send + 'static,
+    W: AsyncWrite + Unpin + Send + 'static,
+{
+    /// The transport, and what fires when stdin ends.
+    pub fn new(stdin: R, stdout: W) -> (Self, oneshot::Receiver<()>) {
+        let in_flight = Arc::new(InFlight::default());
+        let out = Arc::new(Out {
+            stdout: Mutex::new(stdout),
+            in_flight: in_flight.clone(),
+        });
         let (lines, mut queued) = mpsc::channel::<Vec<u8>>(REPLY_QUEUE_MAX);
-        let out = write.clone();
-        // Whole lines, written under the same lock as every message: never interleaved.
-        tokio::spawn(async move {
+        let writer = out.clone();
+        let replies = tokio::spawn(async move {
             while let Some(line) = queued.recv().await {
-                if out.lock().await.write_all(&line).await.is_err() {
+                if writer.write(&line).await.is_err() {
                     return;
                 }
             }
         });
-        let answers = Answers {
-            lines: PollSender::new(lines),
-            partial: Vec::new(),
-        };
-        Stdio {
-            read: AsyncRwTransport::new(service_in, answers),
-            write,
+        let (eof, stdin_closed) = oneshot::channel();
+        let stdio = Stdio {
+            guard: Some(Guard::new(stdin, lines, in_flight, eof)),
+            out,
+            replies: Some(replies),
             last_len: Arc::default(),
-        }
+        };
+        (stdio, stdin_closed)
     }
 }
 
-impl Transport<RoleServer> for Stdio {
+impl<R, W> Transport<RoleServer> for Stdio<R, W>
+where
+    R: AsyncRead + Unpin + Send + 'static,
+    W: AsyncWrite + Unpin + Send + 'static,
+{
     type Error = io::Error;
 
     fn send(
         &mut self,
         item: TxJsonRpcMessage<RoleServer>,
     ) -> impl Future<Output = Result<(), io::Error>> + Send + 'static {
-        let (write, last_len) = (self.write.clone(), self.last_len.clone());
+        let (out, last_len) = (self.out.clone(), self.last_len.clone());
         async move {
+            let answers = match &item {
+                JsonRpcMessage::Response(response) => Some(&response.id),
+                JsonRpcMessage::Error(error) => error.id.as_ref(),
+                _ => None,
+            };
+            let answers = answers.map(framing::id_text);
             let mut line = String::with_capacity(last_len.load(Ordering::Relaxed) + 1);
             json::write(&item, &mut line).map_err(io::Error::other)?;
             line.push('\n');
             last_len.store(line.len(), Ordering::Relaxed);
-            write.lock().await.write_all(line.as_bytes()).await
+            out.write(&framing::with_null_id(line.into_bytes())).await?;
+            if let Some(id) = answers {
+                out.in_flight.settle(&id);
+            }
+            Ok(())
         }
     }
 
-    fn receive(&mut self) -> impl Future<Output = Option<RxJsonRpcMessage<RoleServer>>> + Send {
-        self.read.receive()
+    async fn receive(&mut self) -> Option<RxJsonRpcMessage<RoleServer>> {
+        self.guard.as_mut()?.next().await
     }
 
+    /// Everything the service and the guard had to say is on stdout when this returns (or
+    /// stdout failed).
     async fn close(&mut self) -> Result<(), io::Error> {
-        Transport::<RoleServer>::close(&mut self.read).await?;
-        self.write.lock().await.shutdown().await
+        self.guard = None;
+        if let Some(replies) = self.replies.take() {
+            let _ = replies.await;
+        }
+        self.out.stdout.lock().await.flush().await
     }
 }
 
-/// Takes the bytes rmcp's reader writes and queues them as whole lines; a full queue
-/// holds the writer (and so the reading of more input) until the lines went out.
-struct Answers {
-    lines: PollSender<Vec<u8>>,
-    partial: Vec<u8>,
-}
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
 
-impl AsyncWrite for Answers {
-    fn poll_write(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        let closed = |_| io::Error::from(io::ErrorKind::BrokenPipe);
-        ready!(self.lines.poll_reserve(cx)).map_err(closed)?;
-        self.partial.extend_from_slice(buf);
-        match memchr::memrchr(b'\n', &self.partial) {
-            Some(at) => {
-                let rest = self.partial.split_off(at + 1);
-                let whole = std::mem::replace(&mut self.partial, rest);
-                self.lines.send_item(whole).map_err(closed)?;
-            }
-            None => {
-                self.lines.abort_send();
+    use serde_json::json;
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
+
+    use super::*;
+    use crate::limits::MAX_IN_FLIGHT;
+
+    /// A client that writes garbage and never reads: once the bounded answers wait for
+    /// stdout, the guard stops reading, so the client's writes stall.
+    #[tokio::test]
+    async fn stops_reading_while_error_answers_wait() {
+        let (mut client_in, stdin) = tokio::io::duplex(4096);
+        let (stdout, _client_out_unread) = tokio::io::duplex(4096);
+        let (mut stdio, _) = Stdio::new(stdin, stdout);
+        let _service = tokio::spawn(async move { while stdio.receive().await.is_some() {} });
+        let garbage = b"not json at all\n";
+        let mut accepted = 0usize;
+        for _ in 0..100_000 {
+            let write = client_in.write_all(garbage);
+            match tokio::time::timeout(Duration::from_secs(2), write).await {
+                Ok(Ok(())) => accepted += 1,
+                Ok(Err(e)) => panic!("the guard closed its input: {e}"),
+                Err(_stalled) => break,
             }
         }
-        Poll::Ready(Ok(buf.len()))
+        // Answers waiting in stdout's pipe and the queue, plus the lines buffered on the
+        // way in (the duplex and the 64 KiB reader).
+        let bound = 4096 / 80 + REPLY_QUEUE_MAX + (4096 + 65_536) / garbage.len() + 8;
+        assert!(
+            accepted < bound,
+            "{accepted} garbage lines read, bound {bound}"
+        );
     }
 
-    fn poll_flush(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Poll::Ready(Ok(()))
+    /// Answers to requests the service cannot read come with their ids however many come
+    /// unread, and hold no place in flight.
+    #[tokio::test]
+    async fn requests_the_service_cannot_read_do_not_stop_the_input() {
+        let (mut client_in, stdin) = tokio::io::duplex(1 << 20);
+        let (stdout, client_out) = tokio::io::duplex(1 << 20);
+        let (mut stdio, _) = Stdio::new(stdin, stdout);
+        let _service = tokio::spawn(async move { while stdio.receive().await.is_some() {} });
+        let count = MAX_IN_FLIGHT * 2;
+        for n in 0..count {
+            let line =
+                format!("{{\"jsonrpc\":\"2.0\",\"id\":{n},\"method\":\"ping\",\"params\":5}}\n");
+            client_in.write_all(line.as_bytes()).await.unwrap();
+        }
+        let mut lines = tokio::io::BufReader::new(client_out).lines();
+        for n in 0..count {
+            let line = tokio::time::timeout(Duration::from_secs(30), lines.next_line())
+                .await
+                .expect("an answer within 30 s")
+                .unwrap()
+                .unwrap();
+            let answer: serde_json::Value = serde_json::from_str(&line).unwrap();
+            assert_eq!(answer["id"], json!(n), "{line}");
+            assert_eq!(answer["error"]["code"], json!(-32600), "{line}");
+        }
     }
 
-    fn poll_shutdown(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Poll::Ready(Ok(()))
+    /// An answer written frees its request's place, and its id can be used again; the
+    /// guard's answers still queued when the service closes reach stdout before `close`
+    /// returns.
+    #[tokio::test]
+    async fn answers_free_their_place_and_close_flushes_the_guards_answers() {
+        let (mut client_in, stdin) = tokio::io::duplex(1 << 16);
+        let (stdout, client_out) = tokio::io::duplex(1 << 16);
+        let (mut stdio, stdin_closed) = Stdio::new(stdin, stdout);
+        let mut lines = tokio::io::BufReader::new(client_out).lines();
+        let request = "{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"ping\"}\n";
+        client_in.write_all(request.as_bytes()).await.unwrap();
+        let JsonRpcMessage::Request(first) = stdio.receive().await.unwrap() else {
+            panic!("not a request");
+        };
+        let answer = TxJsonRpcMessage::<RoleServer>::response(
+            rmcp::model::ServerResult::empty(()),
+            first.id,
+        );
+        stdio.send(answer).await.unwrap();
+        let line = lines.next_line().await.unwrap().unwrap();
+        assert_eq!(line, r#"{"jsonrpc":"2.0","id":2,"result":{}}"#);
+        client_in.write_all(request.as_bytes()).await.unwrap();
+        client_in.write_all(b"not json\n").await.unwrap();
+        drop(client_in);
+        assert!(matches!(
+            stdio.receive().await,
+            Some(JsonRpcMessage::Request(_))
+        ));
+        assert!(stdio.receive().await.is_none());
+        stdin_closed.await.expect("told");
+        stdio.close().await.unwrap();
+        drop(stdio);
+        let refusal = lines.next_line().await.unwrap().unwrap();
+        let refusal: serde_json::Value = serde_json::from_str(&refusal).unwrap();
+        assert_eq!(refusal["error"]["code"], json!(-32700), "{refusal}");
+        assert_eq!(lines.next_line().await.unwrap(), None);
     }
 }

@@ -19,10 +19,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use mcp_terminal::config::{self, Config, Profile, Shell};
-use mcp_terminal::framing;
 use mcp_terminal::limits::MAX_FRAME_BYTES;
 use mcp_terminal::process::{Reaper, new_instance};
 use mcp_terminal::session::Sessions;
+use mcp_terminal::stdio::Stdio;
 use mcp_terminal::tools::TerminalServer;
 use rmcp::ServiceExt;
 use serde_json::{Value, json};
@@ -204,14 +204,10 @@ impl Loopback {
         ));
         let (mut client_in, stdin) = tokio::io::duplex(64 * 1024);
         let (stdout, client_out) = tokio::io::duplex(64 * 1024);
-        let framing::Guarded {
-            service_in,
-            service_out,
-            ..
-        } = framing::guard(stdin, stdout);
+        let (transport, _stdin_closed) = Stdio::new(stdin, stdout);
         let server = TerminalServer::new(sessions.clone());
         let serving = tokio::spawn(async move {
-            if let Ok(service) = server.serve((service_in, service_out)).await {
+            if let Ok(service) = server.serve(transport).await {
                 let _ = service.waiting().await;
             }
         });
