@@ -111,6 +111,7 @@ pub fn run(server: &Path, workspace: &Path, quick: bool) -> BenchReport {
     let sizes = Sizes::new(quick);
     let mut report = BenchReport {
         quick,
+        runs: 1,
         passed: false,
         environment,
         sizes,
@@ -131,6 +132,40 @@ pub fn run(server: &Path, workspace: &Path, quick: bool) -> BenchReport {
     report.environment.loadavg_end = report::loadavg();
     report.passed =
         !report.benchmarks.is_empty() && report.benchmarks.iter().all(|b| b.status == Status::Ok);
+    report
+}
+
+/// Run the whole bench `runs` times in a row (at least once): one report whose rows are
+/// the medians of the runs' (`targets::combine`), with the first run's results in full.
+pub fn run_repeated(server: &Path, workspace: &Path, quick: bool, runs: usize) -> BenchReport {
+    let mut reports: Vec<BenchReport> = (0..runs.max(1))
+        .map(|_| run(server, workspace, quick))
+        .collect();
+    let mut report = reports.remove(0);
+    if reports.is_empty() {
+        return report;
+    }
+    let mut per_run = vec![report.comparisons.clone()];
+    for (n, other) in reports.iter().enumerate() {
+        per_run.push(other.comparisons.clone());
+        report.passed &= other.passed;
+        let run = n + 2;
+        report
+            .notes
+            .extend(other.notes.iter().map(|note| format!("run {run}: {note}")));
+        for failed in other.benchmarks.iter().filter(|b| b.status != Status::Ok) {
+            let why = failed.failure.as_deref().unwrap_or("no reason given");
+            report
+                .notes
+                .push(format!("run {run}: `{}` failed: {why}", failed.name));
+        }
+    }
+    if let Some(last) = reports.last() {
+        report.environment.finished_at = last.environment.finished_at.clone();
+        report.environment.loadavg_end = last.environment.loadavg_end;
+    }
+    report.comparisons = targets::combine(&per_run);
+    report.runs = per_run.len();
     report
 }
 

@@ -60,6 +60,10 @@ enum Command {
         /// Few samples each: a smoke check, not a measurement.
         #[arg(long)]
         quick: bool,
+        /// Run the whole bench this many times in a row and report each row's median
+        /// over the runs (each ratio taken within its run).
+        #[arg(long, default_value_t = 1)]
+        runs: usize,
         /// The mcp-terminal binary; default: beside this harness, built if absent.
         #[arg(long)]
         server: Option<PathBuf>,
@@ -129,8 +133,9 @@ fn main() -> ExitCode {
             output,
             markdown,
             quick,
+            runs,
             server,
-        } => bench(&output, markdown.as_deref(), quick, server),
+        } => bench(&output, markdown.as_deref(), quick, runs, server),
     };
     match result {
         Ok(code) => code,
@@ -282,6 +287,7 @@ fn bench(
     output: &Path,
     markdown: Option<&Path>,
     quick: bool,
+    runs: usize,
     server: Option<PathBuf>,
 ) -> Result<ExitCode, String> {
     let server = resolve_server(server)?;
@@ -291,7 +297,7 @@ fn bench(
             server.display()
         );
     }
-    let report = bench::run(&server, Path::new(WORKSPACE), quick);
+    let report = bench::run_repeated(&server, Path::new(WORKSPACE), quick, runs);
     write_file(
         output,
         &serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?,

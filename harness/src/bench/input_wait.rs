@@ -130,8 +130,9 @@ pub const PTY_FLOOD: Workload = Workload {
     about: "a terminal session running `yes` with a 60-byte line (as fast as the terminal \
          takes it): `terminal_status` on it every 5 ms for 3 s, and three terminal_waits \
          for a pattern that never comes with timeout_ms 2000, timed from the call to the \
-         answer (`wait_overrun` is the answer's lateness past the timeout; a wait whose cursor was \
-         evicted before it started resumes at the oldest output retained, as a client does)",
+         answer (`wait_overrun` is the answer's lateness past the timeout; where the output from \
+         a wait's cursor was evicted before its search reached it, the client notes the gap \
+         and waits again from the newest output, and only the wait that timed out is timed)",
 };
 
 pub async fn pty_flood(servers: &Servers) -> Result<Vec<Metric>, String> {
@@ -158,27 +159,28 @@ pub async fn pty_flood(servers: &Servers) -> Result<Vec<Metric>, String> {
             for _ in 0..3 {
                 let now = call(mcp, "terminal_status", json!({"session_id": sid})).await?;
                 let mut cursor = field_u64(&now, "next_cursor")?;
-                let t = Instant::now();
-                // As a client does in a flood: where the output before its cursor was
-                // evicted, it resumes at the oldest retained (the wait is timed from the
-                // first call).
+                // As a client does in a flood: where the output from its cursor was evicted
+                // before the search reached it (the flood outran it), it notes the gap and
+                // waits again from the newest output; each wait is timed from its own call.
                 let mut tries = 0;
-                let answer = loop {
+                let (answer, took) = loop {
                     tries += 1;
                     let args = json!({"session_id": sid, "cursor": cursor,
                                       "pattern": "never-in-the-flood", "timeout_ms": 2000});
+                    let t = Instant::now();
                     let answer = mcp.call_structured("terminal_wait", &args).await?;
+                    let took = t.elapsed();
                     match answer.pointer("/error/code").and_then(Value::as_str) {
                         Some("CURSOR_EXPIRED") if tries < 100 => {
-                            cursor = field_u64(&answer["error"], "base_cursor")?;
+                            cursor = field_u64(&answer["error"], "next_cursor")?;
                         }
-                        _ => break answer,
+                        _ => break (answer, took),
                     }
                 };
                 if answer.get("outcome").and_then(Value::as_str) != Some("timeout") {
                     return Err(format!("a wait in the flood answered {answer}"));
                 }
-                overrun.push(ms(t.elapsed()) - 2000.0);
+                overrun.push(ms(took) - 2000.0);
             }
             Ok(vec![
                 Metric::distribution("status_in_flood", "ms", &status),

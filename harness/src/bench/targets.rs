@@ -16,6 +16,14 @@ pub struct Comparison {
     pub met: bool,
     /// How far from its target a missed workload is.
     pub missed_by: Option<String>,
+    /// With several runs (`--runs`): each run's value and ratio, of which `value` and
+    /// `ratio` are the medians.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub values_per_run: Vec<f64>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub ratios_per_run: Vec<f64>,
+    #[serde(skip)]
+    target_kind: Target,
 }
 
 /// A figure of a metric of a benchmark that succeeded: `stat` of its samples, or its value.
@@ -35,6 +43,7 @@ fn metric(
 /// A workload's name, unit, value, floor and target.
 type Row<'a> = (&'a str, &'a str, Option<f64>, Option<f64>, Target);
 
+#[derive(Debug, Clone, Copy)]
 enum Target {
     RatioAtMost(f64),
     RatioAtLeast(f64),
@@ -296,52 +305,152 @@ pub(super) fn comparisons(benchmarks: &[Benchmark]) -> Vec<Comparison> {
         .filter_map(|(name, unit, value, floor, target)| {
             let value = value?;
             let ratio = floor.filter(|f| *f > 0.0).map(|f| round3(value / f));
-            let pct = |over: f64| format!("{:.0}%", over * 100.0);
-            let (text, met, by) = match target {
-                Target::RatioAtMost(r) => (
-                    format!("≤ {r}× floor"),
-                    ratio.is_some_and(|x| x <= r),
-                    ratio.map(|x| format!("{} over the ratio", pct(x / r - 1.0))),
-                ),
-                Target::RatioAtLeast(r) => (
-                    format!("≥ {r}× floor"),
-                    ratio.is_some_and(|x| x >= r),
-                    ratio.map(|x| format!("{} under the ratio", pct(1.0 - x / r))),
-                ),
-                Target::OverFloorAtMost(d) => (
-                    format!("≤ floor + {d} {unit}"),
-                    floor.is_some_and(|f| (value - f).abs() <= d || value <= f),
-                    floor.map(|f| format!("{} {unit} over", num((value - f).abs() - d))),
-                ),
-                Target::AtMost(x) => (
-                    format!("≤ {} {unit}", num(x)),
-                    value <= x,
-                    Some(format!(
-                        "{} {unit} ({}) over",
-                        num(value - x),
-                        pct(value / x.max(1e-9) - 1.0)
-                    )),
-                ),
-                Target::AtLeast(x) => (
-                    format!("≥ {} {unit}", num(x)),
-                    value >= x,
-                    Some(format!(
-                        "{} {unit} ({}) short",
-                        num(x - value),
-                        pct(1.0 - value / x)
-                    )),
-                ),
-            };
-            Some(Comparison {
-                name: name.into(),
-                unit: unit.into(),
-                value,
-                floor,
-                ratio,
-                target: text,
-                met,
-                missed_by: if met { None } else { by },
-            })
+            Some(evaluate(name, unit, value, floor, ratio, target))
         })
         .collect()
+}
+
+/// The rows of several runs of the whole bench as one: each row's median value, floor and
+/// ratio (each ratio taken within its run, never across runs), judged against its target,
+/// with every run's value and ratio beside it.
+pub(super) fn combine(runs: &[Vec<Comparison>]) -> Vec<Comparison> {
+    let Some(first) = runs.first() else {
+        return Vec::new();
+    };
+    first
+        .iter()
+        .map(|row| {
+            let same: Vec<&Comparison> = runs
+                .iter()
+                .filter_map(|run| run.iter().find(|c| c.name == row.name))
+                .collect();
+            let values: Vec<f64> = same.iter().map(|c| c.value).collect();
+            let floors: Vec<f64> = same.iter().filter_map(|c| c.floor).collect();
+            let ratios: Vec<f64> = same.iter().filter_map(|c| c.ratio).collect();
+            let floor = (!floors.is_empty()).then(|| median(&floors));
+            let ratio = (!ratios.is_empty()).then(|| round3(median(&ratios)));
+            let mut combined = evaluate(
+                &row.name,
+                &row.unit,
+                median(&values),
+                floor,
+                ratio,
+                row.target_kind,
+            );
+            combined.values_per_run = values;
+            combined.ratios_per_run = ratios;
+            combined
+        })
+        .collect()
+}
+
+fn median(xs: &[f64]) -> f64 {
+    let mut sorted = xs.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    let n = sorted.len();
+    match n {
+        0 => f64::NAN,
+        _ if n % 2 == 1 => sorted[n / 2],
+        _ => (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0,
+    }
+}
+
+/// A workload's figures judged against its target.
+fn evaluate(
+    name: &str,
+    unit: &str,
+    value: f64,
+    floor: Option<f64>,
+    ratio: Option<f64>,
+    target: Target,
+) -> Comparison {
+    let pct = |over: f64| format!("{:.0}%", over * 100.0);
+    let (text, met, by) = match target {
+        Target::RatioAtMost(r) => (
+            format!("≤ {r}× floor"),
+            ratio.is_some_and(|x| x <= r),
+            ratio.map(|x| format!("{} over the ratio", pct(x / r - 1.0))),
+        ),
+        Target::RatioAtLeast(r) => (
+            format!("≥ {r}× floor"),
+            ratio.is_some_and(|x| x >= r),
+            ratio.map(|x| format!("{} under the ratio", pct(1.0 - x / r))),
+        ),
+        Target::OverFloorAtMost(d) => (
+            format!("≤ floor + {d} {unit}"),
+            floor.is_some_and(|f| (value - f).abs() <= d || value <= f),
+            floor.map(|f| format!("{} {unit} over", num((value - f).abs() - d))),
+        ),
+        Target::AtMost(x) => (
+            format!("≤ {} {unit}", num(x)),
+            value <= x,
+            Some(format!(
+                "{} {unit} ({}) over",
+                num(value - x),
+                pct(value / x.max(1e-9) - 1.0)
+            )),
+        ),
+        Target::AtLeast(x) => (
+            format!("≥ {} {unit}", num(x)),
+            value >= x,
+            Some(format!(
+                "{} {unit} ({}) short",
+                num(x - value),
+                pct(1.0 - value / x)
+            )),
+        ),
+    };
+    Comparison {
+        name: name.into(),
+        unit: unit.into(),
+        value,
+        floor,
+        ratio,
+        target: text,
+        met,
+        missed_by: if met { None } else { by },
+        values_per_run: Vec::new(),
+        ratios_per_run: Vec::new(),
+        target_kind: target,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(value: f64, floor: f64) -> Comparison {
+        let ratio = Some(round3(value / floor));
+        evaluate(
+            "call",
+            "ms",
+            value,
+            Some(floor),
+            ratio,
+            Target::RatioAtMost(1.3),
+        )
+    }
+
+    /// Each ratio is taken within its run and the median of those is judged: a run whose
+    /// floor was slow does not lend its ratio to another run's value.
+    #[test]
+    fn runs_combine_into_median_ratios_judged_against_the_target() {
+        let runs = vec![
+            vec![row(1.2, 1.0)],
+            vec![row(3.0, 2.0)],
+            vec![row(1.0, 1.0)],
+        ];
+        let [combined] = combine(&runs).try_into().unwrap();
+        assert_eq!(combined.ratios_per_run, vec![1.2, 1.5, 1.0]);
+        assert_eq!(combined.values_per_run, vec![1.2, 3.0, 1.0]);
+        assert_eq!(combined.ratio, Some(1.2));
+        assert_eq!(combined.value, 1.2);
+        assert_eq!(combined.floor, Some(1.0));
+        assert!(combined.met, "{combined:?}");
+        let slow = vec![vec![row(1.4, 1.0)], vec![row(1.5, 1.0)]];
+        let [missed] = combine(&slow).try_into().unwrap();
+        assert_eq!(missed.ratio, Some(1.45));
+        assert!(!missed.met);
+        assert!(combine(&[]).is_empty());
+    }
 }
