@@ -67,14 +67,20 @@ impl Session {
     /// far (it runs on the sink thread, a little behind the buffer).
     pub async fn screen(&self, scrollback: usize) -> Result<ScreenView, ToolError> {
         let screen = self.screen.as_ref().ok_or_else(|| self.not_a_pty())?;
-        if let Some(sink) = &self.sink {
-            let end = self.inspect(|s| s.output().end());
-            sink.fed_to(end, SCREEN_CATCH_UP).await;
-        }
+        self.screen_caught_up().await;
         Ok(screen
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .view(scrollback))
+    }
+
+    /// Wait (bounded) until a terminal's emulator has taken every output stored so far, so
+    /// that whoever saw that output (a wait that matched it) finds it on the screen too.
+    pub async fn screen_caught_up(&self) {
+        if let (Some(_), Some(sink)) = (&self.screen, &self.sink) {
+            let end = self.inspect(|s| s.output().end());
+            sink.fed_to(end, SCREEN_CATCH_UP).await;
+        }
     }
 
     /// Deliver a signal; the lifecycle follows from what the process does with it.

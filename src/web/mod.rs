@@ -145,6 +145,8 @@ async fn index(State(view): State<Arc<View>>) -> Html<String> {
 async fn session(State(view): State<Arc<View>>, Path(id): Path<String>) -> Response {
     match view.sessions.find(&id) {
         Some(session) => {
+            // The page shows the screen as the tools do: with every output stored so far.
+            session.screen_caught_up().await;
             let token = view
                 .settings
                 .control
