@@ -396,61 +396,39 @@ mod tests {
     /// never a notification.
     #[test]
     fn what_the_service_cannot_read_is_answered_here() {
-        for (text, id, code) in [
+        let with_id = [
             (
                 r#"{"jsonrpc":"2.0","id":4,"method":"ping","params":5}"#,
                 json!(4),
-                -32600,
             ),
             (
                 r#"{"jsonrpc":"2.0","id":"t","method":"tools/call","params":[1]}"#,
                 json!("t"),
-                -32600,
             ),
             (
                 r#"{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"x","_meta":5}}"#,
                 json!(5),
-                -32600,
             ),
-            (
-                r#"{"jsonrpc":"2.0","id":null,"method":"ping"}"#,
-                json!(null),
-                -32600,
-            ),
-            (
-                r#"{"jsonrpc":"2.0","id":1.5,"method":"ping"}"#,
-                json!(null),
-                -32600,
-            ),
-            (
-                r#"{"jsonrpc":"2.0","id":true,"method":"ping"}"#,
-                json!(null),
-                -32600,
-            ),
-            (
-                r#"{"jsonrpc":"2.0","id":[1],"method":"ping"}"#,
-                json!(null),
-                -32600,
-            ),
-            (
-                r#"{"jsonrpc":"2.0","id":123456789012345678901234567890,"method":"ping"}"#,
-                json!(null),
-                -32600,
-            ),
-            (r#"{"id":1,"method":"ping"}"#, json!(null), -32600),
-            (
-                r#"{"jsonrpc":"2.0","id":1,"method":"ping","id":2}"#,
-                json!(null),
-                -32600,
-            ),
-            (
-                r#"[{"jsonrpc":"2.0","id":1,"method":"ping"}]"#,
-                json!(null),
-                -32600,
-            ),
-            (r#"{"jsonrpc":"2.0","id":1,"method":"#, json!(null), -32700),
-            ("[[[1e400]]]", json!(null), -32700),
-        ] {
+        ];
+        let without_id = [
+            r#"{"jsonrpc":"2.0","id":null,"method":"ping"}"#,
+            r#"{"jsonrpc":"2.0","id":1.5,"method":"ping"}"#,
+            r#"{"jsonrpc":"2.0","id":true,"method":"ping"}"#,
+            r#"{"jsonrpc":"2.0","id":[1],"method":"ping"}"#,
+            r#"{"jsonrpc":"2.0","id":123456789012345678901234567890,"method":"ping"}"#,
+            r#"{"id":1,"method":"ping"}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"ping","id":2}"#,
+            r#"[{"jsonrpc":"2.0","id":1,"method":"ping"}]"#,
+        ];
+        let unparsed = [r#"{"jsonrpc":"2.0","id":1,"method":"#, "[[[1e400]]]"];
+        let cases = (with_id.into_iter().map(|(text, id)| (text, id, -32600)))
+            .chain(
+                without_id
+                    .into_iter()
+                    .map(|text| (text, json!(null), -32600)),
+            )
+            .chain(unparsed.into_iter().map(|text| (text, json!(null), -32700)));
+        for (text, id, code) in cases {
             match judged(text) {
                 Verdict::Answer(bytes) => {
                     let answer = answer(bytes);
@@ -503,33 +481,37 @@ mod tests {
     #[tokio::test]
     async fn requests_wait_for_a_place_and_a_cancellation_frees_one() {
         let (mut client, mut guard, _answers, _) = guard();
+        let request =
+            |n: usize| format!("{{\"jsonrpc\":\"2.0\",\"id\":{n},\"method\":\"ping\"}}\n");
+        let passed = |message: ClientJsonRpcMessage, n: usize| matches!(message, JsonRpcMessage::Request(r) if id_text(&r.id) == n.to_string());
         for n in 0..=MAX_IN_FLIGHT {
-            let line = format!("{{\"jsonrpc\":\"2.0\",\"id\":{n},\"method\":\"ping\"}}\n");
-            client.write_all(line.as_bytes()).await.unwrap();
+            client.write_all(request(n).as_bytes()).await.unwrap();
         }
         for _ in 0..MAX_IN_FLIGHT {
             guard.next().await.unwrap();
         }
+        // That nothing passes can only be looked for, for a while.
         let held = tokio::time::timeout(Duration::from_millis(200), guard.next()).await;
         assert!(held.is_err(), "a request passed beyond the limit");
+        // An answer written (as the transport settles it) lets the waiting one through.
+        guard.in_flight.settle("3");
+        assert!(passed(guard.next().await.unwrap(), MAX_IN_FLIGHT));
+        // Full again: a cancellation read before the next request frees a place for it.
         let cancel =
-            r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":3}}"#;
-        let in_flight = guard.in_flight.clone();
-        // The cancellation is read only after the waiting request: it is settled the way
-        // the service settles it, by answering.
-        in_flight.settle("3");
-        let next = guard.next().await.unwrap();
-        let last = MAX_IN_FLIGHT.to_string();
-        assert!(matches!(next, JsonRpcMessage::Request(r) if id_text(&r.id) == last));
+            r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":5}}"#;
         client
             .write_all(format!("{cancel}\n").as_bytes())
             .await
             .unwrap();
-        assert!(matches!(
-            guard.next().await.unwrap(),
-            JsonRpcMessage::Notification(_)
-        ));
-        assert!(!in_flight.ids().contains("3"));
+        client
+            .write_all(request(MAX_IN_FLIGHT + 1).as_bytes())
+            .await
+            .unwrap();
+        let cancelled = guard.next().await.unwrap();
+        assert!(matches!(cancelled, JsonRpcMessage::Notification(_)));
+        let next = tokio::time::timeout(Duration::from_secs(30), guard.next()).await;
+        let next = next.expect("the cancellation freed a place").unwrap();
+        assert!(passed(next, MAX_IN_FLIGHT + 1));
     }
 
     /// A line over the limit is discarded as it streams in and answered; the next is read.
