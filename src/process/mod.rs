@@ -3,6 +3,7 @@
 //! touches raw file descriptors; nothing here knows about sessions or MCP.
 
 mod guardian;
+mod launch;
 pub mod procfs;
 mod pty;
 mod reaper;

@@ -4,15 +4,14 @@
 
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
-use std::os::unix::process::CommandExt;
-use std::process::Stdio;
 
 use nix::fcntl::{FcntlArg, FdFlag, OFlag, fcntl};
 use nix::pty::{Winsize, openpty};
 use tokio::io::Interest;
 use tokio::io::unix::AsyncFd;
 
-use super::spawn::{SpawnError, SpawnSpec, command, describe};
+use super::launch::{Launch, Stdio};
+use super::spawn::{SpawnError, SpawnSpec, describe};
 use super::{ExitReceiver, Reaper};
 
 /// The characters a terminal's line discipline edits the typed line with.
@@ -88,34 +87,18 @@ pub async fn spawn_pty(
     let path = std::fs::read_link(format!("/proc/self/fd/{}", pty.slave.as_raw_fd()))
         .ok()
         .map(|p| p.display().to_string());
-    let stdio = || pty.slave.try_clone().map(Stdio::from);
-    let (mut command, forked) = command(spec).map_err(setup_failed)?;
-    command
-        .stdin(stdio().map_err(setup_failed)?)
-        .stdout(stdio().map_err(setup_failed)?)
-        .stderr(stdio().map_err(setup_failed)?);
-    // SAFETY: setsid and ioctl are async-signal-safe and touch no memory of the parent.
-    unsafe {
-        command.pre_exec(|| {
-            nix::unistd::setsid()?;
-            if libc::ioctl(0, libc::TIOCSCTTY as _, 0) == -1 {
-                return Err(io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
+    let slave = || pty.slave.try_clone().map_err(setup_failed);
+    let stdio = Stdio {
+        std: [slave()?, slave()?, slave()?],
+        marks: None,
+        terminal: true,
+    };
+    let (launch, forked) = Launch::new(spec, stdio).map_err(|e| describe(spec, &e))?;
     // The parent's copies of the slave must go, or the master never sees EOF: the
-    // command's go with it once the spawn ran.
+    // launch's go with it once it ran.
     drop(pty.slave);
     let spawned = reaper
-        .spawn_registered(
-            move || {
-                let child = command.spawn()?;
-                let pid = child.id() as i32;
-                Ok(((), pid))
-            },
-            forked,
-        )
+        .spawn_registered(move || Ok(((), launch.start()?)), forked)
         .await;
     let ((), pid, exit) = spawned.map_err(|e| describe(spec, &e))?;
     let flags = fcntl(&pty.master, FcntlArg::F_GETFL)

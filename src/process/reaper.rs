@@ -14,8 +14,9 @@
 //! busy, so a spawn stuck in the kernel does not hold the next one up. A spawn that has not
 //! returned after `SPAWN_DEADLINE` fails, and the child it forked (which reports its PID
 //! before anything in it can block) is killed, which frees its spawner.
-//! `std::process::Command::spawn` itself reaps a child whose exec failed, so while any spawn
-//! runs the reaper looks only at registered leaders; each spawner sweeps again afterwards.
+//! A spawn itself reaps a child whose exec failed (`Launch::start`, as `Command::spawn` and
+//! `posix_spawn` do), so while any spawn runs the reaper looks only at registered leaders;
+//! each spawner sweeps again afterwards.
 //! No lock is held across a spawn that async code waits on.
 
 use std::collections::{HashMap, HashSet};
@@ -427,7 +428,7 @@ mod tests {
             .await
     }
 
-    type Spawn = Box<dyn FnOnce() -> std::io::Result<(std::process::Child, i32)> + Send>;
+    type Spawn = Box<dyn FnOnce() -> std::io::Result<((), i32)> + Send>;
 
     /// A spawn of `argv` whose child blocks in the kernel before its exec, as on a hung file
     /// system: open(2) of a FIFO for reading waits for a writer, which comes only from
@@ -443,7 +444,6 @@ mod tests {
         /// The test's side, the spawn, and where its child reports its PID to the reaper.
         fn new(argv: &[&str]) -> (Blocked, Spawn, OwnedFd) {
             use std::os::unix::ffi::OsStrExt;
-            use std::os::unix::process::CommandExt;
 
             use nix::fcntl::OFlag;
             use nix::sys::stat::Mode;
@@ -458,30 +458,21 @@ mod tests {
                 cwd: nix::fcntl::open("/", OFlag::O_PATH | OFlag::O_CLOEXEC, Mode::empty())
                     .unwrap(),
             };
-            let (mut command, forked) = super::super::spawn::command(&spec).unwrap();
+            let null = || {
+                let flags = OFlag::O_RDWR | OFlag::O_CLOEXEC;
+                nix::fcntl::open("/dev/null", flags, Mode::empty()).unwrap()
+            };
+            let stdio = super::super::launch::Stdio {
+                std: [null(), null(), null()],
+                marks: None,
+                terminal: false,
+            };
+            let (mut launch, forked) = super::super::launch::Launch::new(&spec, stdio).unwrap();
             let (report, to_test) =
                 nix::unistd::pipe2(OFlag::O_CLOEXEC | OFlag::O_NONBLOCK).unwrap();
             let path = std::ffi::CString::new(fifo.as_os_str().as_bytes()).unwrap();
-            // SAFETY: setsid, getpid, write and open are async-signal-safe; the path and the
-            // descriptor outlive the spawn (the command owns them), and a PID fits an empty
-            // pipe at once.
-            unsafe {
-                command.pre_exec(move || {
-                    libc::setsid();
-                    let pid = libc::getpid();
-                    let size = std::mem::size_of::<libc::pid_t>();
-                    libc::write(to_test.as_raw_fd(), (&raw const pid).cast(), size);
-                    libc::open(path.as_ptr(), libc::O_RDONLY);
-                    Ok(())
-                });
-            }
-            let spawn: Spawn = Box::new(move || {
-                // The spec holds the directory the child enters: it lives as long as the spawn.
-                let _cwd = &spec.cwd;
-                let child = command.spawn()?;
-                let pid = child.id() as i32;
-                Ok((child, pid))
-            });
+            launch.hang = Some((to_test, path));
+            let spawn: Spawn = Box::new(move || Ok(((), launch.start()?)));
             let report = tokio::net::unix::pipe::Receiver::from_owned_fd(report).unwrap();
             (
                 Blocked {

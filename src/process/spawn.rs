@@ -1,14 +1,13 @@
 //! Spawning a child with piped stdio in a new session (setsid), so that it leads its own
 //! process group and has no controlling terminal of the server's.
 
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
-use std::os::unix::process::CommandExt;
-use std::process::{Command, Stdio};
+use std::os::fd::{AsFd, OwnedFd};
 
 use nix::fcntl::OFlag;
 use nix::sys::stat::Mode;
 use tokio::net::unix::pipe;
 
+use super::launch::{Launch, Stdio};
 use super::{ExitReceiver, Reaper};
 use crate::limits::SPAWN_DEADLINE;
 
@@ -64,142 +63,30 @@ pub fn can_enter(dir: &impl AsFd) -> Result<bool, SpawnError> {
     }
 }
 
-/// In the child between fork and exec: signal dispositions and the mask start at their
-/// defaults, whatever the server inherited (`nohup` ignores SIGHUP, and an ignored signal
-/// stays ignored across exec), so the owner's programs can be signalled as usual. Raw
-/// system calls, because the C library refuses to touch the signals it reserves.
-fn reset_signals() {
-    // An all-zero kernel sigaction is SIG_DFL with no flags and an empty mask, whatever
-    // the architecture's field order; the kernel's signal sets are 64 bits.
-    let default = [0u64; 4];
-    let empty = 0u64;
-    // SAFETY: rt_sigaction and rt_sigprocmask are async-signal-safe and only read the
-    // buffers above; numbers that are not signals, or cannot be changed, just fail.
-    unsafe {
-        for signal in 1..=64 {
-            libc::syscall(
-                libc::SYS_rt_sigaction,
-                signal,
-                default.as_ptr(),
-                std::ptr::null_mut::<u64>(),
-                8,
-            );
-        }
-        libc::syscall(
-            libc::SYS_rt_sigprocmask,
-            libc::SIG_SETMASK,
-            &empty,
-            std::ptr::null_mut::<u64>(),
-            8,
-        );
-    }
-}
-
-/// The spec's argv, with exactly its environment and working directory, and where the
-/// forked child reports its PID first thing (for `Reaper::spawn_registered`).
-pub(super) fn command(spec: &SpawnSpec) -> std::io::Result<(Command, OwnedFd)> {
-    let (forked, report) = nix::unistd::pipe2(OFlag::O_CLOEXEC | OFlag::O_NONBLOCK)?;
-    let mut command = Command::new(&spec.argv[0]);
-    // SAFETY: getpid and write are async-signal-safe; a PID fits an empty pipe at once.
-    // First, before anything in the child that can block on a file system (`fchdir`, exec).
-    unsafe {
-        command.pre_exec(move || {
-            let pid = libc::getpid();
-            let size = std::mem::size_of::<libc::pid_t>();
-            libc::write(report.as_raw_fd(), (&raw const pid).cast(), size);
-            Ok(())
-        });
-    }
-    command
-        .args(&spec.argv[1..])
-        .env_clear()
-        .envs(spec.env.iter().map(|(k, v)| (k, v)));
-    let cwd = spec.cwd.as_raw_fd();
-    let server = std::process::id() as libc::pid_t;
-    // SAFETY: fchdir, prctl, getppid and close_range are async-signal-safe (so is
-    // `reset_signals`); the descriptor outlives the spawn (the spec owns it) and is closed
-    // in the child at exec (CLOEXEC).
-    unsafe {
-        command.pre_exec(move || {
-            reset_signals();
-            if libc::fchdir(cwd) == -1 {
-                return Err(std::io::Error::last_os_error());
-            }
-            // The leader dies with the server. The kernel sends this when the *thread* that
-            // forked ends, so spawns run on the reaper's spawner thread, which lives as long
-            // as the server (never a blocking-pool thread, which ends when idle).
-            if libc::prctl(
-                libc::PR_SET_PDEATHSIG,
-                libc::SIGKILL as libc::c_ulong,
-                0,
-                0,
-                0,
-            ) == -1
-            {
-                return Err(std::io::Error::last_os_error());
-            }
-            // The server died before the line above: nobody would send the signal.
-            if libc::getppid() != server {
-                return Err(std::io::Error::from_raw_os_error(libc::ESRCH));
-            }
-            // Only the stdio it was given reaches the program: a descriptor another thread
-            // had just opened and not yet marked close-on-exec (a terminal's two ends, in
-            // the moment between `openpty` and `set_cloexec`) is closed at the exec.
-            libc::close_range(3, libc::c_uint::MAX, libc::CLOSE_RANGE_CLOEXEC as _);
-            Ok(())
-        });
-    }
-    Ok((command, forked))
-}
-
 pub async fn spawn_pipes(spec: &SpawnSpec, reaper: &Reaper) -> Result<PipeChild, SpawnError> {
     let program = &spec.argv[0];
-    let (mut command, forked) = command(spec).map_err(|e| describe(spec, &e))?;
-    command
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let marks = if spec.marks {
-        Some(nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(|e| describe(spec, &e.into()))?)
-    } else {
-        None
+    let failed = |e: std::io::Error| describe(spec, &e);
+    let pipe = || nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(|e| failed(e.into()));
+    let (stdin, to_stdin) = pipe()?;
+    let (from_stdout, stdout) = pipe()?;
+    let (from_stderr, stderr) = pipe()?;
+    let (marks, marks_write) = if spec.marks { Some(pipe()?) } else { None }.unzip();
+    let stdio = Stdio {
+        std: [stdin, stdout, stderr],
+        marks: marks_write,
+        terminal: false,
     };
-    let marks_write = marks.as_ref().map(|(_, write)| write.as_raw_fd());
-    // SAFETY: setsid and dup2 are async-signal-safe and touch no memory of the parent; the
-    // marks pipe outlives the spawn (it is dropped below, after it).
-    unsafe {
-        command.pre_exec(move || {
-            nix::unistd::setsid()
-                .map(drop)
-                .map_err(std::io::Error::from)?;
-            // dup2 leaves the copies open across exec.
-            if let Some(write) = marks_write
-                && (libc::dup2(write, MARKS_FD) == -1
-                    || libc::dup2(1, STDOUT_COPY_FD) == -1
-                    || libc::dup2(2, STDERR_COPY_FD) == -1)
-            {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
+    let (launch, forked) = Launch::new(spec, stdio).map_err(failed)?;
+    // The launch holds the child's ends, closed here once it ran: the parent's copies
+    // would keep the child's stdin open and its output from ever ending.
     let spawned = reaper
-        .spawn_registered(
-            move || {
-                let child = command.spawn()?;
-                let pid = child.id() as i32;
-                Ok((child, pid))
-            },
-            forked,
-        )
+        .spawn_registered(move || Ok(((), launch.start()?)), forked)
         .await;
-    let (mut child, pid, exit) = spawned.map_err(|e| describe(spec, &e))?;
-    // The child has its copy: the write end must close here, or the marks pipe never ends.
-    let marks = marks.map(|(read, _write)| read);
+    let ((), pid, exit) = spawned.map_err(failed)?;
     let pipes = (|| -> std::io::Result<_> {
-        let stdin = pipe::Sender::from_owned_fd(child.stdin.take().expect("piped").into())?;
-        let stdout = pipe::Receiver::from_owned_fd(child.stdout.take().expect("piped").into())?;
-        let stderr = pipe::Receiver::from_owned_fd(child.stderr.take().expect("piped").into())?;
+        let stdin = pipe::Sender::from_owned_fd(to_stdin)?;
+        let stdout = pipe::Receiver::from_owned_fd(from_stdout)?;
+        let stderr = pipe::Receiver::from_owned_fd(from_stderr)?;
         let marks = marks.map(pipe::Receiver::from_owned_fd).transpose()?;
         Ok((stdin, stdout, stderr, marks))
     })();
