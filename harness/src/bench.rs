@@ -274,8 +274,7 @@ async fn run_all(server: &Path, sizes: Sizes, report: &mut BenchReport) {
     out.push(measure(&latency::COLD_START, latency::cold_start(&servers, n)).await);
     out.push(measure(&floors::FLOOR_SERVER, floors::floor_server(n * 4)).await);
     let passes = if quick { 2 } else { 5 };
-    out.push(measure(&floors::FLOOR_PAGES, floors::floor_pages(false, passes)).await);
-    out.push(measure(&floors::CANNED_PAGES, floors::floor_pages(true, passes)).await);
+    out.push(measure(&floors::FLOOR_PAGES, floors::floor_pages(passes)).await);
     let on_echo = [&latency::FIRST_OUTPUT, &latency::PTY_ECHO];
     match servers.start(&latency::echo_setup(&servers.demo())).await {
         Err(e) => on_echo

@@ -1,7 +1,7 @@
 //! The floors measured in the same run, that workloads are shown against: a no-op call on
 //! the floor server (the round-trip floor), full pages from it and from prebuilt answer bytes
-//! with no MCP server at all (the page floors), and a pipe read in-process (the floor of
-//! reads and capture).
+//! with no MCP server at all (the page floors; the prebuilt ones alternate with the
+//! server's reads), and a pipe read in-process (the floor of reads and capture).
 
 use std::path::Path;
 use std::time::Instant;
@@ -29,14 +29,6 @@ pub const FLOOR_PAGES: Workload = Workload {
          doing no work delivers",
 };
 
-pub const CANNED_PAGES: Workload = Workload {
-    name: "canned_pages",
-    about: "the same pages with no MCP server at all (`harness floor-server --canned`: each \
-         request line answered with bytes prebuilt once, in one write to a widened pipe): \
-         the most the rmcp client takes in through stdio on this machine, the floor of any \
-         page read",
-};
-
 pub const DIRECT_PIPE: Workload = Workload {
     name: "direct_pipe_floor",
     about: "`demo-process flood 10000` (1,000,033 bytes) read straight from its pipe in-process: \
@@ -58,57 +50,113 @@ pub async fn floor_server(n: usize) -> Result<Vec<Metric>, String> {
     Ok(vec![Metric::distribution("noop_call", "ms", &samples)])
 }
 
-/// Full pages answered by the floor server (or, `canned`, by prebuilt bytes without any
-/// MCP server), read as the read benchmarks read ours: as many pages of the flood's line as
-/// a read pass of `flood-1m` takes, and of the CJK line as a pass of `cjk_read`, `passes`
-/// times each.
-pub async fn floor_pages(canned: bool, passes: usize) -> Result<Vec<Metric>, String> {
+/// Full pages answered by the floor server, read as the read benchmarks read ours: as many
+/// pages of the flood's line as a read pass of `flood-1m` takes, and of the CJK line as a
+/// pass of `cjk_read`, `passes` times each.
+pub async fn floor_pages(passes: usize) -> Result<Vec<Metric>, String> {
+    let mut mcp = pages_server(false).await?;
+    let mut metrics = Vec::new();
+    for (name, page) in [
+        ("ascii_read_rate", Page::ascii()),
+        ("cjk_read_rate", Page::cjk()),
+    ] {
+        let mut rates = Vec::with_capacity(passes);
+        for _ in 0..passes {
+            rates.push(page_pass(&mcp, &page).await?);
+        }
+        metrics.push(Metric::distribution(name, "MB/s", &rates));
+    }
+    mcp.shutdown().await;
+    Ok(metrics)
+}
+
+/// The prebuilt-answer floor (`harness floor-server --canned`: each request line answered
+/// with bytes prebuilt once, in one write to a widened pipe, no MCP server at all), held
+/// open so that its passes alternate with the server's: the machine drifts between
+/// measurements taken apart, and this floor is the one a read is judged against.
+pub struct Canned {
+    mcp: McpServer,
+}
+
+impl Canned {
+    pub async fn start() -> Result<Canned, String> {
+        Ok(Canned {
+            mcp: pages_server(true).await?,
+        })
+    }
+
+    /// One pass over `page`'s bytes, in MB/s.
+    pub async fn pass(&self, page: &Page) -> Result<f64, String> {
+        page_pass(&self.mcp, page).await
+    }
+
+    pub async fn shutdown(mut self) {
+        self.mcp.shutdown().await;
+    }
+}
+
+/// What a pass reads: `bytes` of `line` repeated, in pages of the floor's size.
+pub struct Page {
+    line: String,
+    bytes: u64,
+}
+
+impl Page {
+    /// The flood's line, as many bytes as `flood-1m` writes.
+    pub fn ascii() -> Page {
+        let flood = expected_flood();
+        let line = flood
+            .split_inclusive('\n')
+            .next()
+            .unwrap_or("x\n")
+            .to_owned();
+        Page {
+            line,
+            bytes: flood.len() as u64,
+        }
+    }
+
+    /// The CJK line, as many bytes as `cjk_read` reads.
+    pub fn cjk() -> Page {
+        Page {
+            line: CJK_LINE.to_owned(),
+            bytes: CJK_LINES * CJK_LINE.len() as u64,
+        }
+    }
+}
+
+async fn pages_server(canned: bool) -> Result<McpServer, String> {
     let harness = std::env::current_exe().map_err(|e| e.to_string())?;
     let cwd = std::env::temp_dir();
     let mut args = vec!["floor-server".to_string()];
     if canned {
         args.push("--canned".into());
     }
-    let mut mcp = McpServer::start_exact(&harness, &args, &cwd, &untapped()).await?;
-    let flood = expected_flood();
-    let ascii_line = flood
-        .split_inclusive('\n')
-        .next()
-        .unwrap_or("x\n")
-        .to_owned();
-    let cjk_bytes = CJK_LINES * CJK_LINE.len() as u64;
-    let mut metrics = Vec::new();
-    for (name, line, bytes) in [
-        ("ascii_read_rate", ascii_line.as_str(), flood.len() as u64),
-        ("cjk_read_rate", CJK_LINE, cjk_bytes),
-    ] {
-        let pages = bytes.div_ceil(floor::PAGE_TEXT_BYTES as u64);
-        let mut rates = Vec::with_capacity(passes);
-        for _ in 0..passes {
-            let began = Instant::now();
-            let mut read = 0u64;
-            let mut text = String::with_capacity(bytes as usize);
-            for _ in 0..pages {
-                let page = mcp
-                    .call_structured(floor::PAGE_TOOL, &json!({ "line": line }))
-                    .await?;
-                let chunk = page
-                    .pointer("/records/0/text")
-                    .and_then(Value::as_str)
-                    .ok_or_else(|| format!("the floor's page has no text: {page}"))?;
-                if chunk.chars().count() as u64 != field_u64(&page, "next_cursor")? {
-                    return Err("the floor's page miscounts its code points".into());
-                }
-                // Kept whole, as `read_all` keeps what it reads.
-                read += chunk.len() as u64;
-                text.push_str(chunk);
-            }
-            rates.push(mb_per_s(read, began.elapsed()));
+    McpServer::start_exact(&harness, &args, &cwd, &untapped()).await
+}
+
+/// One pass of `page` from a floor, in MB/s, each page checked and kept as `read_all`
+/// keeps what it reads.
+async fn page_pass(mcp: &McpServer, page: &Page) -> Result<f64, String> {
+    let pages = page.bytes.div_ceil(floor::PAGE_TEXT_BYTES as u64);
+    let began = Instant::now();
+    let mut read = 0u64;
+    let mut text = String::with_capacity(page.bytes as usize);
+    for _ in 0..pages {
+        let answer = mcp
+            .call_structured(floor::PAGE_TOOL, &json!({ "line": page.line }))
+            .await?;
+        let chunk = answer
+            .pointer("/records/0/text")
+            .and_then(Value::as_str)
+            .ok_or_else(|| format!("the floor's page has no text: {answer}"))?;
+        if chunk.chars().count() as u64 != field_u64(&answer, "next_cursor")? {
+            return Err("the floor's page miscounts its code points".into());
         }
-        metrics.push(Metric::distribution(name, "MB/s", &rates));
+        read += chunk.len() as u64;
+        text.push_str(chunk);
     }
-    mcp.shutdown().await;
-    Ok(metrics)
+    Ok(mb_per_s(read, began.elapsed()))
 }
 
 /// `demo-process flood 10000` read straight from a pipe, in-process.

@@ -385,7 +385,8 @@ pub fn markdown(report: &BenchReport) -> String {
          target. Page reads are also shown \
          against the same pages from that floor server (`floor_pages`: built once, only \
          serialized) and as prebuilt answer bytes with no MCP server at all \
-         (`canned_pages`): the most the rmcp client takes in on this machine, so a read \
+         (`canned_read_rate`, a pass of it before each pass of the server's, so both see \
+         the machine alike): the most the rmcp client takes in on this machine, so a read \
          target above that floor is beyond any server here. Absolute numbers on a shared \
          machine move by tens of percent between runs; the ratios much less.\n\n",
     );

@@ -11,6 +11,7 @@ use serde_json::{Value, json};
 use super::calls::{
     Paging, READ_WAIT_MS, call, complete, field_u64, poll, read_pages, sh, start, wait_exit,
 };
+use super::floors::{Canned, Page};
 use super::report::{Metric, mb_per_s, ms};
 use super::workload::{Servers, Setup, Workload};
 use crate::client::McpServer;
@@ -45,7 +46,8 @@ pub const READ_THROUGHPUT: Workload = Workload {
          retained whole), after it exited: terminal_read from 0 with max_bytes 65536 to the \
          end, checked against exactly what flood writes; capture (`flood_ingest_rate`) is \
          terminal_start to the exited wait of as many flood runs as there are read passes, \
-         the earlier ones forgotten",
+         the earlier ones forgotten; before each pass, the same pages as prebuilt answers \
+         (`canned_read_rate`, see `floor_pages`)",
 };
 
 pub const WAIT_SEARCH: Workload = Workload {
@@ -67,7 +69,8 @@ pub const CLIENT_DECODE: Workload = Workload {
 pub const CJK_READ: Workload = Workload {
     name: "cjk_read",
     about: "70,000 lines of 3-byte CJK text (2,590,000 bytes) read from cursor 0 in full pages, \
-         three passes",
+         three passes, each after a pass of the same pages as prebuilt answers \
+         (`canned_read_rate`)",
 };
 
 /// The server the flood workloads run on: `flood-1m` retained whole.
@@ -214,11 +217,14 @@ pub async fn read_throughput(
     passes: usize,
 ) -> Result<Vec<Metric>, String> {
     let expected = expected_flood();
+    let canned = Canned::start().await?;
+    let (floor, mut floor_rates) = (Page::ascii(), Vec::with_capacity(passes));
     let mut pass_ms = Vec::with_capacity(passes);
     let mut rates = Vec::with_capacity(passes);
     let mut page_ms = Vec::new();
     let mut pages = 0;
     for pass in 0..passes {
+        floor_rates.push(canned.pass(&floor).await?);
         let began = Instant::now();
         let paging = Paging {
             keep_text: true,
@@ -246,12 +252,14 @@ pub async fn read_throughput(
         pass_ms.push(ms(elapsed));
         rates.push(mb_per_s(text.len() as u64, elapsed));
     }
+    canned.shutdown().await;
     let total = expected.len() as u64;
     Ok(vec![
         Metric::value("bytes_read_per_pass", "bytes", total as f64),
         Metric::value("pages_per_pass", "pages", pages as f64),
         Metric::distribution("read_pass", "ms", &pass_ms),
         Metric::distribution("read_rate", "MB/s", &rates),
+        Metric::distribution("canned_read_rate", "MB/s", &floor_rates),
         Metric::distribution("terminal_read_page", "ms", &page_ms),
         Metric::distribution(
             "flood_start_to_exit",
@@ -320,8 +328,11 @@ pub async fn cjk_read(servers: &Servers) -> Result<Vec<Metric>, String> {
         .with(&setup, async |mcp| {
             let sid = start(mcp, "cjk").await?;
             poll(mcp, &sid, Duration::from_secs(60), complete).await?;
+            let canned = Canned::start().await?;
+            let (floor, mut floor_rates) = (Page::cjk(), Vec::new());
             let mut rates = Vec::new();
             for _ in 0..3 {
+                floor_rates.push(canned.pass(&floor).await?);
                 let began = Instant::now();
                 let read = read_pages(mcp, &sid, 0, Paging::waiting(READ_WAIT_MS)).await?;
                 let (bytes, chars) = (read.bytes, read.code_points);
@@ -330,7 +341,11 @@ pub async fn cjk_read(servers: &Servers) -> Result<Vec<Metric>, String> {
                 }
                 rates.push(mb_per_s(bytes, began.elapsed()));
             }
-            Ok(vec![Metric::distribution("read_rate", "MB/s", &rates)])
+            canned.shutdown().await;
+            Ok(vec![
+                Metric::distribution("read_rate", "MB/s", &rates),
+                Metric::distribution("canned_read_rate", "MB/s", &floor_rates),
+            ])
         })
         .await
 }
