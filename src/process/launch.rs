@@ -7,12 +7,16 @@
 //! cannot take the steps a session's child needs before its exec (`PR_SET_PDEATHSIG`, its
 //! PID reported before anything in it can block), so this module makes the same clone and
 //! runs those steps itself, as system calls only, on data prepared before the clone: the
-//! child touches no allocator, no lock and no memory of the server but its own error slot.
+//! child touches no allocator and no lock; of the server's memory it writes only its error
+//! slot and the spawner thread's `errno` (the child shares that thread's TLS), while the
+//! spawner is suspended.
 //!
 //! Flow at a glance: `Launch::new` (on the async side) prepares the program, argv and
 //! environment as C strings and holds the descriptors the child gets; `Launch::start` (on a
-//! spawner thread) blocks every signal, clones, and returns once the child has exec'd (its
-//! PID) or failed (the errno of its failing step; the child is reaped here).
+//! spawner thread) blocks every signal, clones, and returns once the child has reached its
+//! `execve` (its PID) or failed before it (the errno of its failing step; the child is
+//! reaped here). A child killed inside a stuck `execve` counts as started: its end comes as
+//! any leader's, and a start that gave up kills what it started (`Reaper::spawn_registered`).
 
 use std::cell::RefCell;
 use std::ffi::{CString, c_char, c_int, c_void};
@@ -90,7 +94,7 @@ impl Launch {
     }
 
     /// Start the program; on a spawner thread (its parent-death signal follows this thread),
-    /// which waits here until the child has exec'd or failed. The child's PID, or why it did
+    /// which waits here until the child has exec'd or ended. The child's PID, or why it did
     /// not start.
     pub fn start(&self) -> io::Result<i32> {
         let argv = pointers(&self.argv);
@@ -110,17 +114,19 @@ impl Launch {
                 Some(stack) => stack.top(),
                 None => stack.insert(Stack::new()?).top(),
             };
-            let mut all = std::mem::MaybeUninit::<libc::sigset_t>::uninit();
-            let mut before = std::mem::MaybeUninit::<libc::sigset_t>::uninit();
-            // SAFETY: the sets are initialised by sigfillset and pthread_sigmask before use.
-            // The child runs `run` on a stack of its own that nothing else uses (the spawner
-            // holds it, borrowed here, until the clone returns) and reads `child`, which lives
-            // until then: CLONE_VFORK suspends this thread until the child execs or exits.
-            // Every signal is blocked across the clone, so no handler of the server runs on
-            // the child's stack; the child sets them to their defaults before unblocking.
+            let mut before = 0u64;
+            // SAFETY: rt_sigprocmask only reads and writes the two 64-bit sets here. The child
+            // runs `run` on a stack of its own that nothing else uses (the spawner holds it,
+            // borrowed here, until the clone returns) and reads `child`, which lives until
+            // then: CLONE_VFORK suspends this thread until the child execs or exits. Every
+            // signal is blocked across the clone, with the raw system call (the C library's
+            // mask leaves its own two signals open), so no handler of the server runs on the
+            // child's stack; the child sets them to their defaults before unblocking.
             unsafe {
-                libc::sigfillset(all.as_mut_ptr());
-                libc::pthread_sigmask(libc::SIG_SETMASK, all.as_ptr(), before.as_mut_ptr());
+                let mask = |set: &u64, old: *mut u64| {
+                    libc::syscall(libc::SYS_rt_sigprocmask, libc::SIG_SETMASK, set, old, 8)
+                };
+                mask(&u64::MAX, &raw mut before);
                 let pid = libc::clone(
                     run,
                     top,
@@ -132,7 +138,7 @@ impl Launch {
                 } else {
                     Ok(pid)
                 };
-                libc::pthread_sigmask(libc::SIG_SETMASK, before.as_ptr(), std::ptr::null_mut());
+                mask(&before, std::ptr::null_mut());
                 cloned
             }
         })?;
@@ -159,7 +165,7 @@ struct Child<'a> {
     env: Vec<*const c_char>,
     script: Vec<*const c_char>,
     /// The errno of the child's failing step; 0 once it reached its `execve`, which returns
-    /// only on failure; `NOT_EXECUTED` if it ended (was killed) before that.
+    /// only on failure; `NOT_EXECUTED` if it ended (was killed) before reaching it.
     error: AtomicI32,
 }
 
@@ -207,9 +213,12 @@ unsafe fn steps(child: &Child) -> i32 {
         // so that a spawn stuck here can be ended (`Reaper::spawn_registered`).
         let pid = libc::getpid();
         let size = std::mem::size_of::<libc::pid_t>();
-        libc::write(launch.report.as_raw_fd(), (&raw const pid).cast(), size);
+        // The raw call: the C library's `write` is a cancellation point, which would touch
+        // the spawner thread's cancellation state.
+        let report = launch.report.as_raw_fd();
+        libc::syscall(libc::SYS_write, report, &raw const pid, size);
         for (fd, source) in launch.stdio.std.iter().enumerate() {
-            if libc::dup2(source.as_raw_fd(), fd as c_int) == -1 {
+            if !install(source.as_raw_fd(), fd as c_int) {
                 return failed();
             }
         }
@@ -234,8 +243,13 @@ unsafe fn steps(child: &Child) -> i32 {
         }
         #[cfg(test)]
         if let Some((to_test, path)) = &launch.hang {
-            libc::write(to_test.as_raw_fd(), (&raw const pid).cast(), size);
-            libc::open(path.as_ptr(), libc::O_RDONLY);
+            libc::syscall(libc::SYS_write, to_test.as_raw_fd(), &raw const pid, size);
+            libc::syscall(
+                libc::SYS_openat,
+                libc::AT_FDCWD,
+                path.as_ptr(),
+                libc::O_RDONLY,
+            );
         }
         if launch.stdio.terminal && libc::ioctl(0, libc::TIOCSCTTY as _, 0) == -1 {
             return failed();
@@ -251,8 +265,7 @@ unsafe fn steps(child: &Child) -> i32 {
                 (2, STDERR_COPY_FD),
             ];
             for (source, target) in copies {
-                // dup2 leaves the copy open across exec.
-                if libc::dup2(source, target) == -1 {
+                if !install(source, target) {
                     return failed();
                 }
             }
@@ -265,6 +278,20 @@ unsafe fn steps(child: &Child) -> i32 {
             libc::execve(c"/bin/sh".as_ptr(), child.script.as_ptr(), env);
         }
         errno
+    }
+}
+
+/// `source` at `target`, open across the exec: a `dup2`, or, when `source` is already there
+/// (the marks pipe's write end may be descriptor 9 itself), its close-on-exec flag cleared,
+/// which `dup2` onto itself would leave set.
+unsafe fn install(source: c_int, target: c_int) -> bool {
+    // SAFETY: dup2 and fcntl(F_SETFD) only change the descriptor table.
+    unsafe {
+        if source == target {
+            libc::fcntl(target, libc::F_SETFD, 0) != -1
+        } else {
+            libc::dup2(source, target) != -1
+        }
     }
 }
 
@@ -342,5 +369,62 @@ impl Drop for Stack {
         // SAFETY: the mapping is this `Stack`'s, and no child runs on it (a start holds it
         // borrowed until its child has exec'd or exited).
         unsafe { libc::munmap(self.base, GUARD_BYTES + STACK_BYTES) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::fd::FromRawFd;
+
+    use nix::sys::stat::Mode;
+
+    use super::*;
+    use crate::process::alone;
+
+    #[test]
+    fn a_marks_pipe_already_at_its_place_reaches_the_program() {
+        alone("process::launch::tests::marks_at_their_place");
+    }
+
+    /// The marks pipe's write end is descriptor 9, where the child must find it: it stays
+    /// open across the exec (a `dup2` onto itself would leave it close-on-exec).
+    #[test]
+    #[ignore = "run alone by a_marks_pipe_already_at_its_place_reaches_the_program"]
+    fn marks_at_their_place() {
+        let (marks, write) = nix::unistd::pipe2(OFlag::O_CLOEXEC).unwrap();
+        // SAFETY: dup3 onto 9 (free in this process of its own) returns a new descriptor.
+        let at_nine = unsafe { libc::dup3(write.as_raw_fd(), MARKS_FD, libc::O_CLOEXEC) };
+        assert_eq!(at_nine, MARKS_FD);
+        drop(write);
+        // SAFETY: descriptor 9 was just made here and is owned by nothing else.
+        let at_nine = unsafe { OwnedFd::from_raw_fd(at_nine) };
+        let null = || {
+            let flags = OFlag::O_RDWR | OFlag::O_CLOEXEC;
+            nix::fcntl::open("/dev/null", flags, Mode::empty()).unwrap()
+        };
+        let spec = SpawnSpec {
+            marks: true,
+            argv: ["/bin/sh", "-c", "echo mark >&9"]
+                .map(String::from)
+                .to_vec(),
+            env: Vec::new(),
+            cwd: nix::fcntl::open("/", OFlag::O_PATH | OFlag::O_CLOEXEC, Mode::empty()).unwrap(),
+        };
+        let stdio = Stdio {
+            std: [null(), null(), null()],
+            marks: Some(at_nine),
+            terminal: false,
+        };
+        let (launch, _forked) = Launch::new(&spec, stdio).unwrap();
+        let pid = launch.start().unwrap();
+        drop(launch);
+        let status = nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(pid), None).unwrap();
+        assert_eq!(
+            status,
+            nix::sys::wait::WaitStatus::Exited(nix::unistd::Pid::from_raw(pid), 0)
+        );
+        let mut read = String::new();
+        std::io::Read::read_to_string(&mut std::fs::File::from(marks), &mut read).unwrap();
+        assert_eq!(read, "mark\n");
     }
 }

@@ -7,13 +7,14 @@
 //! cannot be reused — until the `Zombie` handed over with it is dropped, after its group
 //! was killed. Orphans are reaped at once so none lingers.
 //!
-//! Spawns run on spawner threads of their own, never on the async workers: `fork`/`exec` and
-//! the child's `fchdir` may block (a hung filesystem), and `PR_SET_PDEATHSIG` follows the
-//! thread that forked, so spawner threads live as long as the server. One spawner runs
-//! while spawns finish promptly; another starts (up to `SPAWNERS_MAX`) when every spawner is
-//! busy, so a spawn stuck in the kernel does not hold the next one up. A spawn that has not
-//! returned after `SPAWN_DEADLINE` fails, and the child it forked (which reports its PID
-//! before anything in it can block) is killed, which frees its spawner.
+//! Spawns run on spawner threads of their own, never on the async workers: a start waits
+//! for its child's exec, which, like the child's `fchdir`, may block (a hung filesystem),
+//! and `PR_SET_PDEATHSIG` follows the thread that started the child, so spawner threads live
+//! as long as the server. One spawner runs while spawns finish promptly; another starts (up
+//! to `SPAWNERS_MAX`) when every spawner is busy, so a spawn stuck in the kernel does not
+//! hold the next one up. A spawn that has not returned after `SPAWN_DEADLINE` fails, and the
+//! child it started (which reports its PID before anything in it can block) is killed,
+//! which frees its spawner.
 //! A spawn itself reaps a child whose exec failed (`Launch::start`, as `Command::spawn` and
 //! `posix_spawn` do), so while any spawn runs the reaper looks only at registered leaders;
 //! each spawner sweeps again afterwards.
@@ -153,7 +154,7 @@ impl Reaper {
     }
 
     /// Run `spawn` on a spawner thread and register the PID it returns, so its end reaches
-    /// the returned receiver however soon it comes. `forked` is where the forked child
+    /// the returned receiver however soon it comes. `forked` is where the started child
     /// writes its PID: a spawn still running after `SPAWN_DEADLINE` fails with `TimedOut`,
     /// and that child is killed.
     pub async fn spawn_registered<T: Send + 'static>(
@@ -172,7 +173,7 @@ impl Reaper {
             let spawned = {
                 let _spawning = reaper.spawning.read().unwrap_or_else(|e| e.into_inner());
                 // Under the spawn lock too: `posix_spawn` reaps a guardian whose exec
-                // failed, as `Command::spawn` does a session's child.
+                // failed, as `Launch::start` does a session's child.
                 if let Some(guardian) = reaper.guardian.get() {
                     guardian.ensure();
                 }
@@ -312,7 +313,7 @@ impl Drop for InFlight<'_> {
     }
 }
 
-/// Kill the child a stuck spawn forked, if it reported its PID, which frees the spawner
+/// Kill the child a stuck spawn started, if it reported its PID, which frees the spawner
 /// blocked on it. Its spawn has not returned, so the child is not reaped and the PID is
 /// still its own.
 fn kill_forked(forked: &OwnedFd) {
