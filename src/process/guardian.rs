@@ -30,8 +30,8 @@ use crate::policy::TAG_VAR;
 const WATCH_FD: RawFd = 3;
 /// Hex digits of a server instance (a random u64).
 const INSTANCE_DIGITS: usize = 16;
-/// A sweep stops when a pass finds nothing, or after this long (a fork bomb must not keep
-/// the guardian alive forever).
+/// A sweep stops when two passes in a row find nothing, or after this long (a fork bomb
+/// must not keep the guardian alive forever).
 const SWEEP_BOUND: Duration = Duration::from_secs(5);
 /// Pause between sweep passes while killed processes finish dying.
 const SWEEP_PAUSE: Duration = Duration::from_millis(2);
@@ -306,15 +306,19 @@ fn close_above_watch() {
 }
 
 /// Kill every live process tagged by `instance` (never this process), pass after pass
-/// until one finds none; returns the distinct processes signalled.
+/// until two in a row find none; returns the distinct processes signalled. Two, because a
+/// process in the middle of an exec shows no environment for a moment (the kernel sets the
+/// new program's after it lets the old one's memory go), and a pass can fall into it.
 pub fn sweep(instance: &str) -> HashSet<i32> {
     let needle = format!("{TAG_VAR}={instance}-").into_bytes();
     let me = std::process::id() as i32;
     let began = Instant::now();
     let mut ended = HashSet::new();
+    let mut found_none = 0;
     loop {
         let found: Vec<i32> = tagged(&needle).into_iter().filter(|p| *p != me).collect();
-        if found.is_empty() || began.elapsed() > SWEEP_BOUND {
+        found_none = if found.is_empty() { found_none + 1 } else { 0 };
+        if found_none == 2 || began.elapsed() > SWEEP_BOUND {
             return ended;
         }
         for pid in found {
@@ -386,12 +390,25 @@ mod tests {
     use super::*;
     use std::process::Command;
 
+    /// A process carrying `tag`, once its environment can be read: the kernel lets the
+    /// spawner go on before the new program's environment is in place, so the child says
+    /// when it runs (and waits on its stdin, which the returned `Child` holds open).
     fn spawn_tagged(tag: &str) -> std::process::Child {
-        Command::new("/bin/sleep")
-            .arg("30")
+        use std::io::BufRead;
+        let mut child = Command::new("/bin/sh")
+            .args(["-c", "echo ready; read line"])
             .env(TAG_VAR, tag)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
             .spawn()
-            .unwrap()
+            .unwrap();
+        let mut said = String::new();
+        let stdout = child.stdout.as_mut().unwrap();
+        std::io::BufReader::new(stdout)
+            .read_line(&mut said)
+            .unwrap();
+        assert_eq!(said, "ready\n");
+        child
     }
 
     #[test]
