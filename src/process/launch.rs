@@ -42,7 +42,7 @@ pub(super) struct Stdio {
 /// A program ready to start: everything the child reads, prepared and owned here, so that
 /// it outlives the child's use of it whatever the caller does meanwhile.
 pub(super) struct Launch {
-    program: CString,
+    /// The program's path first.
     argv: Vec<CString>,
     env: Vec<CString>,
     cwd: OwnedFd,
@@ -80,7 +80,6 @@ impl Launch {
             terminal: stdio.terminal,
         };
         let launch = Launch {
-            program: argv[0].clone(),
             argv,
             env,
             cwd: above_stdio(spec.cwd.try_clone()?)?,
@@ -98,12 +97,18 @@ impl Launch {
     /// not start.
     pub fn start(&self) -> io::Result<i32> {
         let argv = pointers(&self.argv);
+        let program = self
+            .argv
+            .first()
+            .ok_or(io::ErrorKind::InvalidInput)?
+            .as_ptr();
         let env = pointers(&self.env);
         // For a file the kernel does not know how to run, what `execvp` does: `/bin/sh` runs it.
-        let mut script = vec![c"/bin/sh".as_ptr(), self.program.as_ptr()];
+        let mut script = vec![c"/bin/sh".as_ptr(), program];
         script.extend_from_slice(&argv[1..]);
         let child = Child {
             launch: self,
+            program,
             argv,
             env,
             script,
@@ -161,6 +166,7 @@ impl Launch {
 /// What the child reads: its launch, and the argument and environment arrays of `execve`.
 struct Child<'a> {
     launch: &'a Launch,
+    program: *const c_char,
     argv: Vec<*const c_char>,
     env: Vec<*const c_char>,
     script: Vec<*const c_char>,
@@ -272,7 +278,7 @@ unsafe fn steps(child: &Child) -> i32 {
         }
         child.error.store(0, Ordering::SeqCst);
         let env = child.env.as_ptr();
-        libc::execve(launch.program.as_ptr(), child.argv.as_ptr(), env);
+        libc::execve(child.program, child.argv.as_ptr(), env);
         let errno = failed();
         if errno == libc::ENOEXEC {
             libc::execve(c"/bin/sh".as_ptr(), child.script.as_ptr(), env);
