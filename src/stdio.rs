@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use rmcp::RoleServer;
-use rmcp::model::JsonRpcMessage;
+use rmcp::model::{CallToolResult, JsonRpcMessage, JsonRpcResponse, ServerResult};
 use rmcp::service::{RxJsonRpcMessage, TxJsonRpcMessage};
 use rmcp::transport::Transport;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
@@ -116,7 +116,7 @@ where
             };
             let answers = answers.map(framing::id_text);
             let mut line = String::with_capacity(last_len.load(Ordering::Relaxed) + 1);
-            json::write(&item, &mut line).map_err(io::Error::other)?;
+            write_message(item, &mut line).map_err(io::Error::other)?;
             line.push('\n');
             last_len.store(line.len(), Ordering::Relaxed);
             out.write(&framing::with_null_id(line.into_bytes())).await?;
@@ -142,6 +142,62 @@ where
     }
 }
 
+/// Append the JSON text of `item` to `line`. A tool's result carries its structured
+/// content twice, as the value and as that value's JSON text in its one text block
+/// (`tools::structured` makes the text from the value with this same writer): the value is
+/// written as that text, copied, not serialized again. For a page of output that is one
+/// pass of escaping over its 64 KiB less. Only the order of the result's keys differs from
+/// writing the value: `structuredContent` comes last.
+fn write_message(
+    mut item: TxJsonRpcMessage<RoleServer>,
+    line: &mut String,
+) -> Result<(), json::Error> {
+    let value = match &mut item {
+        JsonRpcMessage::Response(JsonRpcResponse {
+            result: ServerResult::CallToolResult(result),
+            ..
+        }) if text_block(result).is_some() => result.structured_content.take(),
+        _ => None,
+    };
+    json::write(&item, line)?;
+    let Some(value) = value else {
+        return Ok(());
+    };
+    let text = match &item {
+        JsonRpcMessage::Response(JsonRpcResponse {
+            result: ServerResult::CallToolResult(result),
+            ..
+        }) => text_block(result),
+        _ => None,
+    };
+    // The answer ends with its result's closing brace and its own; the result holds its
+    // content before them, so a comma goes first.
+    let (Some(text), Some(end)) = (text, line.strip_suffix("}}").map(str::len)) else {
+        return Err(serde::ser::Error::custom(
+            "a tool's result could not be written",
+        ));
+    };
+    debug_assert_eq!(
+        json::to_string(&value, text.len()).ok().as_deref(),
+        Some(text),
+        "a tool result's text block is not its structured content's JSON text"
+    );
+    line.truncate(end);
+    line.reserve(text.len() + 24);
+    line.push_str(",\"structuredContent\":");
+    line.push_str(text);
+    line.push_str("}}");
+    Ok(())
+}
+
+/// The one text block of a tool's result.
+fn text_block(result: &CallToolResult) -> Option<&str> {
+    match result.content.as_slice() {
+        [block] => Some(block.as_text()?.text.as_str()),
+        _ => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::time::Duration;
@@ -151,6 +207,37 @@ mod tests {
 
     use super::*;
     use crate::limits::MAX_IN_FLIGHT;
+
+    /// A tool result is written with its structured content copied from its text block:
+    /// the same JSON as the whole message serialized, `structuredContent` last.
+    #[test]
+    fn a_tool_result_is_written_with_its_text_as_its_structured_content() {
+        let value = json!({"ok": true, "text": "a \"quoted\" line\n\u{1b}[1m bold", "n": 3});
+        let text = json::to_string(&value, 0).unwrap();
+        let last = format!(",\"structuredContent\":{text}}}}}");
+        let mut result = CallToolResult::success(vec![rmcp::model::ContentBlock::text(text)]);
+        result.structured_content = Some(value);
+        result.is_error = Some(false);
+        let item = TxJsonRpcMessage::<RoleServer>::response(
+            ServerResult::CallToolResult(result),
+            rmcp::model::RequestId::Number(7),
+        );
+        let whole = serde_json::to_value(&item).unwrap();
+        let mut line = String::new();
+        write_message(item, &mut line).unwrap();
+        let written: serde_json::Value = serde_json::from_str(&line).unwrap();
+        assert_eq!(written, whole);
+        assert!(line.ends_with(&last), "{line}");
+
+        // Any other message is written as it is.
+        let item = TxJsonRpcMessage::<RoleServer>::response(
+            ServerResult::empty(()),
+            rmcp::model::RequestId::Number(8),
+        );
+        let mut line = String::new();
+        write_message(item, &mut line).unwrap();
+        assert_eq!(line, r#"{"jsonrpc":"2.0","id":8,"result":{}}"#);
+    }
 
     /// A client that writes garbage and never reads: once the bounded answers wait for
     /// stdout, the guard stops reading, so the client's writes stall.
