@@ -65,6 +65,10 @@ pub const SPAWN_DEADLINE: Duration = Duration::from_secs(10);
 /// Spawner threads at most: one more starts when all are busy (some may be stuck in a
 /// spawn until its deadline).
 pub const SPAWNERS_MAX: usize = 4;
+/// Descendants of the server at most for a leader's exit to look for its session's groups
+/// on the async worker (a few small reads of `/proc`, cheaper than a blocking thread and
+/// back); with more, the scan runs on a blocking thread.
+pub const INLINE_SCAN_MAX: usize = 32;
 /// Bytes read from a child's pipe per read call.
 pub const READ_CHUNK_BYTES: usize = 64 * 1024;
 

@@ -18,6 +18,7 @@ pub use spawn::{
     spawn_pipes,
 };
 
+use crate::limits::INLINE_SCAN_MAX;
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 
@@ -135,6 +136,21 @@ impl SessionGroups {
         }
     }
 
+    /// The session's groups, found here while this process has at most
+    /// `INLINE_SCAN_MAX` descendants (a few small reads), else by `scan` on a blocking
+    /// thread.
+    pub async fn find(sid: i32) -> SessionGroups {
+        if let Some(few) = procfs::descendants(INLINE_SCAN_MAX) {
+            return SessionGroups {
+                sid,
+                others: std::sync::Mutex::new(groups_among(sid, few)),
+            };
+        }
+        tokio::task::spawn_blocking(move || SessionGroups::scan(sid))
+            .await
+            .unwrap_or_else(|_| SessionGroups::leader_only(sid))
+    }
+
     /// Only the leader's group, when /proc cannot be read.
     pub fn leader_only(sid: i32) -> SessionGroups {
         SessionGroups {
@@ -187,10 +203,18 @@ impl SessionGroups {
 /// so only its own descendants are read where they can be listed, not every process of
 /// the machine.
 fn other_groups(sid: i32) -> Vec<i32> {
+    groups_among(
+        sid,
+        procfs::descendants(usize::MAX).unwrap_or_else(procfs::pids),
+    )
+}
+
+/// The groups other than `sid`'s own with a member in POSIX session `sid` among `pids`.
+fn groups_among(sid: i32, pids: Vec<i32>) -> Vec<i32> {
     #[cfg(test)]
     SCANS.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
     let mut others = Vec::new();
-    for pid in procfs::descendants().unwrap_or_else(procfs::pids) {
+    for pid in pids {
         if let Some((group, session)) = group_and_session(pid)
             && session == sid
             && group != sid

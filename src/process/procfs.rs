@@ -54,8 +54,9 @@ pub fn pids() -> Vec<i32> {
 /// thread's `children` file: where this process is a child subreaper, every process a
 /// session's leader started, orphaned or not, is among them, and there are far fewer of
 /// them than processes in `/proc` on a busy machine. `None` where that cannot be known
-/// (not a subreaper, or a kernel without those files): scan `pids` instead.
-pub fn descendants() -> Option<Vec<i32>> {
+/// (not a subreaper, or a kernel without those files): scan `pids` instead; and `None` as
+/// soon as more than `limit` are found.
+pub fn descendants(limit: usize) -> Option<Vec<i32>> {
     let mut flag: libc::c_int = 0;
     // SAFETY: PR_GET_CHILD_SUBREAPER writes one int through the pointer it is given.
     let rc = unsafe { libc::prctl(libc::PR_GET_CHILD_SUBREAPER, &mut flag as *mut libc::c_int) };
@@ -67,6 +68,9 @@ pub fn descendants() -> Option<Vec<i32>> {
     let mut seen = std::collections::HashSet::new();
     while let Some(pid) = queue.pop() {
         if seen.insert(pid) {
+            if found.len() == limit {
+                return None;
+            }
             found.push(pid);
             // A process that ended meanwhile has no children left to list.
             queue.extend(children(&pid.to_string()).unwrap_or_default());

@@ -399,13 +399,7 @@ impl Session {
     /// The scan reads a file per process on the system, so it runs off the async workers.
     async fn groups(&self) -> &SessionGroups {
         let sid = self.pid;
-        self.groups
-            .get_or_init(|| async move {
-                tokio::task::spawn_blocking(move || SessionGroups::scan(sid))
-                    .await
-                    .unwrap_or_else(|_| SessionGroups::leader_only(sid))
-            })
-            .await
+        self.groups.get_or_init(|| SessionGroups::find(sid)).await
     }
 
     /// The snapshot once the output is settled too (complete, declared incomplete after
@@ -428,6 +422,7 @@ mod tests {
     use tokio_util::sync::CancellationToken;
 
     use super::*;
+    use crate::limits::INLINE_SCAN_MAX;
     use crate::output::Search;
     use crate::process::{Reaper, SpawnSpec, scans, spawn_pipes};
     use crate::session::{Streams, WaitRequest};
@@ -473,9 +468,14 @@ mod tests {
 
     /// The PID the script printed as `job PID`.
     async fn job_pid(session: &Session) -> i32 {
+        reported(session, "job (\\d+)\\n").await.parse().unwrap()
+    }
+
+    /// What the script printed in the first group of `pattern`.
+    async fn reported(session: &Session, pattern: &str) -> String {
         let request = WaitRequest {
             cursor: 0,
-            search: Some(Search::new("job (\\d+)\\n").unwrap()),
+            search: Some(Search::new(pattern).unwrap()),
             streams: Streams::Any,
             timeout: Duration::from_secs(60),
             strip_ansi: false,
@@ -485,7 +485,7 @@ mod tests {
         let (searched, cancel) = (AtomicU64::new(0), CancellationToken::new());
         let waited = session.wait(request, &searched, &cancel).await;
         let found = waited.unwrap().found.expect("the job reported");
-        found.groups[0].as_deref().unwrap().parse().unwrap()
+        found.groups[0].as_deref().unwrap().to_owned()
     }
 
     /// Wait until `pid` has ended: it holds the session's pipes, so this follows soon
@@ -538,6 +538,30 @@ mod tests {
             assert_eq!(session.snapshot().status, Status::Exited);
             assert_eq!(scans() - before, 1);
             ended(job).await;
+
+            // More descendants than the exit looks at in place: the scan runs on a
+            // blocking thread, and every job's group is still killed.
+            let script = format!(
+                "for i in $(seq {}); do sleep 1000 & jobs=\"$jobs $!\"; done; \
+                 echo \"jobs$jobs\"; read line",
+                INLINE_SCAN_MAX + 8
+            );
+            let session = start(&reaper, &script).await;
+            let jobs = reported(&session, "jobs([ 0-9]+)\\n").await;
+            let jobs: Vec<i32> = jobs
+                .split_whitespace()
+                .map(|j| j.parse().unwrap())
+                .collect();
+            assert_eq!(jobs.len(), INLINE_SCAN_MAX + 8);
+            let before = scans();
+            session.update(|s| s.close_input());
+            let complete =
+                session.wait_until(Instant::now() + Duration::from_secs(60), |s| s.settled());
+            assert!(complete.await, "the leader ended on EOF");
+            assert_eq!(scans() - before, 1);
+            for job in jobs {
+                ended(job).await;
+            }
         });
     }
 }
