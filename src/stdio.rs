@@ -10,6 +10,7 @@ use rmcp::RoleServer;
 use rmcp::model::{CallToolResult, JsonRpcMessage, JsonRpcResponse, ServerResult};
 use rmcp::service::{RxJsonRpcMessage, TxJsonRpcMessage};
 use rmcp::transport::Transport;
+use serde_json::Value;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::sync::{Mutex, mpsc, oneshot};
 use tokio::task::JoinHandle;
@@ -156,7 +157,14 @@ fn write_message(
         JsonRpcMessage::Response(JsonRpcResponse {
             result: ServerResult::CallToolResult(result),
             ..
-        }) if text_block(result).is_some() => result.structured_content.take(),
+        }) if text_block(result).is_some_and(is_object_text)
+            && result
+                .structured_content
+                .as_ref()
+                .is_some_and(Value::is_object) =>
+        {
+            result.structured_content.take()
+        }
         _ => None,
     };
     json::write(&item, line)?;
@@ -188,6 +196,13 @@ fn write_message(
     line.push_str(text);
     line.push_str("}}");
     Ok(())
+}
+
+/// Whether `text` has the shape of a JSON object's text, a cheap guard beside the debug
+/// assertion that it is exactly the structured content's: a text of any other shape is
+/// never spliced into an answer.
+fn is_object_text(text: &str) -> bool {
+    text.starts_with('{') && text.ends_with('}')
 }
 
 /// The one text block of a tool's result.
@@ -228,6 +243,21 @@ mod tests {
         let written: serde_json::Value = serde_json::from_str(&line).unwrap();
         assert_eq!(written, whole);
         assert!(line.ends_with(&last), "{line}");
+
+        // A text of another shape is never spliced in: the value is written itself.
+        let mut result = CallToolResult::success(vec![rmcp::model::ContentBlock::text("plain")]);
+        result.structured_content = Some(json!({"ok": true}));
+        let item = TxJsonRpcMessage::<RoleServer>::response(
+            ServerResult::CallToolResult(result),
+            rmcp::model::RequestId::Number(9),
+        );
+        let whole = serde_json::to_value(&item).unwrap();
+        let mut line = String::new();
+        write_message(item, &mut line).unwrap();
+        assert_eq!(
+            serde_json::from_str::<serde_json::Value>(&line).unwrap(),
+            whole
+        );
 
         // Any other message is written as it is.
         let item = TxJsonRpcMessage::<RoleServer>::response(

@@ -108,6 +108,16 @@ pub fn scans() -> usize {
     SCANS.load(std::sync::atomic::Ordering::SeqCst)
 }
 
+/// Lookups of a leader's groups handed to a blocking thread (too many descendants to read
+/// in place), for the test of both ways.
+#[cfg(test)]
+static SCANS_ON_A_THREAD: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+#[cfg(test)]
+pub fn scans_on_a_thread() -> usize {
+    SCANS_ON_A_THREAD.load(std::sync::atomic::Ordering::SeqCst)
+}
+
 /// The process groups of the POSIX session led by `sid`: the leader's, and the groups a
 /// job-control shell made for its jobs inside that session. Found by a scan of /proc when
 /// a termination first signals (SIGTERM, or the kill after the leader's exit), and by one
@@ -146,6 +156,8 @@ impl SessionGroups {
                 others: std::sync::Mutex::new(groups_among(sid, few)),
             };
         }
+        #[cfg(test)]
+        SCANS_ON_A_THREAD.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         tokio::task::spawn_blocking(move || SessionGroups::scan(sid))
             .await
             .unwrap_or_else(|_| SessionGroups::leader_only(sid))

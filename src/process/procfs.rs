@@ -55,7 +55,8 @@ pub fn pids() -> Vec<i32> {
 /// session's leader started, orphaned or not, is among them, and there are far fewer of
 /// them than processes in `/proc` on a busy machine. `None` where that cannot be known
 /// (not a subreaper, or a kernel without those files): scan `pids` instead; and `None` as
-/// soon as more than `limit` are found.
+/// soon as more than `limit` descendants are found or more than `4 × limit` `children`
+/// files would be read (one per thread: this process, or a descendant, may have many).
 pub fn descendants(limit: usize) -> Option<Vec<i32>> {
     let mut flag: libc::c_int = 0;
     // SAFETY: PR_GET_CHILD_SUBREAPER writes one int through the pointer it is given.
@@ -63,8 +64,9 @@ pub fn descendants(limit: usize) -> Option<Vec<i32>> {
     if rc != 0 || flag == 0 {
         return None;
     }
+    let mut reads = limit.saturating_mul(4);
     let mut found = Vec::new();
-    let mut queue = children("self")?;
+    let mut queue = children("self", &mut reads)?;
     let mut seen = std::collections::HashSet::new();
     while let Some(pid) = queue.pop() {
         if seen.insert(pid) {
@@ -72,18 +74,24 @@ pub fn descendants(limit: usize) -> Option<Vec<i32>> {
                 return None;
             }
             found.push(pid);
-            // A process that ended meanwhile has no children left to list.
-            queue.extend(children(&pid.to_string()).unwrap_or_default());
+            match children(&pid.to_string(), &mut reads) {
+                Some(more) => queue.extend(more),
+                // Out of reads: the listing would not be whole.
+                None if reads == 0 => return None,
+                // A process that ended meanwhile has no children left to list.
+                None => {}
+            }
         }
     }
     Some(found)
 }
 
-/// The children of every thread of `pid`; `None` if its threads cannot be listed or the
-/// kernel has no `children` files.
-fn children(pid: &str) -> Option<Vec<i32>> {
+/// The children of every thread of `pid`, one file read from `reads` each; `None` if its
+/// threads cannot be listed, the kernel has no `children` files, or `reads` runs out.
+fn children(pid: &str, reads: &mut usize) -> Option<Vec<i32>> {
     let mut found = Vec::new();
     for task in fs::read_dir(format!("/proc/{pid}/task")).ok()?.flatten() {
+        *reads = reads.checked_sub(1)?;
         let mut path = task.path();
         path.push("children");
         let text = match fs::read_to_string(&path) {
@@ -128,7 +136,8 @@ mod tests {
             .args(["-c", "sleep 5 & wait"])
             .spawn()
             .unwrap();
-        let mine = children("self").expect("this kernel has children files");
+        let mut reads = usize::MAX;
+        let mine = children("self", &mut reads).expect("this kernel has children files");
         assert!(mine.contains(&(child.id() as i32)));
         let _ = child.kill();
         let _ = child.wait();

@@ -395,8 +395,8 @@ impl Session {
     }
 
     /// The session's process groups, scanned for the first signal of its termination and
-    /// reused by every later one (see `SessionGroups`): one /proc scan per termination.
-    /// The scan reads a file per process on the system, so it runs off the async workers.
+    /// reused by every later one (see `SessionGroups`): one /proc scan per termination,
+    /// in place while the server has few descendants, else on a blocking thread.
     async fn groups(&self) -> &SessionGroups {
         let sid = self.pid;
         self.groups.get_or_init(|| SessionGroups::find(sid)).await
@@ -424,7 +424,7 @@ mod tests {
     use super::*;
     use crate::limits::INLINE_SCAN_MAX;
     use crate::output::Search;
-    use crate::process::{Reaper, SpawnSpec, scans, spawn_pipes};
+    use crate::process::{Reaper, SpawnSpec, scans, scans_on_a_thread, spawn_pipes};
     use crate::session::{Streams, WaitRequest};
 
     /// The reaper takes every child of its process, so this runs alone (see `alone`).
@@ -530,13 +530,18 @@ mod tests {
             // A natural exit: the job is killed after the leader ends, with one scan.
             let session = start(&reaper, "sleep 1000 & echo \"job $!\"; read line").await;
             let job = job_pid(&session).await;
-            let before = scans();
+            let (before, on_a_thread) = (scans(), scans_on_a_thread());
             session.update(|s| s.close_input());
             let complete =
                 session.wait_until(Instant::now() + Duration::from_secs(60), |s| s.settled());
             assert!(complete.await, "the leader ended on EOF");
             assert_eq!(session.snapshot().status, Status::Exited);
             assert_eq!(scans() - before, 1);
+            assert_eq!(
+                scans_on_a_thread(),
+                on_a_thread,
+                "two descendants: looked up in place"
+            );
             ended(job).await;
 
             // More descendants than the exit looks at in place: the scan runs on a
@@ -553,12 +558,13 @@ mod tests {
                 .map(|j| j.parse().unwrap())
                 .collect();
             assert_eq!(jobs.len(), INLINE_SCAN_MAX + 8);
-            let before = scans();
+            let (before, on_a_thread) = (scans(), scans_on_a_thread());
             session.update(|s| s.close_input());
             let complete =
                 session.wait_until(Instant::now() + Duration::from_secs(60), |s| s.settled());
             assert!(complete.await, "the leader ended on EOF");
             assert_eq!(scans() - before, 1);
+            assert_eq!(scans_on_a_thread() - on_a_thread, 1);
             for job in jobs {
                 ended(job).await;
             }

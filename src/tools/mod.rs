@@ -149,7 +149,9 @@ fn ok(value: impl Serialize) -> Result<Value, ToolError> {
 }
 
 /// The result carrying `value` both as structured content and as its JSON text (what
-/// `CallToolResult::structured` makes, with the text written by the fast writer).
+/// `CallToolResult::structured` makes, with the text written by the fast writer). The
+/// only maker of a result with structured content: the stdio transport writes the value
+/// as this text (`stdio::write_message`), so the text must stay exactly the value's JSON.
 fn structured(value: Value, is_error: bool) -> CallToolResult {
     let text =
         crate::json::to_string(&value, size_hint(&value)).unwrap_or_else(|_| value.to_string());
