@@ -223,13 +223,9 @@ mod tests {
     use super::*;
     use crate::limits::MAX_IN_FLIGHT;
 
-    /// A tool result is written with its structured content copied from its text block:
-    /// the same JSON as the whole message serialized, `structuredContent` last.
-    #[test]
-    fn a_tool_result_is_written_with_its_text_as_its_structured_content() {
-        let value = json!({"ok": true, "text": "a \"quoted\" line\n\u{1b}[1m bold", "n": 3});
-        let text = json::to_string(&value, 0).unwrap();
-        let last = format!(",\"structuredContent\":{text}}}}}");
+    /// A tool's answer with one text block and `value` as its structured content; the
+    /// line `write_message` makes of it, and the whole message as serde_json sees it.
+    fn written(text: &str, value: serde_json::Value) -> (String, serde_json::Value) {
         let mut result = CallToolResult::success(vec![rmcp::model::ContentBlock::text(text)]);
         result.structured_content = Some(value);
         result.is_error = Some(false);
@@ -240,24 +236,27 @@ mod tests {
         let whole = serde_json::to_value(&item).unwrap();
         let mut line = String::new();
         write_message(item, &mut line).unwrap();
-        let written: serde_json::Value = serde_json::from_str(&line).unwrap();
-        assert_eq!(written, whole);
-        assert!(line.ends_with(&last), "{line}");
+        (line, whole)
+    }
+
+    /// A tool result is written with its structured content copied from its text block:
+    /// the same JSON as the whole message serialized, `structuredContent` last.
+    #[test]
+    fn a_tool_result_is_written_with_its_text_as_its_structured_content() {
+        let value = json!({"ok": true, "text": "a \"quoted\" line\n\u{1b}[1m bold", "n": 3});
+        let text = json::to_string(&value, 0).unwrap();
+        let (line, whole) = written(&text, value);
+        let parsed: serde_json::Value = serde_json::from_str(&line).unwrap();
+        assert_eq!(parsed, whole);
+        assert!(
+            line.ends_with(&format!(",\"structuredContent\":{text}}}}}")),
+            "{line}"
+        );
 
         // A text of another shape is never spliced in: the value is written itself.
-        let mut result = CallToolResult::success(vec![rmcp::model::ContentBlock::text("plain")]);
-        result.structured_content = Some(json!({"ok": true}));
-        let item = TxJsonRpcMessage::<RoleServer>::response(
-            ServerResult::CallToolResult(result),
-            rmcp::model::RequestId::Number(9),
-        );
-        let whole = serde_json::to_value(&item).unwrap();
-        let mut line = String::new();
-        write_message(item, &mut line).unwrap();
-        assert_eq!(
-            serde_json::from_str::<serde_json::Value>(&line).unwrap(),
-            whole
-        );
+        let (line, whole) = written("plain", json!({"ok": true}));
+        let parsed: serde_json::Value = serde_json::from_str(&line).unwrap();
+        assert_eq!(parsed, whole);
 
         // Any other message is written as it is.
         let item = TxJsonRpcMessage::<RoleServer>::response(
