@@ -18,9 +18,10 @@ pub use spawn::{
     spawn_pipes,
 };
 
-use crate::limits::INLINE_SCAN_MAX;
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
+
+use crate::limits::INLINE_SCAN_MAX;
 
 /// Mark every descriptor above stderr close-on-exec: whatever started the server may have
 /// left some open, and children must get only the stdio they are given.
