@@ -35,7 +35,7 @@ use regex_syntax::hir::literal::{ExtractKind, Extractor};
 use crate::errors::ToolError;
 use crate::limits::{
     PATTERN_COMPILES_AT_ONCE, PATTERN_DFA_CACHE_BYTES, PATTERN_MAX_BYTES, PATTERN_NFA_BYTES,
-    PATTERNS_TOTAL_BYTES,
+    PATTERNS_TOTAL_BYTES, QUICK_PATTERN_MAX_BYTES,
 };
 
 /// Bytes charged by the searches of client patterns alive now.
@@ -144,8 +144,12 @@ impl Search {
         }
     }
 
-    /// `for_client`, off the async workers and at most `PATTERN_COMPILES_AT_ONCE` at a time.
+    /// `for_client`, off the async workers and at most `PATTERN_COMPILES_AT_ONCE` at a time;
+    /// a short pattern of plain text (`builds_quickly`) where it is.
     pub async fn compile_for_client(pattern: &str) -> Result<Search, ToolError> {
+        if builds_quickly(pattern) {
+            return Search::for_client(pattern).map_err(ToolError::from);
+        }
         let stopped = || ToolError::internal("compiling the pattern stopped");
         let _turn = COMPILING.acquire().await.map_err(|_| stopped())?;
         let pattern = pattern.to_owned();
@@ -305,6 +309,27 @@ impl Search {
     }
 }
 
+/// Whether `pattern` is short plain text, with at most anchors, groups, alternation and
+/// `*+?` (`ready`, `\$ $`, `(yes|no)`): nothing whose automaton grows with a Unicode class
+/// (`.`, `[…]`, `\w`, `\p{…}`), a counted repetition (`{n}`) or a flag (`(?i)`), so that
+/// its search builds in at most about a tenth of a millisecond (`QUICK_PATTERN_MAX_BYTES`).
+fn builds_quickly(pattern: &str) -> bool {
+    if pattern.len() > QUICK_PATTERN_MAX_BYTES || pattern.contains("(?") {
+        return false;
+    }
+    let mut chars = pattern.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '.' | '[' | '{' => return false,
+            // An escaped punctuation character is itself; a letter names a class, a
+            // boundary or a code point.
+            '\\' if !chars.next().is_some_and(|c| c.is_ascii_punctuation()) => return false,
+            _ => {}
+        }
+    }
+    true
+}
+
 /// The literals a match must begin with, searched for where no match is under way, when
 /// a search for them is fast. As the `regex` crate extracts them, but giving up sooner on
 /// a cross product of classes (a marker's digits would make a thousand literals, cut back
@@ -343,6 +368,39 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
     use regex::Regex;
+
+    /// Plain text is built where it is asked for; anything whose automaton may grow is
+    /// handed to a thread.
+    #[test]
+    fn only_short_plain_patterns_build_on_the_worker() {
+        let quick = [
+            "ready",
+            r"\$ $",
+            "(yes|no)",
+            "^echo: line 5$",
+            "漢字",
+            "a+b*c?",
+            r"\.\{",
+        ];
+        for pattern in quick {
+            assert!(builds_quickly(pattern), "{pattern}");
+        }
+        let long = "x".repeat(QUICK_PATTERN_MAX_BYTES + 1);
+        let slow = [
+            ".",
+            r"\w+",
+            "[a-z]",
+            "a{3}",
+            "(?i)ready",
+            r"\p{L}",
+            r"\x41",
+            r"\bword",
+            &long,
+        ];
+        for pattern in slow {
+            assert!(!builds_quickly(pattern), "{pattern}");
+        }
+    }
 
     /// One test for all of the budget: it is shared by the whole process.
     #[test]
