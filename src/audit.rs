@@ -135,7 +135,11 @@ impl AuditLog {
         let (lines, receiver) = mpsc::channel();
         let writer = {
             let (path, shared) = (path.to_path_buf(), Arc::clone(&shared));
-            move || write_lines(path, file, receiver, shared)
+            move || {
+                // A log on a file system that does not answer sticks its writer.
+                crate::process::leave_signals_to_main();
+                write_lines(path, file, receiver, shared)
+            }
         };
         std::thread::Builder::new()
             .name("audit-log".into())

@@ -65,6 +65,9 @@ pub const SPAWN_DEADLINE: Duration = Duration::from_secs(10);
 /// Spawner threads at most: one more starts when all are busy (some may be stuck in a
 /// spawn until its deadline).
 pub const SPAWNERS_MAX: usize = 4;
+/// Spawner threads at most written off, each stuck for good opening a cwd on a file
+/// system that does not answer, so that another takes its place.
+pub const SPAWNERS_WRITTEN_OFF_MAX: usize = 64;
 /// Descendants of the server at most for a leader's exit to look for its session's groups
 /// on the async worker (a few small reads of `/proc`, cheaper than a blocking thread and
 /// back); with more, the scan runs on a blocking thread.

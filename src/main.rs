@@ -456,6 +456,8 @@ fn serve(config: Config, transport: Serve) -> Result<(), String> {
     let guardian = Arc::new(LazyGuardian::new(instance.clone()));
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
+        // Its blocking threads write recordings, read casts: the main thread takes signals.
+        .on_thread_start(process::leave_signals_to_main)
         .build()
         .map_err(|e| format!("cannot start the runtime: {e}"))?;
     runtime.block_on(async {

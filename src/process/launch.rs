@@ -11,12 +11,12 @@
 //! slot and the spawner thread's `errno` (the child shares that thread's TLS), while the
 //! spawner is suspended.
 //!
-//! Flow at a glance: `Launch::new` (on the async side) prepares the program, argv and
-//! environment as C strings and holds the descriptors the child gets; `Launch::start` (on a
-//! spawner thread) blocks every signal, clones, and returns once the child has reached its
-//! `execve` (its PID) or failed before it (the errno of its failing step; the child is
-//! reaped here). A child killed inside a stuck `execve` counts as started: its end comes as
-//! any leader's, and a start that gave up kills what it started (`Reaper::spawn_registered`).
+//! Flow at a glance: `Launch::new` (on a spawner thread, once the cwd is open) prepares the
+//! program, argv and environment as C strings and holds the descriptors the child gets;
+//! `Launch::start` (on the same thread) blocks every signal, clones, and returns once the
+//! child has reached its `execve` (its PID) or failed before it (the errno of its failing
+//! step; the child is reaped here). A child killed inside a stuck `execve` counts as started: its end comes as
+//! any leader's, and a start that gave up kills what it started (`Reaper::spawn_prepared`).
 
 use std::cell::RefCell;
 use std::ffi::{CString, c_char, c_int, c_void};
@@ -26,7 +26,7 @@ use std::sync::atomic::{AtomicI32, Ordering};
 
 use nix::fcntl::OFlag;
 
-use super::spawn::{MARKS_FD, STDERR_COPY_FD, STDOUT_COPY_FD, SpawnSpec};
+use super::spawn::{MARKS_FD, STDERR_COPY_FD, STDOUT_COPY_FD};
 
 /// Where a program's stdio and a pipe shell's marks pipe come from.
 pub(super) struct Stdio {
@@ -58,16 +58,27 @@ pub(super) struct Launch {
     pub(super) hang: Option<(OwnedFd, CString)>,
 }
 
+/// The pipe a started child writes its PID to first thing: the read end, for the start
+/// to kill the child should it get stuck, and the write end, for `Launch::new`.
+pub(super) fn report_pipe() -> io::Result<(OwnedFd, OwnedFd)> {
+    Ok(nix::unistd::pipe2(OFlag::O_CLOEXEC | OFlag::O_NONBLOCK)?)
+}
+
 impl Launch {
-    /// `spec`'s program with `stdio`, and the read end where its child reports its PID.
-    /// `InvalidInput` when an argument or a variable holds a NUL byte.
-    pub fn new(spec: &SpawnSpec, stdio: Stdio) -> io::Result<(Launch, OwnedFd)> {
+    /// `argv[0]` with `argv` and `env`, in `cwd`, with `stdio`, reporting its PID to
+    /// `report`. `InvalidInput` when an argument or a variable holds a NUL byte.
+    pub fn new(
+        argv: &[String],
+        env: &[(String, String)],
+        cwd: OwnedFd,
+        stdio: Stdio,
+        report: OwnedFd,
+    ) -> io::Result<Launch> {
         let c_string =
             |s: String| CString::new(s).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput));
-        let argv = (spec.argv.iter().cloned().map(c_string)).collect::<io::Result<Vec<_>>>()?;
-        let env = spec.env.iter().map(|(k, v)| c_string(format!("{k}={v}")));
+        let argv = (argv.iter().cloned().map(c_string)).collect::<io::Result<Vec<_>>>()?;
+        let env = env.iter().map(|(k, v)| c_string(format!("{k}={v}")));
         let env = env.collect::<io::Result<Vec<_>>>()?;
-        let (forked, report) = nix::unistd::pipe2(OFlag::O_CLOEXEC | OFlag::O_NONBLOCK)?;
         let [stdin, stdout, stderr] = stdio.std;
         // Every descriptor the child uses must survive its dup2 onto 0, 1 and 2.
         let stdio = Stdio {
@@ -79,17 +90,29 @@ impl Launch {
             marks: stdio.marks.map(above_stdio).transpose()?,
             terminal: stdio.terminal,
         };
-        let launch = Launch {
+        Ok(Launch {
             argv,
             env,
-            cwd: above_stdio(spec.cwd.try_clone()?)?,
+            cwd: above_stdio(cwd)?,
             report: above_stdio(report)?,
             stdio,
             server: std::process::id() as libc::pid_t,
             #[cfg(test)]
             hang: None,
-        };
-        Ok((launch, forked))
+        })
+    }
+
+    /// The program's path, as given.
+    pub fn program(&self) -> &str {
+        self.argv
+            .first()
+            .and_then(|p| p.to_str().ok())
+            .unwrap_or_default()
+    }
+
+    /// The directory the child starts in.
+    pub fn cwd(&self) -> &OwnedFd {
+        &self.cwd
     }
 
     /// Start the program; on a spawner thread (its parent-death signal follows this thread),
@@ -150,7 +173,7 @@ impl Launch {
         match child.error.load(Ordering::SeqCst) {
             0 => Ok(pid),
             error => {
-                // It ended before its exec; nobody else reaps it (see `Reaper::spawn_registered`).
+                // It ended before its exec; nobody else reaps it (see `Reaper::spawn_prepared`).
                 while let Err(nix::errno::Errno::EINTR) =
                     nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(pid), None)
                 {}
@@ -216,7 +239,7 @@ unsafe fn steps(child: &Child) -> i32 {
     unsafe {
         reset_signals();
         // First, before anything that can block on a file system (`fchdir`, exec): the PID,
-        // so that a spawn stuck here can be ended (`Reaper::spawn_registered`).
+        // so that a spawn stuck here can be ended (`Reaper::spawn_prepared`).
         let pid = libc::getpid();
         let size = std::mem::size_of::<libc::pid_t>();
         // The raw call: the C library's `write` is a cancellation point, which would touch
@@ -408,20 +431,15 @@ mod tests {
             let flags = OFlag::O_RDWR | OFlag::O_CLOEXEC;
             nix::fcntl::open("/dev/null", flags, Mode::empty()).unwrap()
         };
-        let spec = SpawnSpec {
-            marks: true,
-            argv: ["/bin/sh", "-c", "echo mark >&9"]
-                .map(String::from)
-                .to_vec(),
-            env: Vec::new(),
-            cwd: nix::fcntl::open("/", OFlag::O_PATH | OFlag::O_CLOEXEC, Mode::empty()).unwrap(),
-        };
+        let argv = ["/bin/sh", "-c", "echo mark >&9"].map(String::from);
+        let cwd = nix::fcntl::open("/", OFlag::O_PATH | OFlag::O_CLOEXEC, Mode::empty()).unwrap();
         let stdio = Stdio {
             std: [null(), null(), null()],
             marks: Some(at_nine),
             terminal: false,
         };
-        let (launch, _forked) = Launch::new(&spec, stdio).unwrap();
+        let (_forked, report) = report_pipe().unwrap();
+        let launch = Launch::new(&argv, &[], cwd, stdio, report).unwrap();
         let pid = launch.start().unwrap();
         drop(launch);
         let status = nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(pid), None).unwrap();

@@ -14,7 +14,7 @@ pub use guardian::{Guardian, LazyGuardian, new_instance, run_guardian, session_t
 pub use pty::{LineControls, PtyChild, PtyMaster, spawn_pty};
 pub use reaper::{Exit, ExitReceiver, Reaper};
 pub use spawn::{
-    MARKS_FD, PipeChild, STDERR_COPY_FD, STDOUT_COPY_FD, SpawnError, SpawnSpec, can_enter,
+    MARKS_FD, OpenCwd, PipeChild, STDERR_COPY_FD, STDOUT_COPY_FD, SpawnError, SpawnSpec, can_enter,
     spawn_pipes,
 };
 
@@ -22,6 +22,29 @@ use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 
 use crate::limits::INLINE_SCAN_MAX;
+
+/// Block, in the calling thread, every signal but those its own faults raise, so that the
+/// kernel gives the process's signals (a child's SIGCHLD, SIGTERM) to the main thread,
+/// which waits for them in user space. The kernel gives a child's SIGCHLD to the thread
+/// that started it, or any other that takes signals; one stuck in the kernel (a spawner
+/// opening a cwd on a file system that does not answer, a write to a log there) would hold
+/// it unhandled, and every exit after it. Every thread but the main one calls this as it
+/// starts; a child starts with an empty mask (`Launch::start`, the guardian's spawn).
+pub fn leave_signals_to_main() {
+    use nix::sys::signal::{SigSet, SigmaskHow, pthread_sigmask};
+    let mut set = SigSet::all();
+    for fault in [
+        Signal::SIGSEGV,
+        Signal::SIGBUS,
+        Signal::SIGFPE,
+        Signal::SIGILL,
+        Signal::SIGTRAP,
+        Signal::SIGSYS,
+    ] {
+        set.remove(fault);
+    }
+    let _ = pthread_sigmask(SigmaskHow::SIG_BLOCK, Some(&set), None);
+}
 
 /// Mark every descriptor above stderr close-on-exec: whatever started the server may have
 /// left some open, and children must get only the stdio they are given.

@@ -10,8 +10,8 @@ use nix::pty::{Winsize, openpty};
 use tokio::io::Interest;
 use tokio::io::unix::AsyncFd;
 
-use super::launch::{Launch, Stdio};
-use super::spawn::{SpawnError, SpawnSpec, describe};
+use super::launch::Stdio;
+use super::spawn::{SpawnError, SpawnSpec, start};
 use super::{ExitReceiver, Reaper};
 
 /// The characters a terminal's line discipline edits the typed line with.
@@ -67,12 +67,12 @@ fn set_modes(slave: &OwnedFd) -> io::Result<()> {
 }
 
 pub async fn spawn_pty(
-    spec: &SpawnSpec,
+    spec: SpawnSpec,
     rows: u16,
     cols: u16,
     reaper: &Reaper,
 ) -> Result<PtyChild, SpawnError> {
-    let program = &spec.argv[0];
+    let program = spec.argv.first().cloned().unwrap_or_default();
     let setup_failed = |e: io::Error| {
         if e.raw_os_error().is_some_and(super::is_out_of_files) {
             return SpawnError::OutOfFiles;
@@ -93,14 +93,10 @@ pub async fn spawn_pty(
         marks: None,
         terminal: true,
     };
-    let (launch, forked) = Launch::new(spec, stdio).map_err(|e| describe(spec, &e))?;
     // The parent's copies of the slave must go, or the master never sees EOF: the
     // launch's go with it once it ran.
     drop(pty.slave);
-    let spawned = reaper
-        .spawn_registered(move || Ok(((), launch.start()?)), forked)
-        .await;
-    let ((), pid, exit) = spawned.map_err(|e| describe(spec, &e))?;
+    let (pid, exit) = start(spec.argv, spec.env, spec.cwd, stdio, reaper).await?;
     let flags = fcntl(&pty.master, FcntlArg::F_GETFL)
         .map(OFlag::from_bits_truncate)
         .and_then(|flags| fcntl(&pty.master, FcntlArg::F_SETFL(flags | OFlag::O_NONBLOCK)));

@@ -7,14 +7,15 @@
 //! cannot be reused — until the `Zombie` handed over with it is dropped, after its group
 //! was killed. Orphans are reaped at once so none lingers.
 //!
-//! Spawns run on spawner threads of their own, never on the async workers: a start waits
-//! for its child's exec, which, like the child's `fchdir`, may block (a hung filesystem),
-//! and `PR_SET_PDEATHSIG` follows the thread that started the child, so spawner threads live
-//! as long as the server. One spawner runs while spawns finish promptly; another starts (up
-//! to `SPAWNERS_MAX`) when every spawner is busy, so a spawn stuck in the kernel does not
-//! hold the next one up. A spawn that has not returned after `SPAWN_DEADLINE` fails, and the
-//! child it started (which reports its PID before anything in it can block) is killed,
-//! which frees its spawner.
+//! Spawns run on spawner threads of their own, never on the async workers: a start opens
+//! its child's cwd and waits for the child's exec, each of which, like the child's
+//! `fchdir`, may block (a hung filesystem), and `PR_SET_PDEATHSIG` follows the thread that
+//! started the child, so spawner threads live as long as the server. One spawner runs while
+//! spawns finish promptly; another starts (up to `SPAWNERS_MAX`) when every spawner is
+//! busy, so a spawn stuck in the kernel does not hold the next one up. A start that has not
+//! returned after `SPAWN_DEADLINE` fails: the child it started (which reports its PID
+//! before anything in it can block) is killed, which frees its spawner; a spawner stuck
+//! opening the cwd, which nothing frees, is written off and another may take its place.
 //! A spawn itself reaps a child whose exec failed (`Launch::start`, as `Command::spawn` and
 //! `posix_spawn` do), so while any spawn runs the reaper looks only at registered leaders;
 //! each spawner sweeps again afterwards.
@@ -22,7 +23,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::os::fd::{AsRawFd, OwnedFd};
-use std::sync::atomic::{AtomicIsize, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicIsize, AtomicU8, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock, Weak, mpsc};
 
 use nix::errno::Errno;
@@ -32,7 +33,7 @@ use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::oneshot;
 
 use super::guardian::LazyGuardian;
-use crate::limits::{SPAWN_DEADLINE, SPAWNERS_MAX};
+use crate::limits::{SPAWN_DEADLINE, SPAWNERS_MAX, SPAWNERS_WRITTEN_OFF_MAX};
 
 /// How a process ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -54,6 +55,23 @@ impl Drop for Zombie {
         }
     }
 }
+
+/// Why a start did not return a child.
+#[derive(Debug)]
+pub enum Failed<E> {
+    /// What its preparation or its spawn said.
+    Said(E),
+    /// Not done within `SPAWN_DEADLINE`: still preparing, or else waiting for a spawner or
+    /// spawning.
+    TimedOut { preparing: bool },
+    /// The spawner threads are gone.
+    Gone,
+}
+
+/// Where a start's job is: waiting for a spawner, preparing, spawning.
+const QUEUED: u8 = 0;
+const PREPARING: u8 = 1;
+const SPAWNING: u8 = 2;
 
 /// Where a leader's end is delivered.
 pub type ExitReceiver = oneshot::Receiver<(Exit, Zombie)>;
@@ -83,6 +101,8 @@ pub struct Reaper {
     /// Where the child of each spawn still running reports its PID, by spawn.
     in_flight: Mutex<HashMap<u64, Arc<OwnedFd>>>,
     spawn_ids: AtomicU64,
+    /// Spawners written off, stuck preparing a start (`write_off_spawner`).
+    written_off: AtomicUsize,
     /// Started before each spawn, when set (`guard_spawns`).
     guardian: OnceLock<Arc<LazyGuardian>>,
     me: Weak<Reaper>,
@@ -109,6 +129,7 @@ impl Reaper {
             free: Arc::new(AtomicIsize::new(0)),
             in_flight: Mutex::default(),
             spawn_ids: AtomicU64::new(0),
+            written_off: AtomicUsize::new(0),
             guardian: OnceLock::new(),
             me: me.clone(),
         });
@@ -139,6 +160,9 @@ impl Reaper {
         let started = std::thread::Builder::new()
             .name("spawner".into())
             .spawn(move || {
+                // It may stick in the kernel, opening a cwd on a file system that does not
+                // answer, with the SIGCHLD of a child it started due.
+                super::leave_signals_to_main();
                 loop {
                     let job = queue.lock().unwrap_or_else(|e| e.into_inner()).recv();
                     let Ok(job) = job else { return };
@@ -153,53 +177,90 @@ impl Reaper {
         started.map(drop)
     }
 
-    /// Run `spawn` on a spawner thread and register the PID it returns, so its end reaches
-    /// the returned receiver however soon it comes. `forked` is where the started child
-    /// writes its PID: a spawn still running after `SPAWN_DEADLINE` fails with `TimedOut`,
-    /// and that child is killed.
+    /// `spawn_prepared` with nothing to prepare, its failures as I/O errors.
+    #[cfg(test)]
     pub async fn spawn_registered<T: Send + 'static>(
         &self,
         spawn: impl FnOnce() -> std::io::Result<(T, i32)> + Send + 'static,
         forked: OwnedFd,
     ) -> std::io::Result<(T, i32, ExitReceiver)> {
+        let spawned = self.spawn_prepared(|| Ok(()), |()| spawn(), forked).await;
+        spawned.map_err(|failed| match failed {
+            Failed::Said(e) => e,
+            Failed::TimedOut { .. } => std::io::ErrorKind::TimedOut.into(),
+            Failed::Gone => std::io::Error::other("the spawner thread is gone"),
+        })
+    }
+
+    /// Run `prepare` and then `spawn` on a spawner thread, and register the PID `spawn`
+    /// returns, so its end reaches the returned receiver however soon it comes. `prepare`
+    /// may block on a file system (opening the child's cwd): it runs before the spawn lock
+    /// is taken, so the reaper goes on reaping meanwhile. `forked` is where the started
+    /// child writes its PID: a start not done after `SPAWN_DEADLINE` fails with `TimedOut`;
+    /// a child it started is killed, and a spawner stuck in `prepare`, which nothing can
+    /// free, is written off so another may start (`SPAWNERS_WRITTEN_OFF_MAX` at most).
+    pub async fn spawn_prepared<P, T, E>(
+        &self,
+        prepare: impl FnOnce() -> Result<P, E> + Send + 'static,
+        spawn: impl FnOnce(P) -> Result<(T, i32), E> + Send + 'static,
+        forked: OwnedFd,
+    ) -> Result<(T, i32, ExitReceiver), Failed<E>>
+    where
+        T: Send + 'static,
+        E: Send + 'static,
+    {
         let (done, result) = oneshot::channel();
+        let phase = Arc::new(AtomicU8::new(QUEUED));
         let me = self.me.clone();
-        let job: Job = Box::new(move || {
-            let Some(reaper) = me.upgrade() else { return };
-            if done.is_closed() {
-                // The start gave up while this waited: it starts nothing.
-                return;
-            }
-            let spawned = {
-                let _spawning = reaper.spawning.read().unwrap_or_else(|e| e.into_inner());
-                // Under the spawn lock too: `posix_spawn` reaps a guardian whose exec
-                // failed, as `Launch::start` does a session's child.
-                if let Some(guardian) = reaper.guardian.get() {
-                    guardian.ensure();
+        let job: Job = Box::new({
+            let phase = phase.clone();
+            move || {
+                let Some(reaper) = me.upgrade() else { return };
+                if done.is_closed() {
+                    // The start gave up while this waited: it starts nothing.
+                    return;
                 }
-                spawn().map(|(value, pid)| {
-                    let (tx, rx) = oneshot::channel();
-                    reaper.table().waiting.insert(pid, tx);
-                    (value, pid, rx)
-                })
-            };
-            if let (true, Ok((_, pid, _))) = (done.is_closed(), &spawned) {
-                // The start gave up during the spawn (its deadline, a cancelled request):
-                // what it started must not run on without a session.
-                super::signal_group(*pid, nix::sys::signal::Signal::SIGKILL);
+                phase.store(PREPARING, Ordering::SeqCst);
+                let ready = prepare();
+                phase.store(SPAWNING, Ordering::SeqCst);
+                let ready = match ready {
+                    Ok(ready) if !done.is_closed() => ready,
+                    Ok(_) => return,
+                    Err(e) => {
+                        let _ = done.send(Err(e));
+                        return;
+                    }
+                };
+                let spawned = {
+                    let _spawning = reaper.spawning.read().unwrap_or_else(|e| e.into_inner());
+                    // Under the spawn lock too: `posix_spawn` reaps a guardian whose exec
+                    // failed, as `Launch::start` does a session's child.
+                    if let Some(guardian) = reaper.guardian.get() {
+                        guardian.ensure();
+                    }
+                    spawn(ready).map(|(value, pid)| {
+                        let (tx, rx) = oneshot::channel();
+                        reaper.table().waiting.insert(pid, tx);
+                        (value, pid, rx)
+                    })
+                };
+                if let (true, Ok((_, pid, _))) = (done.is_closed(), &spawned) {
+                    // The start gave up during the spawn (its deadline, a cancelled
+                    // request): what it started must not run on without a session.
+                    super::signal_group(*pid, nix::sys::signal::Signal::SIGKILL);
+                }
+                // Exits that arrived during the spawn.
+                reaper.reap_all();
+                // A start that gave up drops this answer, and with it the receiver: the
+                // child's end, when it comes, reaps it.
+                let _ = done.send(spawned);
             }
-            // Exits that arrived during the spawn.
-            reaper.reap_all();
-            // A start that gave up drops this answer, and with it the receiver: the child's
-            // end, when it comes, reaps it.
-            let _ = done.send(spawned);
         });
-        let gone = || std::io::Error::other("the spawner thread is gone");
         self.jobs
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .send(job)
-            .map_err(|_| gone())?;
+            .map_err(|_| Failed::Gone)?;
         let was_free = self.free.fetch_sub(1, Ordering::SeqCst) > 0;
         if !was_free && self.spawners.load(Ordering::SeqCst) < SPAWNERS_MAX {
             // Every spawner is busy (one may be stuck): this job must not wait behind it.
@@ -212,11 +273,36 @@ impl Reaper {
         let answer = tokio::time::timeout(SPAWN_DEADLINE, result).await;
         drop(in_flight);
         match answer {
-            Ok(answer) => answer.map_err(|_| gone())?,
+            Ok(Ok(answer)) => answer.map_err(Failed::Said),
+            Ok(Err(_)) => Err(Failed::Gone),
             Err(_) => {
-                kill_forked(&forked);
-                Err(std::io::ErrorKind::TimedOut.into())
+                let preparing = phase.load(Ordering::SeqCst) == PREPARING;
+                if preparing {
+                    self.write_off_spawner();
+                } else {
+                    kill_forked(&forked);
+                }
+                Err(Failed::TimedOut { preparing })
             }
+        }
+    }
+
+    /// A spawner stuck preparing a start (in the kernel, on a file system that does not
+    /// answer) no longer counts, so that another may start in its place; should it come
+    /// back, it serves jobs again. At most `SPAWNERS_WRITTEN_OFF_MAX` are: past that, a
+    /// stuck spawner holds its place, as one stuck in an unkillable child's exec does.
+    fn write_off_spawner(&self) {
+        let written_off = self
+            .written_off
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
+                (n < SPAWNERS_WRITTEN_OFF_MAX).then_some(n + 1)
+            });
+        if written_off.is_ok() {
+            self.spawners.fetch_sub(1, Ordering::SeqCst);
+            tracing::warn!(
+                "a start stuck preparing its spawn for {} s; its spawner thread is written off",
+                SPAWN_DEADLINE.as_secs()
+            );
         }
     }
 
@@ -452,13 +538,8 @@ mod tests {
             let dir = tempfile::tempdir().unwrap();
             let fifo = dir.path().join("fifo");
             nix::unistd::mkfifo(&fifo, Mode::S_IRWXU).unwrap();
-            let spec = super::super::SpawnSpec {
-                marks: false,
-                argv: argv.iter().map(|a| a.to_string()).collect(),
-                env: Vec::new(),
-                cwd: nix::fcntl::open("/", OFlag::O_PATH | OFlag::O_CLOEXEC, Mode::empty())
-                    .unwrap(),
-            };
+            let argv: Vec<String> = argv.iter().map(|a| a.to_string()).collect();
+            let cwd = nix::fcntl::open("/", OFlag::O_PATH | OFlag::O_CLOEXEC, Mode::empty());
             let null = || {
                 let flags = OFlag::O_RDWR | OFlag::O_CLOEXEC;
                 nix::fcntl::open("/dev/null", flags, Mode::empty()).unwrap()
@@ -468,7 +549,9 @@ mod tests {
                 marks: None,
                 terminal: false,
             };
-            let (mut launch, forked) = super::super::launch::Launch::new(&spec, stdio).unwrap();
+            let (forked, report) = super::super::launch::report_pipe().unwrap();
+            let mut launch =
+                super::super::launch::Launch::new(&argv, &[], cwd.unwrap(), stdio, report).unwrap();
             let (report, to_test) =
                 nix::unistd::pipe2(OFlag::O_CLOEXEC | OFlag::O_NONBLOCK).unwrap();
             let path = std::ffi::CString::new(fifo.as_os_str().as_bytes()).unwrap();
@@ -620,6 +703,64 @@ mod tests {
             // killed, not left running without a session.
             blocked.unblock();
             ended(&child).await;
+        });
+    }
+
+    #[test]
+    fn spawners_stuck_preparing_are_replaced() {
+        alone("process::reaper::tests::stuck_preparing");
+    }
+
+    #[test]
+    #[ignore = "run alone by spawners_stuck_preparing_are_replaced"]
+    fn stuck_preparing() {
+        use crate::limits::SPAWNERS_MAX;
+
+        let runtime = tokio::runtime::Runtime::new().unwrap();
+        runtime.block_on(async {
+            let reaper = Reaper::start().unwrap();
+            // A gate closed until the end: preparations stuck in the kernel for good, as an
+            // open of a cwd on a file system that does not answer.
+            let gate = Arc::new((Mutex::new(false), std::sync::Condvar::new()));
+            let stuck = (0..SPAWNERS_MAX).map(|_| {
+                let gate = gate.clone();
+                let wait = move || {
+                    let (open, opened) = &*gate;
+                    let mut open = open.lock().unwrap();
+                    while !*open {
+                        open = opened.wait(open).unwrap();
+                    }
+                    Ok::<_, std::io::Error>(())
+                };
+                let spawn = |()| -> std::io::Result<((), i32)> { unreachable!("never prepared") };
+                reaper.spawn_prepared(wait, spawn, nix::unistd::pipe().unwrap().0)
+            });
+            for failed in futures::future::join_all(stuck).await {
+                let failed = failed.map(drop).unwrap_err();
+                assert!(
+                    matches!(failed, Failed::TimedOut { preparing: true }),
+                    "{failed:?}"
+                );
+            }
+            // Every spawner the server may have is stuck, and written off: another serves.
+            let spawned = reaper.spawn_registered(
+                || {
+                    let child = std::process::Command::new("/bin/sh")
+                        .args(["-c", "exit 5"])
+                        .spawn()?;
+                    Ok(((), child.id() as i32))
+                },
+                nix::unistd::pipe().unwrap().0,
+            );
+            let ((), _, exit) = tokio::time::timeout(HANG_GUARD, spawned)
+                .await
+                .expect("not held up")
+                .expect("spawned beside the stuck preparations");
+            let (status, _zombie) = exit.await.unwrap();
+            assert_eq!(status, Exit::Code(5));
+            let (open, opened) = &*gate;
+            *open.lock().unwrap() = true;
+            opened.notify_all();
         });
     }
 }

@@ -442,14 +442,12 @@ mod tests {
                 .map(str::to_owned)
                 .to_vec(),
             env: vec![("PATH".into(), "/usr/bin:/bin".into())],
-            cwd: nix::fcntl::open(
-                "/",
-                nix::fcntl::OFlag::O_PATH | nix::fcntl::OFlag::O_CLOEXEC,
-                nix::sys::stat::Mode::empty(),
-            )
-            .unwrap(),
+            cwd: Box::new(|| {
+                let flags = nix::fcntl::OFlag::O_PATH | nix::fcntl::OFlag::O_CLOEXEC;
+                Ok(nix::fcntl::open("/", flags, nix::sys::stat::Mode::empty()).unwrap())
+            }),
         };
-        let child = spawn_pipes(&spec, reaper).await.unwrap();
+        let child = spawn_pipes(spec, reaper).await.unwrap();
         let new = NewSession {
             id: "s".into(),
             command_id: "c".into(),

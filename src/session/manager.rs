@@ -152,29 +152,6 @@ impl Sessions {
                 ),
             )
         })?;
-        let requested = request.cwd.as_deref().unwrap_or(".");
-        // Off the async workers: resolving a path may block on a hung filesystem.
-        let (requested, config_for_cwd) = (requested.to_owned(), config.clone());
-        let resolving = tokio::task::spawn_blocking(move || {
-            let config = config_for_cwd;
-            resolve_cwd(&requested, &config.default_cwd, &config.allowed_roots)
-        });
-        // A path on a file system that does not answer blocks that thread for good; the
-        // start gives up on it.
-        let cwd = tokio::time::timeout(SPAWN_DEADLINE, resolving)
-            .await
-            .map_err(|_| {
-                ToolError::new(
-                    ErrorCode::CwdNotAllowed,
-                    format!(
-                        "cwd `{}` did not resolve within {} s: it is on a file system that \
-                         does not answer; pick another directory",
-                        request.cwd.as_deref().unwrap_or("."),
-                        SPAWN_DEADLINE.as_secs()
-                    ),
-                )
-            })?
-            .map_err(|_| ToolError::internal("resolving the cwd stopped"))??;
         let mut env: BTreeMap<String, String> = BASE_ENV
             .iter()
             .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
@@ -194,12 +171,6 @@ impl Sessions {
             (None, Some(Shell::Posix)) => None,
             (None, None) => Some(config.limits.default_timeout_ms),
         };
-        let origin = Origin {
-            argv: profile.argv.clone(),
-            cwd: cwd.path.display().to_string(),
-            env_names: request.env.keys().cloned().collect(),
-        };
-
         // The limits are checked and a place reserved under the admission lock; the spawn,
         // which may block, runs after it is released.
         let reserved = {
@@ -210,16 +181,36 @@ impl Sessions {
             self.check_limits()?;
             Reservation::new(&self.starting_now)
         };
+        // The cwd is resolved on the spawner thread, right before the spawn (`OpenCwd`);
+        // what it found comes back here.
+        let requested = request.cwd.as_deref().unwrap_or(".").to_owned();
+        let found = Arc::new(Mutex::new(None));
+        let open_cwd = {
+            let (config, found) = (config.clone(), found.clone());
+            move || {
+                let resolved = resolve_cwd(&requested, &config.default_cwd, &config.allowed_roots);
+                let mut found = found.lock().unwrap_or_else(|e| e.into_inner());
+                match resolved {
+                    Ok(cwd) => {
+                        *found = Some(Ok(cwd.path));
+                        Ok(cwd.dir)
+                    }
+                    Err(refusal) => {
+                        *found = Some(Err(refusal));
+                        Err(SpawnError::Refused)
+                    }
+                }
+            }
+        };
         let spec = SpawnSpec {
             marks: profile.shell.is_some() && profile.mode == Mode::Pipe,
             argv: profile.argv.clone(),
             env: env.into_iter().collect(),
-            cwd: cwd.dir,
+            cwd: Box::new(open_cwd),
         };
-        let cwd_path = cwd.path;
         let spawned = match profile.mode {
-            Mode::Pipe => spawn_pipes(&spec, &self.reaper).await.map(Spawned::Pipes),
-            Mode::Pty => spawn_pty(&spec, profile.rows, profile.cols, &self.reaper)
+            Mode::Pipe => spawn_pipes(spec, &self.reaper).await.map(Spawned::Pipes),
+            Mode::Pty => spawn_pty(spec, profile.rows, profile.cols, &self.reaper)
                 .await
                 .map(|child| Spawned::Pty {
                     child,
@@ -227,18 +218,46 @@ impl Sessions {
                     cols: profile.cols,
                     emulator_cells: config.limits.emulator_cells(),
                 }),
-        }
-        .map_err(|e| match e {
+        };
+        let cwd_path = match found.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            Some(Err(refusal)) => return Err(refusal),
+            Some(Ok(path)) => Some(path),
+            // Not opened: the start failed before, or the opening did not finish.
+            None => None,
+        };
+        let shown = || match &cwd_path {
+            Some(path) => path.display().to_string(),
+            None => request.cwd.clone().unwrap_or_else(|| ".".into()),
+        };
+        let spawned = spawned.map_err(|e| match e {
+            SpawnError::CwdStuck => ToolError::new(
+                ErrorCode::CwdNotAllowed,
+                format!(
+                    "cwd `{}` did not resolve within {} s: it is on a file system that does \
+                     not answer; pick another directory",
+                    shown(),
+                    SPAWN_DEADLINE.as_secs()
+                ),
+            ),
             SpawnError::Cwd(why) => ToolError::new(
                 ErrorCode::CwdNotAllowed,
                 format!(
                     "cwd `{}` {why}; pick a directory the server can enter",
-                    cwd_path.display()
+                    shown()
                 ),
             ),
             SpawnError::Program(why) => ToolError::new(ErrorCode::SpawnFailed, why),
             SpawnError::OutOfFiles => ToolError::out_of_files(),
+            // The opener kept its reason, returned above.
+            SpawnError::Refused => ToolError::internal("resolving the cwd stopped"),
         })?;
+        // A spawn is made only in a directory that was opened.
+        let cwd_path = cwd_path.ok_or_else(|| ToolError::internal("resolving the cwd stopped"))?;
+        let origin = Origin {
+            argv: profile.argv.clone(),
+            cwd: cwd_path.display().to_string(),
+            env_names: request.env.keys().cloned().collect(),
+        };
         let session = launch(
             NewSession {
                 id,
