@@ -68,10 +68,12 @@ pub enum Failed<E> {
     Gone,
 }
 
-/// Where a start's job is: waiting for a spawner, preparing, spawning.
+/// Where a start's job is: waiting for a spawner, preparing, spawning; or preparing on a
+/// spawner written off (`Preparing`).
 const QUEUED: u8 = 0;
 const PREPARING: u8 = 1;
 const SPAWNING: u8 = 2;
+const WRITTEN_OFF: u8 = 3;
 
 /// Where a leader's end is delivered.
 pub type ExitReceiver = oneshot::Receiver<(Exit, Zombie)>;
@@ -101,7 +103,7 @@ pub struct Reaper {
     /// Where the child of each spawn still running reports its PID, by spawn.
     in_flight: Mutex<HashMap<u64, Arc<OwnedFd>>>,
     spawn_ids: AtomicU64,
-    /// Spawners written off, stuck preparing a start (`write_off_spawner`).
+    /// Spawners written off, stuck preparing a start (`Preparing`).
     written_off: AtomicUsize,
     /// Started before each spawn, when set (`guard_spawns`).
     guardian: OnceLock<Arc<LazyGuardian>>,
@@ -196,9 +198,10 @@ impl Reaper {
     /// returns, so its end reaches the returned receiver however soon it comes. `prepare`
     /// may block on a file system (opening the child's cwd): it runs before the spawn lock
     /// is taken, so the reaper goes on reaping meanwhile. `forked` is where the started
-    /// child writes its PID: a start not done after `SPAWN_DEADLINE` fails with `TimedOut`;
-    /// a child it started is killed, and a spawner stuck in `prepare`, which nothing can
-    /// free, is written off so another may start (`SPAWNERS_WRITTEN_OFF_MAX` at most).
+    /// child writes its PID: a start not done after `SPAWN_DEADLINE` fails with `TimedOut`,
+    /// and a child it started is killed. A start given up (at its deadline, or cancelled)
+    /// while its spawner is stuck in `prepare`, which nothing can free, writes that spawner
+    /// off so another may start (`Preparing`).
     pub async fn spawn_prepared<P, T, E>(
         &self,
         prepare: impl FnOnce() -> Result<P, E> + Send + 'static,
@@ -222,7 +225,11 @@ impl Reaper {
                 }
                 phase.store(PREPARING, Ordering::SeqCst);
                 let ready = prepare();
-                phase.store(SPAWNING, Ordering::SeqCst);
+                if phase.swap(SPAWNING, Ordering::SeqCst) == WRITTEN_OFF {
+                    // Back after all: it counts again.
+                    reaper.spawners.fetch_add(1, Ordering::SeqCst);
+                    reaper.written_off.fetch_sub(1, Ordering::SeqCst);
+                }
                 let ready = match ready {
                     Ok(ready) if !done.is_closed() => ready,
                     Ok(_) => return,
@@ -270,6 +277,12 @@ impl Reaper {
         }
         let forked = Arc::new(forked);
         let in_flight = InFlight::new(self, forked.clone());
+        // Given up at its deadline or cancelled, a start whose spawner is still preparing
+        // writes that spawner off.
+        let _preparing = Preparing {
+            reaper: self,
+            phase: phase.clone(),
+        };
         let answer = tokio::time::timeout(SPAWN_DEADLINE, result).await;
         drop(in_flight);
         match answer {
@@ -277,32 +290,11 @@ impl Reaper {
             Ok(Err(_)) => Err(Failed::Gone),
             Err(_) => {
                 let preparing = phase.load(Ordering::SeqCst) == PREPARING;
-                if preparing {
-                    self.write_off_spawner();
-                } else {
+                if !preparing {
                     kill_forked(&forked);
                 }
                 Err(Failed::TimedOut { preparing })
             }
-        }
-    }
-
-    /// A spawner stuck preparing a start (in the kernel, on a file system that does not
-    /// answer) no longer counts, so that another may start in its place; should it come
-    /// back, it serves jobs again. At most `SPAWNERS_WRITTEN_OFF_MAX` are: past that, a
-    /// stuck spawner holds its place, as one stuck in an unkillable child's exec does.
-    fn write_off_spawner(&self) {
-        let written_off = self
-            .written_off
-            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
-                (n < SPAWNERS_WRITTEN_OFF_MAX).then_some(n + 1)
-            });
-        if written_off.is_ok() {
-            self.spawners.fetch_sub(1, Ordering::SeqCst);
-            tracing::warn!(
-                "a start stuck preparing its spawn for {} s; its spawner thread is written off",
-                SPAWN_DEADLINE.as_secs()
-            );
         }
     }
 
@@ -376,6 +368,46 @@ impl Reaper {
             reap(pid);
         }
         self.reap_all();
+    }
+}
+
+/// A start's watch on its spawner while it prepares. A spawner stuck there (in the kernel,
+/// on a file system that does not answer) when the start gives up no longer counts, so
+/// that another may start in its place; should it come back, it counts again. At most
+/// `SPAWNERS_WRITTEN_OFF_MAX` are written off at once: past that, a stuck spawner holds its
+/// place, as one stuck in an unkillable child's exec does.
+struct Preparing<'a> {
+    reaper: &'a Reaper,
+    phase: Arc<AtomicU8>,
+}
+
+impl Drop for Preparing<'_> {
+    fn drop(&mut self) {
+        let reaper = self.reaper;
+        if self.phase.load(Ordering::SeqCst) != PREPARING {
+            return;
+        }
+        let room = reaper
+            .written_off
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
+                (n < SPAWNERS_WRITTEN_OFF_MAX).then_some(n + 1)
+            });
+        if room.is_err() {
+            return;
+        }
+        let phase = &self.phase;
+        if phase
+            .compare_exchange(PREPARING, WRITTEN_OFF, Ordering::SeqCst, Ordering::SeqCst)
+            .is_ok()
+        {
+            reaper.spawners.fetch_sub(1, Ordering::SeqCst);
+            tracing::warn!(
+                "a start gave up while its spawner thread was stuck preparing it; that thread is written off"
+            );
+        } else {
+            // Done preparing meanwhile.
+            reaper.written_off.fetch_sub(1, Ordering::SeqCst);
+        }
     }
 }
 
@@ -720,11 +752,13 @@ mod tests {
         runtime.block_on(async {
             let reaper = Reaper::start().unwrap();
             // A gate closed until the end: preparations stuck in the kernel for good, as an
-            // open of a cwd on a file system that does not answer.
+            // open of a cwd on a file system that does not answer. Each says when it began.
             let gate = Arc::new((Mutex::new(false), std::sync::Condvar::new()));
-            let stuck = (0..SPAWNERS_MAX).map(|_| {
-                let gate = gate.clone();
+            let (began, beginnings) = std::sync::mpsc::channel();
+            let stuck = || {
+                let (gate, began) = (gate.clone(), began.clone());
                 let wait = move || {
+                    let _ = began.send(());
                     let (open, opened) = &*gate;
                     let mut open = open.lock().unwrap();
                     while !*open {
@@ -732,32 +766,57 @@ mod tests {
                     }
                     Ok::<_, std::io::Error>(())
                 };
-                let spawn = |()| -> std::io::Result<((), i32)> { unreachable!("never prepared") };
-                reaper.spawn_prepared(wait, spawn, nix::unistd::pipe().unwrap().0)
-            });
-            for failed in futures::future::join_all(stuck).await {
-                let failed = failed.map(drop).unwrap_err();
-                assert!(
-                    matches!(failed, Failed::TimedOut { preparing: true }),
-                    "{failed:?}"
+                let spawn = |()| -> std::io::Result<((), i32)> {
+                    unreachable!("its start gives up before it is prepared")
+                };
+                Box::pin(reaper.spawn_prepared(wait, spawn, nix::unistd::pipe().unwrap().0))
+            };
+            let served = || async {
+                let spawned = reaper.spawn_registered(
+                    || {
+                        let child = std::process::Command::new("/bin/sh")
+                            .args(["-c", "exit 5"])
+                            .spawn()?;
+                        Ok(((), child.id() as i32))
+                    },
+                    nix::unistd::pipe().unwrap().0,
                 );
+                // Held up behind the stuck spawners, it would fail at its deadline.
+                let ((), _, exit) = tokio::time::timeout(SPAWN_DEADLINE / 2, spawned)
+                    .await
+                    .expect("not held up")
+                    .expect("spawned beside the stuck preparations");
+                let (status, _zombie) = exit.await.unwrap();
+                assert_eq!(status, Exit::Code(5));
+            };
+
+            // As many stuck as there may be spawners, each start then given up (cancelled).
+            let mut starts: Vec<_> = (0..SPAWNERS_MAX).map(|_| stuck()).collect();
+            for start in &mut starts {
+                assert!(pending(start.as_mut()).await);
             }
-            // Every spawner the server may have is stuck, and written off: another serves.
-            let spawned = reaper.spawn_registered(
-                || {
-                    let child = std::process::Command::new("/bin/sh")
-                        .args(["-c", "exit 5"])
-                        .spawn()?;
-                    Ok(((), child.id() as i32))
-                },
-                nix::unistd::pipe().unwrap().0,
-            );
-            let ((), _, exit) = tokio::time::timeout(HANG_GUARD, spawned)
+            let beginnings = tokio::task::spawn_blocking(move || {
+                for _ in 0..SPAWNERS_MAX {
+                    beginnings.recv().unwrap();
+                }
+                beginnings
+            });
+            let beginnings = tokio::time::timeout(HANG_GUARD, beginnings)
                 .await
-                .expect("not held up")
-                .expect("spawned beside the stuck preparations");
-            let (status, _zombie) = exit.await.unwrap();
-            assert_eq!(status, Exit::Code(5));
+                .unwrap()
+                .unwrap();
+            drop(starts);
+            served().await;
+
+            // One more, awaited to its deadline: it fails as stuck preparing.
+            let failed = stuck().await.map(drop).unwrap_err();
+            assert!(
+                matches!(failed, Failed::TimedOut { preparing: true }),
+                "{failed:?}"
+            );
+            beginnings.recv().unwrap();
+            served().await;
+
             let (open, opened) = &*gate;
             *open.lock().unwrap() = true;
             opened.notify_all();
