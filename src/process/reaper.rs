@@ -642,6 +642,28 @@ mod tests {
         drop(readable.await.expect("the child ended").unwrap());
     }
 
+    /// Start `/bin/sh -c "exit CODE"` while other spawns are stuck: it must be spawned
+    /// within `bound` (held up behind a stuck spawner, it would fail at its deadline), and
+    /// its end delivered.
+    async fn served_beside(reaper: &Reaper, code: i32, bound: Duration) {
+        let spawned = reaper.spawn_registered(
+            move || {
+                let child = std::process::Command::new("/bin/sh")
+                    .args(["-c", &format!("exit {code}")])
+                    .spawn()?;
+                Ok(((), child.id() as i32))
+            },
+            nix::unistd::pipe().unwrap().0,
+        );
+        let ((), _, exit) = tokio::time::timeout(bound, spawned)
+            .await
+            .expect("not held up")
+            .expect("spawned beside the stuck spawns");
+        let ended_with = tokio::time::timeout(HANG_GUARD, exit);
+        let (status, _zombie) = ended_with.await.expect("delivered").unwrap();
+        assert_eq!(status, Exit::Code(code));
+    }
+
     /// How long an awaited event may take before the test fails rather than hangs: far
     /// beyond anything a loaded machine takes, since only a broken reaper misses it.
     const HANG_GUARD: Duration = Duration::from_secs(60);
@@ -666,23 +688,7 @@ mod tests {
             let child = blocked.child().await;
 
             // Meanwhile another spawn runs, and its leader's end is delivered.
-            let other = reaper.spawn_registered(
-                || {
-                    let child = std::process::Command::new("/bin/sh")
-                        .args(["-c", "exit 4"])
-                        .spawn()?;
-                    Ok(((), child.id() as i32))
-                },
-                nix::unistd::pipe().unwrap().0,
-            );
-            let spawned = tokio::time::timeout(HANG_GUARD, other).await;
-            // Held up behind the stuck spawn, it would fail at its deadline.
-            let ((), _, exit) = spawned
-                .expect("not held up")
-                .expect("spawned beside the stuck spawn");
-            let ended_with = tokio::time::timeout(HANG_GUARD, exit);
-            let (status, _zombie) = ended_with.await.expect("delivered").unwrap();
-            assert_eq!(status, Exit::Code(4));
+            served_beside(&reaper, 4, HANG_GUARD).await;
 
             // Then the stuck start is given up and its spawn let go: its child ends too.
             drop(stuck);
@@ -771,24 +777,8 @@ mod tests {
                 };
                 Box::pin(reaper.spawn_prepared(wait, spawn, nix::unistd::pipe().unwrap().0))
             };
-            let served = || async {
-                let spawned = reaper.spawn_registered(
-                    || {
-                        let child = std::process::Command::new("/bin/sh")
-                            .args(["-c", "exit 5"])
-                            .spawn()?;
-                        Ok(((), child.id() as i32))
-                    },
-                    nix::unistd::pipe().unwrap().0,
-                );
-                // Held up behind the stuck spawners, it would fail at its deadline.
-                let ((), _, exit) = tokio::time::timeout(SPAWN_DEADLINE / 2, spawned)
-                    .await
-                    .expect("not held up")
-                    .expect("spawned beside the stuck preparations");
-                let (status, _zombie) = exit.await.unwrap();
-                assert_eq!(status, Exit::Code(5));
-            };
+            // Held up behind the stuck spawners, a start would wait for its deadline.
+            let served = || served_beside(&reaper, 5, SPAWN_DEADLINE / 2);
 
             // As many stuck as there may be spawners, each start then given up (cancelled).
             let mut starts: Vec<_> = (0..SPAWNERS_MAX).map(|_| stuck()).collect();

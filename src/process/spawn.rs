@@ -161,7 +161,7 @@ pub(super) async fn start(
 }
 
 /// Why the pipes, terminal or strings of `program`'s start could not be set up.
-pub(super) fn set_up_failed(program: &str, e: &std::io::Error) -> SpawnError {
+fn set_up_failed(program: &str, e: &std::io::Error) -> SpawnError {
     if e.raw_os_error().is_some_and(super::is_out_of_files) {
         return SpawnError::OutOfFiles;
     }
@@ -173,7 +173,7 @@ pub(super) fn set_up_failed(program: &str, e: &std::io::Error) -> SpawnError {
 
 /// Why `program` failed to start in `cwd`. The child's `fchdir` and `execve` both report
 /// EACCES, so a failure is the cwd's when the directory cannot be entered now.
-pub(super) fn describe(program: &str, cwd: &impl AsFd, e: &std::io::Error) -> SpawnError {
+fn describe(program: &str, cwd: &impl AsFd, e: &std::io::Error) -> SpawnError {
     use std::io::ErrorKind;
     if e.raw_os_error().is_some_and(super::is_out_of_files) {
         return SpawnError::OutOfFiles;

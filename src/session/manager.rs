@@ -183,10 +183,10 @@ impl Sessions {
         };
         // The cwd is resolved on the spawner thread, right before the spawn (`OpenCwd`);
         // what it found comes back here.
-        let requested = request.cwd.as_deref().unwrap_or(".").to_owned();
+        let requested = request.cwd.as_deref().unwrap_or(".");
         let found = Arc::new(Mutex::new(None));
         let open_cwd = {
-            let (config, found) = (config.clone(), found.clone());
+            let (requested, config, found) = (requested.to_owned(), config.clone(), found.clone());
             move || {
                 let resolved = resolve_cwd(&requested, &config.default_cwd, &config.allowed_roots);
                 let mut found = found.lock().unwrap_or_else(|e| e.into_inner());
@@ -227,7 +227,7 @@ impl Sessions {
         };
         let shown = || match &cwd_path {
             Some(path) => path.display().to_string(),
-            None => request.cwd.clone().unwrap_or_else(|| ".".into()),
+            None => requested.to_owned(),
         };
         let spawned = spawned.map_err(|e| match e {
             SpawnError::CwdStuck => ToolError::new(
