@@ -68,8 +68,8 @@ pub const SPAWNERS_MAX: usize = 4;
 /// Spawner threads at most written off, each stuck for good opening a cwd on a file
 /// system that does not answer, so that another takes its place.
 pub const SPAWNERS_WRITTEN_OFF_MAX: usize = 64;
-/// Descendants of the server at most for a leader's exit to look for its session's groups
-/// on the async worker (a few small reads of `/proc`, cheaper than a blocking thread and
+/// Processes at most (in a leader's tree and adopted by the server) for a leader's exit to
+/// look for its session's groups on the async worker (a few small reads of `/proc`, cheaper than a blocking thread and
 /// back); with more, the scan runs on a blocking thread.
 pub const INLINE_SCAN_MAX: usize = 32;
 /// Bytes read from a child's pipe per read call.

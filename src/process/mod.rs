@@ -170,11 +170,11 @@ impl SessionGroups {
         }
     }
 
-    /// The session's groups, found here while this process has at most
-    /// `INLINE_SCAN_MAX` descendants (a few small reads), else by `scan` on a blocking
-    /// thread.
+    /// The session's groups, found here while the leader's tree and the processes this
+    /// one adopted number at most `INLINE_SCAN_MAX` (a few small reads), else by `scan` on
+    /// a blocking thread.
     pub async fn find(sid: i32) -> SessionGroups {
-        if let Some(few) = procfs::descendants(INLINE_SCAN_MAX) {
+        if let Some(few) = procfs::session_tree(sid, INLINE_SCAN_MAX) {
             return SessionGroups {
                 sid,
                 others: std::sync::Mutex::new(groups_among(sid, few)),
@@ -236,12 +236,12 @@ impl SessionGroups {
 /// The groups other than `sid`'s own with a member in POSIX session `sid`, by one scan of
 /// /proc (none when it cannot be read). Every member of a session descends from its leader,
 /// which this process started; as a child subreaper it inherits every orphan among them,
-/// so only its own descendants are read where they can be listed, not every process of
-/// the machine.
+/// so only the leader's tree and the processes it adopted are read where they can be
+/// listed (`procfs::session_tree`), not every process of the machine.
 fn other_groups(sid: i32) -> Vec<i32> {
     groups_among(
         sid,
-        procfs::descendants(usize::MAX).unwrap_or_else(procfs::pids),
+        procfs::session_tree(sid, usize::MAX).unwrap_or_else(procfs::pids),
     )
 }
 
@@ -250,7 +250,8 @@ fn groups_among(sid: i32, pids: Vec<i32>) -> Vec<i32> {
     #[cfg(test)]
     SCANS.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
     let mut others = Vec::new();
-    for pid in pids {
+    // The leader's group is the session's ID: a session leader cannot leave its group.
+    for pid in pids.into_iter().filter(|pid| *pid != sid) {
         if let Some((group, session)) = group_and_session(pid)
             && session == sid
             && group != sid

@@ -50,14 +50,18 @@ pub fn pids() -> Vec<i32> {
         .collect()
 }
 
-/// Every process descended from this one (children, theirs, and so on), read from each
-/// thread's `children` file: where this process is a child subreaper, every process a
-/// session's leader started, orphaned or not, is among them, and there are far fewer of
-/// them than processes in `/proc` on a busy machine. `None` where that cannot be known
-/// (not a subreaper, or a kernel without those files): scan `pids` instead; and `None` as
-/// soon as more than `limit` descendants are found or more than `4 × limit` `children`
-/// files would be read (one per thread: this process, or a descendant, may have many).
-pub fn descendants(limit: usize) -> Option<Vec<i32>> {
+/// Every process that may be in the POSIX session led by `leader`, read from `children`
+/// files: the leader's descendants, and those of every process this one adopted. A member
+/// of a session descends from its leader; one whose parent ended was re-parented to the
+/// nearest child subreaper above it, in the leader's tree or else this process, which the
+/// kernel makes the parent of such orphans through its first live thread, the main one
+/// (`find_alive_thread` walks a thread group from its leader). The children of the other
+/// threads (the spawners': the leaders of other sessions, the guardian) are not read,
+/// nor anything below them. `None` where that cannot be known (not a subreaper, or a
+/// kernel without those files): scan `pids` instead; and `None` as soon as more than
+/// `limit` processes are found or more than `4 × limit` `children` files would be read
+/// (one per thread: a descendant may have many).
+pub fn session_tree(leader: i32, limit: usize) -> Option<Vec<i32>> {
     let mut flag: libc::c_int = 0;
     // SAFETY: PR_GET_CHILD_SUBREAPER writes one int through the pointer it is given.
     let rc = unsafe { libc::prctl(libc::PR_GET_CHILD_SUBREAPER, &mut flag as *mut libc::c_int) };
@@ -65,8 +69,10 @@ pub fn descendants(limit: usize) -> Option<Vec<i32>> {
         return None;
     }
     let mut reads = limit.saturating_mul(4);
+    let main = std::process::id();
+    let mut queue = ids(&fs::read_to_string(format!("/proc/self/task/{main}/children")).ok()?);
+    queue.push(leader);
     let mut found = Vec::new();
-    let mut queue = children("self", &mut reads)?;
     let mut seen = std::collections::HashSet::new();
     while let Some(pid) = queue.pop() {
         if seen.insert(pid) {
@@ -86,6 +92,13 @@ pub fn descendants(limit: usize) -> Option<Vec<i32>> {
     Some(found)
 }
 
+/// The process IDs in a `children` file.
+fn ids(text: &str) -> Vec<i32> {
+    text.split_whitespace()
+        .filter_map(|p| p.parse::<i32>().ok())
+        .collect()
+}
+
 /// The children of every thread of `pid`, one file read from `reads` each; `None` if its
 /// threads cannot be listed, the kernel has no `children` files, or `reads` runs out.
 fn children(pid: &str, reads: &mut usize) -> Option<Vec<i32>> {
@@ -101,10 +114,7 @@ fn children(pid: &str, reads: &mut usize) -> Option<Vec<i32>> {
             }
             Err(_) => continue,
         };
-        found.extend(
-            text.split_whitespace()
-                .filter_map(|p| p.parse::<i32>().ok()),
-        );
+        found.extend(ids(&text));
     }
     Some(found)
 }
@@ -141,6 +151,79 @@ mod tests {
         assert!(mine.contains(&(child.id() as i32)));
         let _ = child.kill();
         let _ = child.wait();
+    }
+
+    /// This process becomes a subreaper and takes its children's orphans, so this runs
+    /// alone (see `alone`).
+    #[test]
+    fn a_session_tree_is_its_leader_s_and_what_this_process_adopted() {
+        crate::process::alone("process::procfs::tests::session_tree_reads");
+    }
+
+    #[test]
+    #[ignore = "run alone by a_session_tree_is_its_leader_s_and_what_this_process_adopted"]
+    fn session_tree_reads() {
+        use std::io::BufRead;
+        use std::process::{Command, Stdio};
+        // SAFETY: prctl with PR_SET_CHILD_SUBREAPER takes an integer flag and no pointers.
+        assert_eq!(
+            unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) },
+            0
+        );
+        // Started by a thread other than the main one, which lives on, as the server's
+        // spawners do (a thread's children pass to another thread when it ends): a leader
+        // with a job of its own, and another session's leader beside it.
+        let (started, children) = std::sync::mpsc::channel();
+        let (finish, finished) = std::sync::mpsc::channel::<()>();
+        let spawner = std::thread::spawn(move || {
+            let leader = Command::new("/bin/sh")
+                .args(["-c", "sleep 1000 & echo $!; exec sleep 1000"])
+                .stdout(Stdio::piped())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap();
+            let other = Command::new("sleep")
+                .arg("1000")
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap();
+            started.send((leader, other)).unwrap();
+            let _ = finished.recv();
+        });
+        let (mut leader, mut other) = children.recv().unwrap();
+        let mut line = String::new();
+        let stdout = leader.stdout.take().unwrap();
+        std::io::BufReader::new(stdout)
+            .read_line(&mut line)
+            .unwrap();
+        let job: i32 = line.trim().parse().unwrap();
+        let (id, other_id) = (leader.id() as i32, other.id() as i32);
+
+        let tree = session_tree(id, 64).expect("a subreaper with children files");
+        assert!(tree.contains(&id) && tree.contains(&job), "{tree:?}");
+        assert!(!tree.contains(&other_id), "{tree:?}");
+
+        // The leader ends: its job, adopted by this process through its main thread, is
+        // still found (the kernel re-parents it before the leader's end can be waited for).
+        leader.kill().unwrap();
+        leader.wait().unwrap();
+        assert_eq!(stat(job).unwrap().ppid, std::process::id() as i32);
+        let tree = session_tree(id, 64).unwrap();
+        assert!(tree.contains(&job), "{tree:?}");
+        assert!(!tree.contains(&other_id), "{tree:?}");
+        // More processes than the limit: no listing.
+        assert_eq!(session_tree(id, 1), None);
+
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(job),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+        let _ = nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(job), None);
+        let _ = other.kill();
+        let _ = other.wait();
+        finish.send(()).unwrap();
+        spawner.join().unwrap();
     }
 
     #[test]
