@@ -282,7 +282,9 @@ async fn supervise(
         sink.close(closing).await;
     }
     session.update(|s| s.output_settled(drained));
-    // The readers and their read buffers are gone.
+    // The readers and their read buffers are gone. Their memory is returned once the
+    // calls that waited for this end had their turn (a run's answer among them).
+    tokio::task::yield_now().await;
     return_memory();
 }
 
