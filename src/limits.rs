@@ -69,8 +69,8 @@ pub const SPAWNERS_MAX: usize = 4;
 /// system that does not answer, so that another takes its place.
 pub const SPAWNERS_WRITTEN_OFF_MAX: usize = 64;
 /// Processes at most (in a leader's tree and adopted by the server) for a leader's exit to
-/// look for its session's groups on the async worker (a few small reads of `/proc`, cheaper than a blocking thread and
-/// back); with more, the scan runs on a blocking thread.
+/// look for its session's groups on the async worker (a few small reads of `/proc`,
+/// cheaper than a blocking thread and back); with more, the scan runs on a blocking thread.
 pub const INLINE_SCAN_MAX: usize = 32;
 /// Bytes read from a child's pipe per read call.
 pub const READ_CHUNK_BYTES: usize = 64 * 1024;

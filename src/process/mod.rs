@@ -132,8 +132,8 @@ pub fn scans() -> usize {
     SCANS.load(std::sync::atomic::Ordering::SeqCst)
 }
 
-/// Lookups of a leader's groups handed to a blocking thread (too many descendants to read
-/// in place), for the test of both ways.
+/// Lookups of a leader's groups handed to a blocking thread (too many processes to read in
+/// place), for the test of both ways.
 #[cfg(test)]
 static SCANS_ON_A_THREAD: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 

@@ -398,7 +398,8 @@ impl Session {
 
     /// The session's process groups, scanned for the first signal of its termination and
     /// reused by every later one (see `SessionGroups`): one /proc scan per termination,
-    /// in place while the server has few descendants, else on a blocking thread.
+    /// in place while the session's tree and the processes the server adopted are few, else
+    /// on a blocking thread.
     async fn groups(&self) -> &SessionGroups {
         let sid = self.pid;
         self.groups.get_or_init(|| SessionGroups::find(sid)).await
