@@ -101,7 +101,7 @@ fn ids(text: &str) -> Vec<i32> {
 
 /// The children of every thread of `pid`, one file read from `reads` each; `None` if its
 /// threads cannot be listed, the kernel has no `children` files, or `reads` runs out.
-fn children(pid: &str, reads: &mut usize) -> Option<Vec<i32>> {
+pub(super) fn children(pid: &str, reads: &mut usize) -> Option<Vec<i32>> {
     let mut found = Vec::new();
     for task in fs::read_dir(format!("/proc/{pid}/task")).ok()?.flatten() {
         *reads = reads.checked_sub(1)?;

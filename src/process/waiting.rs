@@ -51,7 +51,9 @@ pub fn group_members(leader: i32, pgid: i32) -> Vec<i32> {
         if procfs::stat(pid).is_some_and(|s| s.pgrp == pgid) {
             members.push(pid);
         }
-        todo.extend(children(pid));
+        // Bounded by the processes looked at (`MAX_PROCESSES`), not by the files read.
+        let mut reads = usize::MAX;
+        todo.extend(procfs::children(&pid.to_string(), &mut reads).unwrap_or_default());
     }
     members
 }
@@ -60,23 +62,6 @@ pub fn group_members(leader: i32, pgid: i32) -> Vec<i32> {
 const MAX_PROCESSES: usize = 4096;
 /// Entries of a `poll` set (or bytes of a `select` set) read, at most.
 const MAX_SET: usize = 256;
-
-fn children(pid: i32) -> Vec<i32> {
-    let Ok(tasks) = fs::read_dir(format!("/proc/{pid}/task")) else {
-        return Vec::new();
-    };
-    let mut children = Vec::new();
-    for task in tasks.flatten() {
-        let path = task.path().join("children");
-        if let Ok(text) = fs::read_to_string(path) {
-            children.extend(
-                text.split_whitespace()
-                    .filter_map(|c| c.parse::<i32>().ok()),
-            );
-        }
-    }
-    children
-}
 
 /// Whether the processes `members` wait for `input`: `Some(true)` when none is runnable and
 /// at least one is blocked reading it; `None` when what one of them does cannot be read.
