@@ -115,7 +115,8 @@ pub fn serve() -> Result<(), String> {
 /// Serve, on stdio, a floor below any MCP server: no rmcp and no work, each request read
 /// as a line and answered with bytes made once. `initialize` gets a fixed answer, a call of
 /// `page` the page of its `line` as `CallToolResult::structured` would put it (the same
-/// JSON as structured content and as text), anything else with an id an empty result.
+/// JSON as structured content and as text), any other tool call the floor server's no-op
+/// answer, anything else with an id an empty result.
 /// Stdout is widened (to 1 MiB where allowed) so a page leaves in one write, as it does
 /// from mcp-terminal.
 pub fn serve_canned() -> Result<(), String> {
@@ -125,6 +126,9 @@ pub fn serve_canned() -> Result<(), String> {
     let mut stdout = std::io::stdout().lock();
     // The line last asked for, and its answer after the id.
     let mut page: Option<(String, Vec<u8>)> = None;
+    let noop = serde_json::to_string(&CallToolResult::structured(json!({"ok": true})))
+        .map_err(|e| e.to_string())?;
+    let noop = format!(r#","result":{noop}}}"#);
     let mut out = Vec::new();
     for line in stdin.lines() {
         let line = line.map_err(|e| e.to_string())?;
@@ -162,6 +166,7 @@ pub fn serve_canned() -> Result<(), String> {
                     out.extend_from_slice(answer);
                 }
             }
+            (Some("tools/call"), None) => out.extend_from_slice(noop.as_bytes()),
             _ => out.extend_from_slice(br#","result":{}}"#),
         }
         out.push(b'\n');

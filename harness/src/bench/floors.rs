@@ -8,8 +8,8 @@ use std::time::Instant;
 
 use serde_json::{Value, json};
 
-use super::calls::field_u64;
-use super::report::{Metric, mb_per_s};
+use super::calls::{call, field_u64};
+use super::report::{Metric, Stats, mb_per_s};
 use super::throughput::{CJK_LINE, CJK_LINES, expected_flood};
 use super::workload::{Workload, timed, untapped};
 use crate::client::McpServer;
@@ -90,9 +90,48 @@ impl Canned {
         page_pass(&self.mcp, page).await
     }
 
+    /// What a page read can reach against this floor, whatever a server does with a page's
+    /// bytes: `n` small calls of `sid`'s session on `mcp` (`terminal_status`), each after
+    /// the floor's no-op call with an answer of the same shape; the medians' difference is
+    /// what each page costs over the floor before any of its bytes. `floor_rate` is this
+    /// floor's rate for a pass of `bytes` in `pages` pages (MB/s). The small calls of each
+    /// side, and the ratio a server doing nothing per byte over its small call would read
+    /// pages at.
+    pub async fn read_ceiling(
+        &self,
+        (mcp, sid, n): (&McpServer, &str, usize),
+        (floor_rate, bytes, pages): (f64, u64, u64),
+    ) -> Result<Vec<Metric>, String> {
+        let (mut ours, mut canned) = (Vec::with_capacity(n), Vec::with_capacity(n));
+        let status = json!({ "session_id": sid });
+        for _ in 0..n {
+            canned.push(timed(self.mcp.call(floor::NOOP_TOOL, &json!({}))).await?.1);
+            ours.push(timed(call(mcp, "terminal_status", status.clone())).await?.1);
+        }
+        let (Some(a), Some(b)) = (Stats::of(&ours), Stats::of(&canned)) else {
+            return Err("no small calls".into());
+        };
+        let pass_ms = bytes as f64 / (floor_rate * 1e3);
+        Ok(vec![
+            Metric::distribution("small_call", "ms", &ours),
+            Metric::distribution("canned_small_call", "ms", &canned),
+            Metric::value(
+                "read_ceiling",
+                "×",
+                ceiling(pass_ms, pages, a.median - b.median),
+            ),
+        ])
+    }
+
     pub async fn shutdown(mut self) {
         self.mcp.shutdown().await;
     }
+}
+
+/// The ratio to a floor that reads a pass in `pass_ms`, of a reader that pays `extra_ms`
+/// more for each of the pass's `pages` and nothing else.
+fn ceiling(pass_ms: f64, pages: u64, extra_ms: f64) -> f64 {
+    pass_ms / (pass_ms + extra_ms.max(0.0) * pages as f64)
 }
 
 /// What a pass reads: `bytes` of `line` repeated, in pages of the floor's size.
@@ -167,4 +206,18 @@ pub async fn direct_pipe(demo: &Path, passes: usize) -> Result<Vec<Metric>, Stri
         rates.push(mb_per_s(bytes, took));
     }
     Ok(vec![Metric::distribution("read_rate", "MB/s", &rates)])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ceiling;
+
+    #[test]
+    fn a_ceiling_is_what_the_extra_cost_of_each_page_leaves() {
+        assert_eq!(ceiling(16.0, 16, 0.0), 1.0);
+        // A ninth of a page's time more on every page: 0.9 of the floor's rate.
+        assert!((ceiling(18.0, 16, 0.125) - 0.9).abs() < 1e-12);
+        // A small call cheaper than the floor's leaves the floor itself as the ceiling.
+        assert_eq!(ceiling(16.0, 16, -0.5), 1.0);
+    }
 }

@@ -387,8 +387,13 @@ pub fn markdown(report: &BenchReport) -> String {
          serialized) and as prebuilt answer bytes with no MCP server at all \
          (`canned_read_rate`, a pass of it before each pass of the server's, so both see \
          the machine alike): the most the rmcp client takes in on this machine, so a read \
-         target above that floor is beyond any server here. Absolute numbers on a shared \
-         machine move by tens of percent between runs; the ratios much less.\n\n",
+         target above that floor is beyond any server here. The read ceilings split a \
+         page's cost in two: each is the ratio to those prebuilt pages that a server would \
+         reach if a page cost it only what a small call (terminal_status) costs over the \
+         prebuilt answer to a no-op call of the same shape, measured alternating with it; \
+         what a page read falls short of its ceiling is the server's work on the page's \
+         bytes. Absolute numbers on a shared machine move by tens of percent between runs; \
+         the ratios much less.\n\n",
     );
     if report.runs > 1 {
         let _ = writeln!(

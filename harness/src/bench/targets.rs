@@ -167,6 +167,20 @@ pub(super) fn comparisons(benchmarks: &[Benchmark]) -> Vec<Comparison> {
             Target::RatioAtLeast(0.9),
         ),
         (
+            "ceiling of ASCII page reads against prebuilt answers, set by a small call's cost",
+            "×",
+            get("read_throughput", "read_ceiling"),
+            None,
+            Target::AtLeast(0.9),
+        ),
+        (
+            "ceiling of CJK page reads against prebuilt answers, set by a small call's cost",
+            "×",
+            get("cjk_read", "read_ceiling"),
+            None,
+            Target::AtLeast(0.9),
+        ),
+        (
             "full-page reads, ASCII",
             "MB/s",
             get("read_throughput", "read_rate"),

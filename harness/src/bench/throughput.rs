@@ -47,7 +47,10 @@ pub const READ_THROUGHPUT: Workload = Workload {
          end, checked against exactly what flood writes; capture (`flood_ingest_rate`) is \
          terminal_start to the exited wait of as many flood runs as there are read passes, \
          the earlier ones forgotten; before each pass, the same pages as prebuilt answers \
-         (`canned_read_rate`, see `floor_pages`)",
+         (`canned_read_rate`, see `floor_pages`); then small calls, terminal_status of the \
+         session each after a no-op call of the same shape answered with prebuilt bytes, \
+         and `read_ceiling`: the ratio to the prebuilt pages that a server spending on a \
+         page only the time its small call takes over theirs would reach",
 };
 
 pub const WAIT_SEARCH: Workload = Workload {
@@ -70,7 +73,7 @@ pub const CJK_READ: Workload = Workload {
     name: "cjk_read",
     about: "70,000 lines of 3-byte CJK text (2,590,000 bytes) read from cursor 0 in full pages, \
          three passes, each after a pass of the same pages as prebuilt answers \
-         (`canned_read_rate`)",
+         (`canned_read_rate`); then small calls and `read_ceiling`, as in `read_throughput`",
 };
 
 /// The server the flood workloads run on: `flood-1m` retained whole.
@@ -252,9 +255,15 @@ pub async fn read_throughput(
         pass_ms.push(ms(elapsed));
         rates.push(mb_per_s(text.len() as u64, elapsed));
     }
-    canned.shutdown().await;
     let total = expected.len() as u64;
-    Ok(vec![
+    let ceiling = canned
+        .read_ceiling(
+            (mcp, sid, passes * SMALL_CALLS_PER_PASS),
+            (median(&floor_rates), total, pages),
+        )
+        .await;
+    canned.shutdown().await;
+    let mut metrics = vec![
         Metric::value("bytes_read_per_pass", "bytes", total as f64),
         Metric::value("pages_per_pass", "pages", pages as f64),
         Metric::distribution("read_pass", "ms", &pass_ms),
@@ -279,7 +288,16 @@ pub async fn read_throughput(
                 .map(|d| mb_per_s(total, *d))
                 .collect::<Vec<_>>(),
         ),
-    ])
+    ];
+    metrics.extend(ceiling?);
+    Ok(metrics)
+}
+
+/// Small calls measured for the read ceiling (`Canned::read_ceiling`), per read pass.
+const SMALL_CALLS_PER_PASS: usize = 40;
+
+fn median(samples: &[f64]) -> f64 {
+    super::report::Stats::of(samples).map_or(f64::NAN, |s| s.median)
 }
 
 pub async fn wait_search(mcp: &McpServer, sid: &str, passes: usize) -> Result<Vec<Metric>, String> {
@@ -330,7 +348,7 @@ pub async fn cjk_read(servers: &Servers) -> Result<Vec<Metric>, String> {
             poll(mcp, &sid, Duration::from_secs(60), complete).await?;
             let canned = Canned::start().await?;
             let (floor, mut floor_rates) = (Page::cjk(), Vec::new());
-            let mut rates = Vec::new();
+            let (mut rates, mut pages) = (Vec::new(), 0);
             for _ in 0..3 {
                 floor_rates.push(canned.pass(&floor).await?);
                 let began = Instant::now();
@@ -340,12 +358,20 @@ pub async fn cjk_read(servers: &Servers) -> Result<Vec<Metric>, String> {
                     return Err(format!("read {chars} code points in {bytes} bytes"));
                 }
                 rates.push(mb_per_s(bytes, began.elapsed()));
+                pages = read.pages;
             }
+            let bytes = CJK_LINES * CJK_LINE.len() as u64;
+            let calls = 3 * SMALL_CALLS_PER_PASS;
+            let ceiling = canned
+                .read_ceiling((mcp, &sid, calls), (median(&floor_rates), bytes, pages))
+                .await;
             canned.shutdown().await;
-            Ok(vec![
+            let mut metrics = vec![
                 Metric::distribution("read_rate", "MB/s", &rates),
                 Metric::distribution("canned_read_rate", "MB/s", &floor_rates),
-            ])
+            ];
+            metrics.extend(ceiling?);
+            Ok(metrics)
         })
         .await
 }
