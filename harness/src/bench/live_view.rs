@@ -14,7 +14,7 @@ use tokio::net::TcpStream;
 use tokio::task::JoinHandle;
 
 use super::calls::{Paging, call, read_pages, start};
-use super::report::{Metric, Stats, ms};
+use super::report::{Metric, median, ms};
 use super::workload::{Servers, Workload, untapped};
 use crate::client::{McpServer, Transport};
 
@@ -85,7 +85,6 @@ pub async fn watchers(servers: &Servers, passes: usize) -> Result<Vec<Metric>, S
             watched.push(elapsed);
             events.extend(received);
         }
-        let median = |v: &[f64]| Stats::of(v).map_or(f64::NAN, |s| s.median);
         let fewest = events.iter().copied().min().unwrap_or(0);
         if fewest == 0 {
             return Err("a watcher received no update".to_string());

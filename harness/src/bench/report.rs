@@ -137,6 +137,11 @@ pub fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
 }
 
+/// The median of `samples` as `Stats` takes it; NaN for none.
+pub fn median(samples: &[f64]) -> f64 {
+    Stats::of(samples).map_or(f64::NAN, |s| s.median)
+}
+
 /// Megabytes (10^6 bytes) a second.
 pub fn mb_per_s(bytes: u64, d: Duration) -> f64 {
     bytes as f64 / 1e6 / d.as_secs_f64().max(1e-9)

@@ -12,7 +12,7 @@ use super::calls::{
     Paging, READ_WAIT_MS, call, complete, field_u64, poll, read_pages, sh, start, wait_exit,
 };
 use super::floors::{Canned, Page};
-use super::report::{Metric, mb_per_s, ms};
+use super::report::{Metric, mb_per_s, median, ms};
 use super::workload::{Servers, Setup, Workload};
 use crate::client::McpServer;
 use crate::raw::RawServer;
@@ -295,10 +295,6 @@ pub async fn read_throughput(
 
 /// Small calls measured for the read ceiling (`Canned::read_ceiling`), per read pass.
 const SMALL_CALLS_PER_PASS: usize = 40;
-
-fn median(samples: &[f64]) -> f64 {
-    super::report::Stats::of(samples).map_or(f64::NAN, |s| s.median)
-}
 
 pub async fn wait_search(mcp: &McpServer, sid: &str, passes: usize) -> Result<Vec<Metric>, String> {
     let mut samples = Vec::with_capacity(passes);
