@@ -90,17 +90,19 @@ impl Canned {
         page_pass(&self.mcp, page).await
     }
 
-    /// What a page read can reach against this floor, whatever a server does with a page's
-    /// bytes: `n` small calls of `sid`'s session on `mcp` (`terminal_status`), each after
-    /// the floor's no-op call with an answer of the same shape; the medians' difference is
-    /// what each page costs over the floor before any of its bytes. `floor_rate` is this
-    /// floor's rate for a pass of `bytes` in `pages` pages (MB/s). The small calls of each
-    /// side, and the ratio a server doing nothing per byte over its small call would read
-    /// pages at.
+    /// What a read of `page` can reach against this floor, whatever a server does with a
+    /// page's bytes: `n` small calls of `sid`'s session on `mcp` (`terminal_status`), each
+    /// after the floor's no-op call with an answer of the same shape; the medians'
+    /// difference is what each of the server's `pages` costs over the floor before any of
+    /// its bytes. `floor_rates` are this floor's passes of `page` (MB/s). The small calls
+    /// of each side, and the ratio a server doing nothing per byte over its small call
+    /// would read pages at.
     pub async fn read_ceiling(
         &self,
-        (mcp, sid, n): (&McpServer, &str, usize),
-        (floor_rate, bytes, pages): (f64, u64, u64),
+        page: &Page,
+        floor_rates: &[f64],
+        (mcp, sid, pages): (&McpServer, &str, u64),
+        n: usize,
     ) -> Result<Vec<Metric>, String> {
         let (mut ours, mut canned) = (Vec::with_capacity(n), Vec::with_capacity(n));
         let status = json!({ "session_id": sid });
@@ -108,15 +110,12 @@ impl Canned {
             canned.push(timed(self.mcp.call(floor::NOOP_TOOL, &json!({}))).await?.1);
             ours.push(timed(call(mcp, "terminal_status", status.clone())).await?.1);
         }
-        let pass_ms = bytes as f64 / (floor_rate * 1e3);
+        let pass_ms = page.bytes as f64 / (median(floor_rates) * 1e3);
+        let extra_ms = median(&ours) - median(&canned);
         Ok(vec![
             Metric::distribution("small_call", "ms", &ours),
             Metric::distribution("canned_small_call", "ms", &canned),
-            Metric::value(
-                "read_ceiling",
-                "×",
-                ceiling(pass_ms, pages, median(&ours) - median(&canned)),
-            ),
+            Metric::value("read_ceiling", "×", ceiling(pass_ms, pages, extra_ms)),
         ])
     }
 

@@ -12,7 +12,7 @@ use super::calls::{
     Paging, READ_WAIT_MS, call, complete, field_u64, poll, read_pages, sh, start, wait_exit,
 };
 use super::floors::{Canned, Page};
-use super::report::{Metric, mb_per_s, median, ms};
+use super::report::{Metric, mb_per_s, ms};
 use super::workload::{Servers, Setup, Workload};
 use crate::client::McpServer;
 use crate::raw::RawServer;
@@ -256,11 +256,10 @@ pub async fn read_throughput(
         rates.push(mb_per_s(text.len() as u64, elapsed));
     }
     let total = expected.len() as u64;
+    let server = (mcp, sid, pages);
+    let calls = passes * SMALL_CALLS_PER_PASS;
     let ceiling = canned
-        .read_ceiling(
-            (mcp, sid, passes * SMALL_CALLS_PER_PASS),
-            (median(&floor_rates), total, pages),
-        )
+        .read_ceiling(&floor, &floor_rates, server, calls)
         .await;
     canned.shutdown().await;
     let mut metrics = vec![
@@ -356,10 +355,10 @@ pub async fn cjk_read(servers: &Servers) -> Result<Vec<Metric>, String> {
                 rates.push(mb_per_s(bytes, began.elapsed()));
                 pages = read.pages;
             }
-            let bytes = CJK_LINES * CJK_LINE.len() as u64;
+            let server = (mcp, sid.as_str(), pages);
             let calls = 3 * SMALL_CALLS_PER_PASS;
             let ceiling = canned
-                .read_ceiling((mcp, &sid, calls), (median(&floor_rates), bytes, pages))
+                .read_ceiling(&floor, &floor_rates, server, calls)
                 .await;
             canned.shutdown().await;
             let mut metrics = vec![
