@@ -15,7 +15,7 @@ use super::{Session, sleep_until};
 use crate::errors::{ErrorCode, ToolError};
 use crate::limits::{AWAIT_POLL, PAGE_MAX_ENTRIES, SEARCH_STEP_BYTES};
 use crate::output::{
-    AnsiStripper, Entry, Leftmost, Page, ReadError, Search, Stream, stripper_pair,
+    AnsiStripper, Entry, Leftmost, Page, ReadError, Search, Stream, count_chars, stripper_pair,
 };
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -141,11 +141,15 @@ impl Session {
             })?;
             let step = match (page, request.search.as_mut()) {
                 (Some(page), Some(search)) => {
-                    let mut text = String::new();
-                    filter.runs(&page.entries, |_, run| text.push_str(run));
+                    // The runs are fed as they lie in the page: the search keeps its state
+                    // from one piece to the next, so joining them first would be a copy.
+                    let mut ended = false;
+                    filter.runs(&page.entries, |_, run| {
+                        ended = ended || search.feed(run, false);
+                    });
                     scan = page.next_cursor;
                     let more = page.has_more;
-                    if search.feed(&text, !more) {
+                    if ended || search.feed("", !more) {
                         Step::Ended { more, done, end }
                     } else if more {
                         Step::More
@@ -346,7 +350,12 @@ fn find_in(
             if at >= until {
                 return;
             }
-            let run = match run.char_indices().nth((until - at) as usize) {
+            // A run of no more bytes than the code points left cannot reach `until`.
+            let left = usize::try_from(until - at).unwrap_or(usize::MAX);
+            let cut = (run.len() > left)
+                .then(|| run.char_indices().nth(left))
+                .flatten();
+            let run = match cut {
                 Some((cut, _)) => &run[..cut],
                 None => run,
             };
@@ -354,7 +363,7 @@ fn find_in(
                 marks.push((text.len(), at));
             }
             text.push_str(run);
-            next_expected = Some(at + run.chars().count() as u64);
+            next_expected = Some(at + count_chars(run.as_bytes()));
         });
         if !page.has_more || page.next_cursor >= until {
             break;
@@ -369,7 +378,7 @@ fn find_in(
             .partition_point(|(o, _)| *o <= offset)
             .saturating_sub(1);
         let (start, cursor) = marks.get(mark).copied().unwrap_or((0, from));
-        cursor + text[start..offset].chars().count() as u64
+        cursor + count_chars(&text.as_bytes()[start..offset])
     };
     let start_cursor = cursor_at(whole.start);
     let end_cursor = match text[whole.clone()].chars().next_back() {
@@ -457,6 +466,37 @@ mod tests {
             session.find(6, None, &search, (Streams::Any, false)),
             Ok(None)
         ));
+    }
+
+    /// With escape sequences stripped, the searched text reaches the search in pieces (the
+    /// runs between sequences), and a match spanning them is found, with raw cursors; one
+    /// that ends where the text ends (`$` after a last sequence) is found too.
+    #[test]
+    fn a_stripped_wait_matches_across_escape_sequences_and_at_the_end() {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap();
+        for (pattern, text, start, end) in [
+            ("abcd", "ab\u{1b}[31mc\u{1b}[0md\n", 0, 13),
+            ("b$", "ab\u{1b}[0m", 1, 2),
+        ] {
+            let session = empty_session();
+            session.update(|s| s.store(Stream::Stdout, text, false));
+            let mut request = wait_for(pattern, Duration::from_millis(50));
+            request.strip_ansi = true;
+            let answer = runtime.block_on(async {
+                let cancel = CancellationToken::new();
+                session.wait(request, &AtomicU64::new(0), &cancel).await
+            });
+            let found = answer.unwrap().found;
+            let found = found.unwrap_or_else(|| panic!("{pattern:?} in {text:?}: no match"));
+            assert_eq!(
+                (found.start_cursor, found.end_cursor),
+                (start, end),
+                "{pattern:?}"
+            );
+        }
     }
 
     /// A session with room for all the output a test appends, none yet.
