@@ -160,6 +160,11 @@ pub const PATTERN_COMPILES_AT_ONCE: usize = 2;
 /// its search builds in 20 µs (a word) to 110 µs (`(a|b)` twelve times), about what a
 /// hand-off to a thread and back costs the call.
 pub const QUICK_PATTERN_MAX_BYTES: usize = 64;
+/// Patterns whose automata are kept after their waits, for the next wait on the same one,
+/// and the most they may hold together (`\$ $` holds 2 KB, `flood total: \d+` 9 KB,
+/// `\w+@\w+` 149 KB).
+pub const RECENT_PATTERNS: usize = 8;
+pub const RECENT_PATTERNS_BYTES: usize = 512 * 1024;
 /// Text a `terminal_wait` searches per step under the session lock.
 pub const SEARCH_STEP_BYTES: usize = 64 * 1024;
 

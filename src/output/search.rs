@@ -17,9 +17,13 @@
 //! each lazy DFA's cache `PATTERN_DFA_CACHE_BYTES` (cleared and refilled past it), a
 //! pattern's whole search at most `PATTERN_MAX_BYTES`, and the searches of client patterns
 //! held at once at most `PATTERNS_TOTAL_BYTES` together (each is charged when compiled and
-//! gives its charge back when dropped).
+//! gives its charge back when dropped). The automata of the patterns compiled last are
+//! kept for the next search of the same pattern, at most `RECENT_PATTERNS` of them and
+//! `RECENT_PATTERNS_BYTES` together.
 
+use std::collections::VecDeque;
 use std::ops::Range;
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use regex_automata::hybrid::LazyStateID;
@@ -35,7 +39,7 @@ use regex_syntax::hir::literal::{ExtractKind, Extractor};
 use crate::errors::ToolError;
 use crate::limits::{
     PATTERN_COMPILES_AT_ONCE, PATTERN_DFA_CACHE_BYTES, PATTERN_MAX_BYTES, PATTERN_NFA_BYTES,
-    PATTERNS_TOTAL_BYTES, QUICK_PATTERN_MAX_BYTES,
+    PATTERNS_TOTAL_BYTES, QUICK_PATTERN_MAX_BYTES, RECENT_PATTERNS, RECENT_PATTERNS_BYTES,
 };
 
 /// Bytes charged by the searches of client patterns alive now.
@@ -78,6 +82,61 @@ impl From<PatternError> for ToolError {
 /// stops it, memory; more at once would only share the same cores.
 static COMPILING: tokio::sync::Semaphore =
     tokio::sync::Semaphore::const_new(PATTERN_COMPILES_AT_ONCE);
+
+/// What a pattern compiles to, shared by every search of it (each has its own caches).
+#[derive(Clone)]
+struct Automata {
+    regex: meta::Regex,
+    dfa: DFA,
+    universal_start: bool,
+}
+
+impl Automata {
+    fn bytes(&self) -> usize {
+        self.regex.memory_usage() + self.dfa.memory_usage() + self.dfa.get_nfa().memory_usage()
+    }
+}
+
+/// The patterns compiled last and their automata, the last used first. An agent waits on
+/// the same few patterns again and again (its prompt, `\d+ passed`), and compiling one with
+/// a Unicode class (`\d`, `\w`) costs more than the rest of a short wait: each of its three
+/// automata fills a 10,000-entry table. At most `RECENT_PATTERNS` are kept, holding at most
+/// `RECENT_PATTERNS_BYTES` together, so what stays once the waits are over is bounded.
+static RECENT: Mutex<Recent> = Mutex::new(Recent(VecDeque::new()));
+
+fn recent() -> std::sync::MutexGuard<'static, Recent> {
+    RECENT
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// (pattern, its automata, their bytes), the last used first.
+struct Recent(VecDeque<(Box<str>, Automata, usize)>);
+
+impl Recent {
+    /// The automata of `pattern` when it was compiled lately; it becomes the last used.
+    fn recall(&mut self, pattern: &str) -> Option<Automata> {
+        let at = self.0.iter().position(|(p, ..)| &**p == pattern)?;
+        let entry = self.0.remove(at)?;
+        let automata = entry.1.clone();
+        self.0.push_front(entry);
+        Some(automata)
+    }
+
+    /// Keep `pattern`'s automata, forgetting the least lately used past the bounds.
+    fn remember(&mut self, pattern: &str, automata: &Automata) {
+        let bytes = automata.bytes();
+        if bytes > RECENT_PATTERNS_BYTES {
+            return;
+        }
+        self.0.retain(|(p, ..)| &**p != pattern);
+        self.0.push_front((pattern.into(), automata.clone(), bytes));
+        self.0.truncate(RECENT_PATTERNS);
+        while self.0.iter().map(|(.., bytes)| bytes).sum::<usize>() > RECENT_PATTERNS_BYTES {
+            self.0.pop_back();
+        }
+    }
+}
 
 /// A search's share of the budget, given back when it is dropped.
 struct Charge(usize);
@@ -127,8 +186,12 @@ impl Search {
     /// than `PATTERN_MAX_BYTES`, and charged against `PATTERNS_TOTAL_BYTES` for as long as
     /// it lives. Compiling a large pattern takes a while: see `compile_for_client`.
     pub fn for_client(pattern: &str) -> Result<Search, PatternError> {
-        let mut search = Search::build(pattern)?;
-        let charge = search.bytes();
+        Search::build(pattern)?.charged()
+    }
+
+    /// This search, charged against `PATTERNS_TOTAL_BYTES` for as long as it lives.
+    fn charged(mut self) -> Result<Search, PatternError> {
+        let charge = self.bytes();
         if charge > PATTERN_MAX_BYTES {
             return Err(PatternError::TooLarge);
         }
@@ -137,16 +200,21 @@ impl Search {
         });
         match taken {
             Ok(_) => {
-                search._charge = Some(Charge(charge));
-                Ok(search)
+                self._charge = Some(Charge(charge));
+                Ok(self)
             }
             Err(held) => Err(PatternError::Busy { held }),
         }
     }
 
     /// `for_client`, off the async workers and at most `PATTERN_COMPILES_AT_ONCE` at a time;
-    /// a short pattern of plain text (`builds_quickly`) where it is.
+    /// a short pattern of plain text (`builds_quickly`), or one compiled lately, where it is.
     pub async fn compile_for_client(pattern: &str) -> Result<Search, ToolError> {
+        let recalled = recent().recall(pattern);
+        if let Some(automata) = recalled {
+            let search = Search::with(automata).and_then(Search::charged);
+            return search.map_err(ToolError::from);
+        }
         if builds_quickly(pattern) {
             return Search::for_client(pattern).map_err(ToolError::from);
         }
@@ -169,7 +237,19 @@ impl Search {
             + 2 * PATTERN_DFA_CACHE_BYTES
     }
 
+    /// The search of `pattern`, with the automata it compiled to lately if it did.
     fn build(pattern: &str) -> Result<Search, PatternError> {
+        let recalled = recent().recall(pattern);
+        if let Some(automata) = recalled {
+            return Search::with(automata);
+        }
+        let automata = Search::compile(pattern)?;
+        let search = Search::with(automata.clone())?;
+        recent().remember(pattern, &automata);
+        Ok(search)
+    }
+
+    fn compile(pattern: &str) -> Result<Automata, PatternError> {
         let unusable = |e: &dyn std::fmt::Display| PatternError::Unusable(e.to_string());
         let hir = syntax::parse(pattern).map_err(|e| unusable(&e))?;
         let (prefilter, only_literals) = prefix_prefilter(&hir);
@@ -211,10 +291,23 @@ impl Search {
             .build_from_nfa(nfa)
             .map_err(|_| dfa_error(pattern))?;
         let universal_start = dfa.get_nfa().look_set_prefix_any().is_empty();
+        Ok(Automata {
+            regex,
+            dfa,
+            universal_start,
+        })
+    }
+
+    fn with(automata: Automata) -> Result<Search, PatternError> {
+        let Automata {
+            regex,
+            dfa,
+            universal_start,
+        } = automata;
         let mut cache = dfa.create_cache();
         let state = dfa
             .start_state_forward(&mut cache, &Input::new(""))
-            .map_err(|e| unusable(&e))?;
+            .map_err(|e| PatternError::Unusable(e.to_string()))?;
         Ok(Search {
             regex,
             dfa,
@@ -402,6 +495,57 @@ mod tests {
         }
     }
 
+    /// A pattern compiled lately is not compiled again: its automata are recalled, the last
+    /// used kept longest, none too large, and the search made from them finds what a fresh
+    /// one finds.
+    #[test]
+    fn patterns_compiled_lately_are_recalled_within_bounds() {
+        let mut recent = Recent(VecDeque::new());
+        let compiled = |pattern: &str| Search::compile(pattern).unwrap();
+        let typical = [r"flood total: \d+", r"(?i)error|warning", r"\$ $"];
+        for pattern in typical {
+            recent.remember(pattern, &compiled(pattern));
+        }
+        // The first one, used again, outlives the others.
+        assert!(recent.recall(typical[0]).is_some());
+        for n in 0..RECENT_PATTERNS - 1 {
+            let pattern = format!("p{n}");
+            recent.remember(&pattern, &compiled(&pattern));
+        }
+        assert_eq!(recent.0.len(), RECENT_PATTERNS);
+        assert!(recent.recall(typical[0]).is_some());
+        assert!(recent.recall(typical[1]).is_none());
+
+        // Large automata push the least lately used out; too large ones are not kept.
+        let words = compiled(r"\w+@\w+");
+        let fit = RECENT_PATTERNS_BYTES / words.bytes();
+        for n in 0..fit + 1 {
+            recent.remember(
+                &format!(r"\w+@\w+|{n}"),
+                &compiled(&format!(r"\w+@\w+|{n}")),
+            );
+        }
+        let held: usize = recent.0.iter().map(|(.., bytes)| bytes).sum();
+        assert!(held <= RECENT_PATTERNS_BYTES, "{held}");
+        assert!(recent.recall(typical[0]).is_none());
+        assert!(recent.recall(&format!(r"\w+@\w+|{fit}")).is_some());
+        let large = compiled(r"\w{20}");
+        recent.remember(r"\w{20}", &large);
+        assert!(
+            recent.recall(r"\w{20}").is_none(),
+            "{} bytes kept",
+            large.bytes()
+        );
+
+        let text = "x flood total: 12 y flood total: 3";
+        recent.remember(typical[0], &compiled(typical[0]));
+        let mut again = Search::with(recent.recall(typical[0]).unwrap()).unwrap();
+        let mut fresh = Search::with(compiled(typical[0])).unwrap();
+        assert_eq!(again.leftmost(text), fresh.leftmost(text));
+        assert_eq!(again.leftmost(text).unwrap().whole, 2..17);
+        assert_eq!(again.feed(text, false), fresh.feed(text, false));
+    }
+
     /// One test for all of the budget: it is shared by the whole process.
     #[test]
     fn client_patterns_are_bounded_each_and_together() {
@@ -429,6 +573,20 @@ mod tests {
         assert!(held.len() >= PATTERNS_TOTAL_BYTES / each - 1);
         // Patterns built for the server's own use are not charged.
         assert!(Search::new(r"\w{20}").is_ok());
+        // A pattern compiled lately (here just now, uncharged) is charged when recalled.
+        assert!(Search::new(r"\d+ charged").is_ok());
+        let mut small = Vec::new();
+        let busy = loop {
+            match Search::for_client(r"\d+ charged") {
+                Ok(search) => small.push(search),
+                Err(e) => break e,
+            }
+            // Each is charged at least its two caches' room.
+            let most = PATTERNS_TOTAL_BYTES / (2 * PATTERN_DFA_CACHE_BYTES);
+            assert!(small.len() <= most, "never refused");
+        };
+        assert!(matches!(busy, PatternError::Busy { .. }), "{busy:?}");
+        drop(small);
         held.pop();
         assert!(
             Search::for_client(r"\w{20}").is_ok(),
