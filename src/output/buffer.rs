@@ -78,9 +78,8 @@ fn starts_char(b: u8) -> bool {
 }
 
 /// Code points in `bytes`: its bytes less its continuation bytes, counted with SIMD
-/// (`bytecount`). A byte-wise count was the largest cost of reading a page.
-/// The code points in UTF-8 `bytes`, counted with SIMD (`bytecount`): a wait's search counts
-/// a whole backlog's, where the standard library's count took a tenth of its time.
+/// (`bytecount`). A byte-wise count was the largest cost of reading a page, and a tenth of
+/// a wait's look for where its match begins.
 pub fn count_chars(bytes: &[u8]) -> u64 {
     bytecount::num_chars(bytes) as u64
 }

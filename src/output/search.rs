@@ -17,8 +17,8 @@
 //! each lazy DFA's cache `PATTERN_DFA_CACHE_BYTES` (cleared and refilled past it), a
 //! pattern's whole search at most `PATTERN_MAX_BYTES`, and the searches of client patterns
 //! held at once at most `PATTERNS_TOTAL_BYTES` together (each is charged when compiled and
-//! gives its charge back when dropped). The automata of the patterns compiled last are
-//! kept for the next search of the same pattern, at most `RECENT_PATTERNS` of them and
+//! gives its charge back when dropped). The automata of the patterns used last are kept
+//! for the next search of the same pattern, at most `RECENT_PATTERNS` of them and
 //! `RECENT_PATTERNS_BYTES` together.
 
 use std::collections::VecDeque;
@@ -93,15 +93,20 @@ struct Automata {
 
 impl Automata {
     fn bytes(&self) -> usize {
-        self.regex.memory_usage() + self.dfa.memory_usage() + self.dfa.get_nfa().memory_usage()
+        let prefilter = self.dfa.get_config().get_prefilter();
+        self.regex.memory_usage()
+            + self.dfa.memory_usage()
+            + self.dfa.get_nfa().memory_usage()
+            + prefilter.map_or(0, Prefilter::memory_usage)
     }
 }
 
-/// The patterns compiled last and their automata, the last used first. An agent waits on
+/// The patterns used last and their automata, the last used first. An agent waits on
 /// the same few patterns again and again (its prompt, `\d+ passed`), and compiling one with
 /// a Unicode class (`\d`, `\w`) costs more than the rest of a short wait: each of its three
 /// automata fills a 10,000-entry table. At most `RECENT_PATTERNS` are kept, holding at most
-/// `RECENT_PATTERNS_BYTES` together, so what stays once the waits are over is bounded.
+/// `RECENT_PATTERNS_BYTES` together (the patterns' own text counted), so what stays once
+/// the waits are over is bounded.
 static RECENT: Mutex<Recent> = Mutex::new(Recent(VecDeque::new()));
 
 fn recent() -> std::sync::MutexGuard<'static, Recent> {
@@ -125,7 +130,7 @@ impl Recent {
 
     /// Keep `pattern`'s automata, forgetting the least lately used past the bounds.
     fn remember(&mut self, pattern: &str, automata: &Automata) {
-        let bytes = automata.bytes();
+        let bytes = pattern.len() + automata.bytes();
         if bytes > RECENT_PATTERNS_BYTES {
             return;
         }
@@ -586,6 +591,15 @@ mod tests {
             assert!(small.len() <= most, "never refused");
         };
         assert!(matches!(busy, PatternError::Busy { .. }), "{busy:?}");
+        // So it is when a wait's compiling recalls it.
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let busy = runtime
+            .block_on(Search::compile_for_client(r"\d+ charged"))
+            .err()
+            .unwrap();
+        assert!(busy.message.contains("cannot be searched now"), "{busy:?}");
         drop(small);
         held.pop();
         assert!(

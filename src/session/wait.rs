@@ -124,6 +124,7 @@ impl Session {
         let deadline = started + request.timeout;
         let mut changes = self.changed.subscribe();
         let mut filter = Filter::new(request.streams, request.strip_ansi);
+        let mut joined = String::new();
         let mut scan = request.cursor;
         loop {
             // One step: at most SEARCH_STEP_BYTES of new text, copied under the lock and
@@ -141,12 +142,19 @@ impl Session {
             })?;
             let step = match (page, request.search.as_mut()) {
                 (Some(page), Some(search)) => {
-                    // The runs are fed as they lie in the page: the search keeps its state
-                    // from one piece to the next, so joining them first would be a copy.
-                    let mut ended = false;
-                    filter.runs(&page.entries, |_, run| {
-                        ended = ended || search.feed(run, false);
-                    });
+                    // A page of one run is searched where it lies. Runs are joined first
+                    // otherwise: fed one by one, short runs (between escape sequences, or
+                    // of interleaved streams) would keep the literal search from skipping.
+                    let ended = match (&page.entries[..], request.strip_ansi) {
+                        ([entry], false) => {
+                            request.streams.accepts(entry.stream) && search.feed(&entry.text, false)
+                        }
+                        _ => {
+                            joined.clear();
+                            filter.runs(&page.entries, |_, run| joined.push_str(run));
+                            search.feed(&joined, false)
+                        }
+                    };
                     scan = page.next_cursor;
                     let more = page.has_more;
                     if ended || search.feed("", !more) {
