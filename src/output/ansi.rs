@@ -7,26 +7,35 @@
 //! text is dropped to its end; the streaming `AnsiStripper` carries an unfinished sequence
 //! over to the next piece.
 
+use std::ops::Range;
+
 /// A streaming stripper: feed code points in order, across any number of pieces.
 #[derive(Default)]
 pub struct AnsiStripper {
     /// No OSC bytes are kept: a stripper needs none.
     parser: vte::Parser<0>,
     kept: bool,
+    /// The last code point was printed, so the parser is in its ground state, where it
+    /// prints printable ASCII as it comes.
+    printing: bool,
 }
 
 /// Records whether the character just fed was printed or acted on as text.
-struct Keep<'a>(&'a mut bool);
+struct Keep<'a> {
+    kept: &'a mut bool,
+    printed: &'a mut bool,
+}
 
 impl vte::Perform for Keep<'_> {
     fn print(&mut self, _: char) {
-        *self.0 = true;
+        *self.kept = true;
+        *self.printed = true;
     }
 
     fn execute(&mut self, byte: u8) {
         // CAN and SUB only cancel a sequence; C1 controls (U+0080..U+009F) are not text.
         if byte < 0x20 && byte != 0x18 && byte != 0x1a {
-            *self.0 = true;
+            *self.kept = true;
         }
     }
 }
@@ -35,12 +44,48 @@ impl AnsiStripper {
     /// Whether `c` is text to keep (true) or part of an escape sequence (false).
     pub fn keep(&mut self, c: char) -> bool {
         self.kept = false;
+        self.printing = false;
         let mut utf8 = [0u8; 4];
         self.parser.advance(
-            &mut Keep(&mut self.kept),
+            &mut Keep {
+                kept: &mut self.kept,
+                printed: &mut self.printing,
+            },
             c.encode_utf8(&mut utf8).as_bytes(),
         );
         self.kept
+    }
+
+    /// Calls `run(range)` for each run of `text` kept, as byte ranges in order: what `keep`
+    /// keeps of its code points. Printable ASCII after printed text is kept without
+    /// parsing it (the parser would only print it), so plain text costs a byte compare,
+    /// not a trip through the parser per code point.
+    pub fn runs(&mut self, text: &str, mut run: impl FnMut(Range<usize>)) {
+        let bytes = text.as_bytes();
+        let mut start = None;
+        let mut at = 0;
+        while let Some(c) = text[at..].chars().next() {
+            if self.printing {
+                let plain = bytes[at..]
+                    .iter()
+                    .position(|b| !(b' '..=b'~').contains(b))
+                    .unwrap_or(bytes.len() - at);
+                if plain > 0 {
+                    start.get_or_insert(at);
+                    at += plain;
+                    continue;
+                }
+            }
+            if self.keep(c) {
+                start.get_or_insert(at);
+            } else if let Some(from) = start.take() {
+                run(from..at);
+            }
+            at += c.len_utf8();
+        }
+        if let Some(from) = start {
+            run(from..text.len());
+        }
     }
 }
 
@@ -56,7 +101,9 @@ pub fn strip_entries(entries: &mut Vec<super::Entry>) {
     let mut strippers = stripper_pair();
     entries.retain_mut(|e| {
         let stripper = &mut strippers[e.stream as usize];
-        e.text = e.text.chars().filter(|c| stripper.keep(*c)).collect();
+        let mut kept = String::new();
+        stripper.runs(&e.text, |range| kept.push_str(&e.text[range]));
+        e.text = kept;
         !e.text.is_empty()
     });
 }
@@ -163,6 +210,26 @@ mod tests {
             let stripped = strip_ansi(&text);
             prop_assert!(!stripped.contains('\x1b'), "{:?}", stripped);
             prop_assert_eq!(rendered(&stripped), rendered(&text), "{:?} → {:?}", text, stripped);
+        }
+
+        /// Runs keep what `keep` keeps, code point by code point, however the text is cut
+        /// into pieces (the plain text taken without parsing included).
+        #[test]
+        fn runs_keep_what_keep_keeps(
+            pieces in prop::collection::vec(piece(), 0..16),
+            cut in 0usize..64,
+        ) {
+            let text: String = pieces.concat();
+            let cut = text.char_indices().nth(cut).map_or(text.len(), |(i, _)| i);
+            let mut s = AnsiStripper::default();
+            let mut out = String::new();
+            for part in [&text[..cut], &text[cut..]] {
+                s.runs(part, |range| {
+                    assert!(!range.is_empty());
+                    out.push_str(&part[range]);
+                });
+            }
+            prop_assert_eq!(out, strip_ansi(&text));
         }
 
         /// Fed in any pieces, the stripper keeps what it keeps from the whole text.

@@ -90,17 +90,13 @@ impl Filter {
                 continue;
             }
             let stripper = &mut self.strippers[entry.stream as usize];
-            let mut start = None;
-            for (cursor, (offset, c)) in (entry.cursor..).zip(entry.text.char_indices()) {
-                if stripper.keep(c) {
-                    start.get_or_insert((cursor, offset));
-                } else if let Some((at, from)) = start.take() {
-                    run(at, &entry.text[from..offset]);
-                }
-            }
-            if let Some((at, from)) = start {
-                run(at, &entry.text[from..]);
-            }
+            // (byte offset, its cursor), moved on to each run's start.
+            let (mut byte, mut cursor) = (0, entry.cursor);
+            stripper.runs(&entry.text, |range| {
+                cursor += count_chars(&entry.text.as_bytes()[byte..range.start]);
+                byte = range.start;
+                run(cursor, &entry.text[range]);
+            });
         }
     }
 }
