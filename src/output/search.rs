@@ -220,13 +220,15 @@ impl Search {
             let search = Search::with(automata).and_then(Search::charged);
             return search.map_err(ToolError::from);
         }
+        // Not recalled: compiled anew, without looking among the recent ones again.
         if builds_quickly(pattern) {
-            return Search::for_client(pattern).map_err(ToolError::from);
+            let search = Search::build_anew(pattern).and_then(Search::charged);
+            return search.map_err(ToolError::from);
         }
         let stopped = || ToolError::internal("compiling the pattern stopped");
         let _turn = COMPILING.acquire().await.map_err(|_| stopped())?;
         let pattern = pattern.to_owned();
-        tokio::task::spawn_blocking(move || Search::for_client(&pattern))
+        tokio::task::spawn_blocking(move || Search::build_anew(&pattern).and_then(Search::charged))
             .await
             .map_err(|_| stopped())?
             .map_err(ToolError::from)
@@ -245,9 +247,14 @@ impl Search {
     /// The search of `pattern`, with the automata it compiled to lately if it did.
     fn build(pattern: &str) -> Result<Search, PatternError> {
         let recalled = recent().recall(pattern);
-        if let Some(automata) = recalled {
-            return Search::with(automata);
+        match recalled {
+            Some(automata) => Search::with(automata),
+            None => Search::build_anew(pattern),
         }
+    }
+
+    /// The search of `pattern` compiled now; its automata are kept for the next search.
+    fn build_anew(pattern: &str) -> Result<Search, PatternError> {
         let automata = Search::compile(pattern)?;
         let search = Search::with(automata.clone())?;
         recent().remember(pattern, &automata);
