@@ -15,21 +15,22 @@ pub struct AnsiStripper {
     /// No OSC bytes are kept: a stripper needs none.
     parser: vte::Parser<0>,
     kept: bool,
-    /// The last code point was printed, so the parser is in its ground state, where it
-    /// prints printable ASCII as it comes.
-    printing: bool,
+    /// The parser is known to be in its ground state (it printed since its last escape),
+    /// where it prints or executes every code point but ESC, and stays.
+    ground: bool,
 }
 
 /// Records whether the character just fed was printed or acted on as text.
 struct Keep<'a> {
     kept: &'a mut bool,
-    printed: &'a mut bool,
+    ground: &'a mut bool,
 }
 
 impl vte::Perform for Keep<'_> {
     fn print(&mut self, _: char) {
+        // vte prints only in its ground state.
         *self.kept = true;
-        *self.printed = true;
+        *self.ground = true;
     }
 
     fn execute(&mut self, byte: u8) {
@@ -43,13 +44,26 @@ impl vte::Perform for Keep<'_> {
 impl AnsiStripper {
     /// Whether `c` is text to keep (true) or part of an escape sequence (false).
     pub fn keep(&mut self, c: char) -> bool {
+        if self.ground && c != '\x1b' {
+            // What the parser does there: print, or execute a control (`Keep::execute`).
+            return match c {
+                '\x00'..='\x1f' => !matches!(c, '\x18' | '\x1a'),
+                '\u{80}'..='\u{9f}' => false,
+                _ => true,
+            };
+        }
+        self.parse(c)
+    }
+
+    /// Whether `c` is kept, taken through the parser whatever its state.
+    pub(super) fn parse(&mut self, c: char) -> bool {
         self.kept = false;
-        self.printing = false;
+        self.ground = false;
         let mut utf8 = [0u8; 4];
         self.parser.advance(
             &mut Keep {
                 kept: &mut self.kept,
-                printed: &mut self.printing,
+                ground: &mut self.ground,
             },
             c.encode_utf8(&mut utf8).as_bytes(),
         );
@@ -57,18 +71,20 @@ impl AnsiStripper {
     }
 
     /// Calls `run(range)` for each run of `text` kept, as byte ranges in order: what `keep`
-    /// keeps of its code points. Printable ASCII after printed text is kept without
-    /// parsing it (the parser would only print it), so plain text costs a byte compare,
-    /// not a trip through the parser per code point.
+    /// keeps of its code points. In the parser's ground state, text up to the next ESC,
+    /// CAN, SUB or C1 control is kept whole without looking at its code points (the parser
+    /// would print or execute each, and keep them), so plain text costs a byte compare.
     pub fn runs(&mut self, text: &str, mut run: impl FnMut(Range<usize>)) {
         let bytes = text.as_bytes();
         let mut start = None;
         let mut at = 0;
         while let Some(c) = text[at..].chars().next() {
-            if self.printing {
+            if self.ground {
+                // 0xC2 leads every C1 control (U+0080..U+009F) and never continues a code
+                // point, so the run ends on a code point's boundary.
                 let plain = bytes[at..]
                     .iter()
-                    .position(|b| !(b' '..=b'~').contains(b))
+                    .position(|b| matches!(b, 0x1b | 0x18 | 0x1a | 0xc2))
                     .unwrap_or(bytes.len() - at);
                 if plain > 0 {
                     start.get_or_insert(at);
@@ -101,9 +117,17 @@ pub fn strip_entries(entries: &mut Vec<super::Entry>) {
     let mut strippers = stripper_pair();
     entries.retain_mut(|e| {
         let stripper = &mut strippers[e.stream as usize];
-        let mut kept = String::new();
-        stripper.runs(&e.text, |range| kept.push_str(&e.text[range]));
-        e.text = kept;
+        let (mut kept, mut whole) = (String::new(), false);
+        stripper.runs(&e.text, |range| {
+            if range == (0..e.text.len()) {
+                whole = true;
+            } else {
+                kept.push_str(&e.text[range]);
+            }
+        });
+        if !whole {
+            e.text = kept;
+        }
         !e.text.is_empty()
     });
 }
@@ -117,6 +141,12 @@ mod tests {
     fn strip_ansi(text: &str) -> String {
         let mut stripper = AnsiStripper::default();
         text.chars().filter(|c| stripper.keep(*c)).collect()
+    }
+
+    /// What the parser keeps, every code point taken through it.
+    fn parsed(text: &str) -> String {
+        let mut stripper = AnsiStripper::default();
+        text.chars().filter(|c| stripper.parse(*c)).collect()
     }
 
     #[test]
@@ -176,7 +206,7 @@ mod tests {
     /// a letter would be another, cursor-moving, sequence).
     fn piece() -> impl Strategy<Value = String> {
         prop_oneof![
-            "[a-zA-Z0-9 .,é日]{1,8}",
+            "[a-zA-Z0-9 .,é日\t\u{7f}\u{85}\u{9b}\u{a7}]{1,8}",
             Just("\r\n".to_owned()),
             "\u{1b}\\[[0-9;]{0,6}m",
             "\u{1b}\\[[0-9]{0,3}[\u{18}\u{1a}]",
@@ -212,8 +242,9 @@ mod tests {
             prop_assert_eq!(rendered(&stripped), rendered(&text), "{:?} → {:?}", text, stripped);
         }
 
-        /// Runs keep what `keep` keeps, code point by code point, however the text is cut
-        /// into pieces (the plain text taken without parsing included).
+        /// Runs keep what `keep` keeps, code point by code point, and what the parser keeps,
+        /// however the text is cut into pieces (the plain text taken without parsing
+        /// included).
         #[test]
         fn runs_keep_what_keep_keeps(
             pieces in prop::collection::vec(piece(), 0..16),
@@ -229,7 +260,8 @@ mod tests {
                     out.push_str(&part[range]);
                 });
             }
-            prop_assert_eq!(out, strip_ansi(&text));
+            prop_assert_eq!(&out, &strip_ansi(&text));
+            prop_assert_eq!(out, parsed(&text));
         }
 
         /// Fed in any pieces, the stripper keeps what it keeps from the whole text.
@@ -244,7 +276,8 @@ mod tests {
             let mut s = AnsiStripper::default();
             let mut out: String = chars[..cut].iter().filter(|c| s.keep(**c)).collect();
             out.extend(chars[cut..].iter().filter(|c| s.keep(**c)));
-            prop_assert_eq!(out, strip_ansi(&text));
+            prop_assert_eq!(&out, &strip_ansi(&text));
+            prop_assert_eq!(out, parsed(&text));
         }
     }
 }

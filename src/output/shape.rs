@@ -9,7 +9,10 @@
 //! line longer than `max_line` bytes comes out in pieces of that size, so memory stays
 //! bounded whatever the output.
 
+use vte::Perform as _;
+
 use super::AnsiStripper;
+use super::buffer::count_chars;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Shape {
@@ -46,6 +49,9 @@ struct Line {
     /// The cursor of the code point being fed, and where the line it ends began.
     at: u64,
     start: Option<u64>,
+    /// The parser is known to be in its ground state (it printed since its last escape),
+    /// where it prints or executes every code point but ESC, and stays.
+    ground: bool,
 }
 
 impl Line {
@@ -76,7 +82,9 @@ impl Line {
 
 impl vte::Perform for Line {
     fn print(&mut self, c: char) {
+        // vte prints only in its ground state.
         self.put(c);
+        self.ground = true;
     }
 
     fn execute(&mut self, byte: u8) {
@@ -143,29 +151,23 @@ impl Shaper {
     pub fn feed(&mut self, text: &str, cursor: u64, mut line: impl FnMut(u64, &str)) {
         match self.shape {
             Shape::Raw => self.feed_raw(text, cursor, &mut line),
-            Shape::Strip => {
-                let mut at = cursor;
-                for c in text.chars() {
-                    let kept = self.stripper.keep(c);
-                    if kept {
-                        self.line_start.get_or_insert(at);
-                        self.line.text.push(c);
-                    }
-                    at += 1;
-                    if kept && (c == '\n' || self.line.text.len() >= self.max_line) {
-                        let start = self.line_start.take().unwrap_or(at - 1);
-                        line(start, &self.line.text);
-                        self.line.text.clear();
-                    }
-                }
-            }
+            Shape::Strip => self.feed_stripped(text, cursor, &mut line),
             Shape::Render => {
                 let mut utf8 = [0u8; 4];
                 for (at, c) in (cursor..).zip(text.chars()) {
                     self.line.at = at;
                     self.line.start.get_or_insert(at);
-                    self.parser
-                        .advance(&mut self.line, c.encode_utf8(&mut utf8).as_bytes());
+                    if self.line.ground && c != '\x1b' {
+                        // What the parser does in its ground state, where it stays.
+                        match c {
+                            '\x00'..='\x1f' | '\u{80}'..='\u{9f}' => self.line.execute(c as u8),
+                            _ => self.line.print(c),
+                        }
+                    } else {
+                        self.line.ground = false;
+                        self.parser
+                            .advance(&mut self.line, c.encode_utf8(&mut utf8).as_bytes());
+                    }
                     if self.line.cells.len() >= self.max_line {
                         let text = self
                             .line
@@ -183,6 +185,44 @@ impl Shaper {
                 }
             }
         }
+    }
+
+    /// Text without escape sequences: the stripper's kept runs, cut into lines with a byte
+    /// search; a line's start is its first kept code point.
+    fn feed_stripped(&mut self, text: &str, cursor: u64, line: &mut impl FnMut(u64, &str)) {
+        let Shaper {
+            max_line,
+            stripper,
+            line: built,
+            line_start,
+            ..
+        } = self;
+        // The cursor of `text[counted..]`.
+        let (mut at, mut counted) = (cursor, 0);
+        stripper.runs(text, |run| {
+            at += count_chars(&text.as_bytes()[counted..run.start]);
+            let mut rest = &text[run.clone()];
+            counted = run.end;
+            while !rest.is_empty() {
+                line_start.get_or_insert(at);
+                // Up to its `\n`, or to the first code point that fills the line.
+                let mut end = max_line.saturating_sub(built.text.len()).max(1);
+                while end < rest.len() && !rest.is_char_boundary(end) {
+                    end += 1;
+                }
+                let newline = memchr::memchr(b'\n', &rest.as_bytes()[..end.min(rest.len())]);
+                let ends_line = newline.is_some() || end <= rest.len();
+                let end = newline.map_or(end.min(rest.len()), |i| i + 1);
+                let (piece, after) = rest.split_at(end);
+                built.text.push_str(piece);
+                at += count_chars(piece.as_bytes());
+                if ends_line {
+                    line(line_start.take().unwrap_or(at), &built.text);
+                    built.text.clear();
+                }
+                rest = after;
+            }
+        });
     }
 
     /// Raw text: lines are found with a byte search, and passed on from `text` itself
@@ -220,7 +260,7 @@ impl Shaper {
                 line(start, &self.line.text);
                 self.line.text.clear();
             }
-            at += bytecount::num_chars(piece.as_bytes()) as u64;
+            at += count_chars(piece.as_bytes());
             rest = &rest[end..];
         }
     }
@@ -368,6 +408,70 @@ mod tests {
                 };
                 let pieces = super::super::cut_at(&text, &cuts);
                 proptest::prop_assert_eq!(lines(&pieces), lines(&[text.as_str()]), "{:?}", shape);
+            }
+        }
+    }
+
+    /// Lines as shaping gave them when it fed every code point through the parser.
+    fn one_by_one(shape: Shape, text: &str, max_line: usize) -> Vec<(u64, String)> {
+        let mut lines = Vec::new();
+        let (mut stripper, mut parser) = (AnsiStripper::default(), vte::Parser::<0>::default());
+        let (mut built, mut start) = (Line::default(), None);
+        let mut utf8 = [0u8; 4];
+        for (at, c) in (0..).zip(text.chars()) {
+            if shape == Shape::Strip {
+                if stripper.parse(c) {
+                    start.get_or_insert(at);
+                    built.text.push(c);
+                    if c == '\n' || built.text.len() >= max_line {
+                        lines.push((start.take().unwrap(), std::mem::take(&mut built.text)));
+                    }
+                }
+                continue;
+            }
+            built.at = at;
+            built.start.get_or_insert(at);
+            parser.advance(&mut built, c.encode_utf8(&mut utf8).as_bytes());
+            if built.cells.len() >= max_line {
+                let text = built.cells.drain(..).filter(|c| *c != TAB_FILL).collect();
+                built.col = 0;
+                built.done.push((built.start.take().unwrap_or(at), text));
+            }
+            lines.append(&mut built.done);
+        }
+        if shape == Shape::Strip {
+            lines.extend(start.map(|start| (start, built.text)));
+        } else {
+            let text: String = built.cells.drain(..).filter(|c| *c != TAB_FILL).collect();
+            lines.extend(
+                built
+                    .start
+                    .filter(|_| !text.is_empty())
+                    .map(|at| (at, text)),
+            );
+        }
+        lines
+    }
+
+    proptest::proptest! {
+        /// Stripped and rendered lines, plain text taken in bulk, are what feeding every
+        /// code point through the parser gives, however the text is cut.
+        #[test]
+        fn shaping_in_bulk_keeps_what_the_parser_keeps(
+            text in "[ab \n\r\t\x07\x08\x18\x1a\x7f\u{85}\u{a7}€日\x1b\\[\\]P;K0-9mX]{0,80}",
+            cuts in proptest::collection::vec(0usize..80, 0..6),
+            max_line in 4usize..24,
+        ) {
+            for shape in [Shape::Strip, Shape::Render] {
+                let mut shaper = Shaper::new(shape, max_line);
+                let mut lines = Vec::new();
+                let mut cursor = 0;
+                for piece in super::super::cut_at(&text, &cuts) {
+                    shaper.feed(piece, cursor, |at, t| lines.push((at, t.to_owned())));
+                    cursor += piece.chars().count() as u64;
+                }
+                lines.extend(shaper.finish());
+                proptest::prop_assert_eq!(lines, one_by_one(shape, &text, max_line), "{:?}", shape);
             }
         }
     }

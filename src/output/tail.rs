@@ -9,7 +9,7 @@
 
 use std::collections::VecDeque;
 
-use super::{AnsiStripper, OutputBuffer, Page, stripper_pair};
+use super::{AnsiStripper, OutputBuffer, Page, count_chars, stripper_pair};
 
 /// Counts line ends back from the end, in the raw text.
 pub struct TailSearch {
@@ -85,25 +85,49 @@ impl StrippedTailSearch {
 
     /// Count the line ends of the page read at `next_page`.
     pub fn feed(&mut self, page: &Page) {
-        'entries: for entry in &page.entries {
-            let stripper = &mut self.strippers[entry.stream as usize];
-            for (cursor, c) in (entry.cursor..).zip(entry.text.chars()) {
-                if cursor >= self.end {
-                    break 'entries;
-                }
-                if !stripper.keep(c) {
-                    continue;
-                }
-                if let Some(start) = self.pending.take() {
-                    if self.starts.len() == self.lines {
-                        self.starts.pop_front();
-                    }
-                    self.starts.push_back(start);
-                }
-                if c == '\n' {
-                    self.pending = Some(cursor + 1);
-                }
+        for entry in &page.entries {
+            if entry.cursor >= self.end {
+                break;
             }
+            // Only what was written before the search began counts.
+            let text = match usize::try_from(self.end - entry.cursor) {
+                Ok(left) if left < entry.text.len() => match entry.text.char_indices().nth(left) {
+                    Some((cut, _)) => &entry.text[..cut],
+                    None => &entry.text,
+                },
+                _ => &entry.text,
+            };
+            let Self {
+                lines,
+                starts,
+                pending,
+                ..
+            } = self;
+            let mut push = |start| {
+                if starts.len() == *lines {
+                    starts.pop_front();
+                }
+                starts.push_back(start);
+            };
+            // The cursor of `text[counted..]`.
+            let (mut at, mut counted) = (entry.cursor, 0);
+            self.strippers[entry.stream as usize].runs(text, |run| {
+                // Kept text follows the last kept `\n`: a line starts there.
+                if let Some(start) = pending.take() {
+                    push(start);
+                }
+                for newline in memchr::memchr_iter(b'\n', &text.as_bytes()[run.clone()]) {
+                    let newline = run.start + newline;
+                    at += count_chars(&text.as_bytes()[counted..newline]);
+                    counted = newline + 1;
+                    at += 1;
+                    if newline + 1 < run.end {
+                        push(at);
+                    } else {
+                        *pending = Some(at);
+                    }
+                }
+            });
         }
         self.next = if page.has_more {
             page.next_cursor
@@ -235,6 +259,36 @@ mod tests {
             }
             let expected = if starts.len() >= lines { starts[starts.len() - lines] } else { 0 };
             prop_assert_eq!(tail_start(&b, lines, false, step), expected);
+            prop_assert_eq!(tail_start(&b, lines, true, step), expected);
+        }
+
+        /// With escape sequences on both streams, the stripped tail starts where feeding
+        /// every code point through its stream's stripper says, whatever the steps.
+        #[test]
+        fn stripped_tail_matches_the_stripper_code_point_by_code_point(
+            pieces in proptest::collection::vec(("[ab\n\r\x07\x18\u{85}日\x1b\\[\\];0-9m]{0,12}", any::<bool>()), 0..8),
+            lines in 1usize..6,
+            step in 1usize..40,
+        ) {
+            let mut b = OutputBuffer::new(1 << 20, 1 << 20);
+            for (text, stderr) in &pieces {
+                b.append(if *stderr { Stream::Stderr } else { Stream::Stdout }, text);
+            }
+            let mut strippers = stripper_pair();
+            let mut starts = vec![0u64];
+            let mut pending = None;
+            for entry in b.read(0, usize::MAX, usize::MAX).unwrap().entries {
+                let stripper = &mut strippers[entry.stream as usize];
+                for (at, c) in (entry.cursor..).zip(entry.text.chars()) {
+                    if stripper.parse(c) {
+                        starts.extend(pending.take());
+                        if c == '\n' {
+                            pending = Some(at + 1);
+                        }
+                    }
+                }
+            }
+            let expected = starts[starts.len().saturating_sub(lines)];
             prop_assert_eq!(tail_start(&b, lines, true, step), expected);
         }
     }
