@@ -12,8 +12,8 @@
 //! `Benchmark`; its floor is measured beside it, and `targets` makes the report row of the
 //! two. The workloads live in modules named for what they measure: `latency`, `exec`,
 //! `throughput`, `floors`, `storm`, `lock_hold`, `input_wait`, `progress`, `memory`,
-//! `live_view`; `calls` holds the tool calls they share, `report` the report and how it is
-//! written.
+//! `live_view`, `terminal_capture`; `calls` holds the tool calls they share, `report` the
+//! report and how it is written.
 //!
 //! Flow at a glance: `run` → `run_all`, which runs the workloads in a fixed order: the
 //! latency workloads on one server on the `make-config` defaults, the throughput workloads
@@ -40,6 +40,7 @@ mod progress;
 mod report;
 mod storm;
 mod targets;
+mod terminal_capture;
 mod throughput;
 mod workload;
 
@@ -292,6 +293,13 @@ async fn run_all(server: &Path, sizes: Sizes, report: &mut BenchReport) {
     out.push(measure(&storm::STORM, storm::storm(&servers)).await);
     out.push(measure(&lock_hold::LOCK_HOLD, lock_hold::lock_hold(&servers)).await);
     out.push(measure(&input_wait::PTY_FLOOD, input_wait::pty_flood(&servers)).await);
+    out.push(
+        measure(
+            &terminal_capture::TERMINAL_CAPTURE,
+            terminal_capture::terminal_capture(&servers, passes),
+        )
+        .await,
+    );
     let asks = if quick { 5 } else { 20 };
     out.push(
         measure(

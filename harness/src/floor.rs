@@ -199,6 +199,46 @@ fn spawn_piped(program: &Path, args: &[&str]) -> Result<(Child, ChildStdout), St
     Ok((child, stdout))
 }
 
+/// `program args` with its stdio on a terminal of `rows` × `cols`, read straight from the
+/// terminal's master in-process until the program has closed it; the bytes the terminal
+/// gave (its line discipline makes each `\n` a `\r\n`) and the time from the spawn.
+pub fn direct_pty_read(
+    program: &Path,
+    args: &[&str],
+    (rows, cols): (u16, u16),
+) -> Result<(u64, Duration), String> {
+    let began = Instant::now();
+    let size = nix::pty::Winsize {
+        ws_row: rows,
+        ws_col: cols,
+        ws_xpixel: 0,
+        ws_ypixel: 0,
+    };
+    let pty = nix::pty::openpty(&size, None).map_err(|e| format!("openpty: {e}"))?;
+    let slave = |fd: &std::os::fd::OwnedFd| fd.try_clone().map(Stdio::from);
+    let mut child = Command::new(program)
+        .args(args)
+        .stdin(slave(&pty.slave).map_err(|e| e.to_string())?)
+        .stdout(slave(&pty.slave).map_err(|e| e.to_string())?)
+        .stderr(Stdio::from(pty.slave))
+        .spawn()
+        .map_err(|e| format!("cannot spawn {}: {e}", program.display()))?;
+    let mut master = std::fs::File::from(pty.master);
+    let mut buf = vec![0u8; 64 * 1024];
+    let mut total = 0u64;
+    loop {
+        match master.read(&mut buf) {
+            // Every copy of the slave is closed: the program is done with the terminal.
+            Ok(0) => break,
+            Err(e) if e.raw_os_error() == Some(nix::libc::EIO) => break,
+            Ok(n) => total += n as u64,
+            Err(e) => return Err(e.to_string()),
+        }
+    }
+    child.wait().map_err(|e| e.to_string())?;
+    Ok((total, began.elapsed()))
+}
+
 /// Spawn `program args`, and time until its first byte of stdout and until it exited.
 pub fn spawn_to_first_output(
     program: &Path,

@@ -230,6 +230,13 @@ pub(super) fn comparisons(benchmarks: &[Benchmark]) -> Vec<Comparison> {
             Target::RatioAtLeast(0.5),
         ),
         (
+            "capture of a flooding child on a terminal",
+            "MB/s",
+            get("terminal_capture", "capture_rate"),
+            get("terminal_capture", "direct_rate"),
+            Target::RatioAtLeast(0.5),
+        ),
+        (
             "terminal_wait search",
             "MB/s",
             get("wait_search_throughput", "search_rate"),
