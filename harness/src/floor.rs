@@ -215,6 +215,14 @@ pub fn direct_pty_read(
         ws_ypixel: 0,
     };
     let pty = nix::pty::openpty(&size, None).map_err(|e| format!("openpty: {e}"))?;
+    // Neither end may reach a program spawned meanwhile: a stray slave keeps the end away.
+    for fd in [&pty.master, &pty.slave] {
+        nix::fcntl::fcntl(
+            fd,
+            nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::FD_CLOEXEC),
+        )
+        .map_err(|e| format!("close-on-exec: {e}"))?;
+    }
     let slave = |fd: &std::os::fd::OwnedFd| fd.try_clone().map(Stdio::from);
     let mut child = Command::new(program)
         .args(args)
@@ -226,17 +234,21 @@ pub fn direct_pty_read(
     let mut master = std::fs::File::from(pty.master);
     let mut buf = vec![0u8; 64 * 1024];
     let mut total = 0u64;
-    loop {
+    let read = loop {
         match master.read(&mut buf) {
             // Every copy of the slave is closed: the program is done with the terminal.
-            Ok(0) => break,
-            Err(e) if e.raw_os_error() == Some(nix::libc::EIO) => break,
+            Ok(0) => break Ok(()),
+            Err(e) if e.raw_os_error() == Some(nix::libc::EIO) => break Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
             Ok(n) => total += n as u64,
-            Err(e) => return Err(e.to_string()),
+            Err(e) => {
+                let _ = child.kill();
+                break Err(e.to_string());
+            }
         }
-    }
+    };
     child.wait().map_err(|e| e.to_string())?;
-    Ok((total, began.elapsed()))
+    read.map(|()| (total, began.elapsed()))
 }
 
 /// Spawn `program args`, and time until its first byte of stdout and until it exited.

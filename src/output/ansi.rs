@@ -82,10 +82,9 @@ impl AnsiStripper {
             if self.ground {
                 // 0xC2 leads every C1 control (U+0080..U+009F) and never continues a code
                 // point, so the run ends on a code point's boundary.
-                let plain = bytes[at..]
-                    .iter()
-                    .position(|b| matches!(b, 0x1b | 0x18 | 0x1a | 0xc2))
-                    .unwrap_or(bytes.len() - at);
+                let rest = &bytes[at..];
+                let plain = memchr::memchr3(0x1b, 0x18, 0x1a, rest).unwrap_or(rest.len());
+                let plain = memchr::memchr(0xc2, &rest[..plain]).unwrap_or(plain);
                 if plain > 0 {
                     start.get_or_insert(at);
                     at += plain;
@@ -212,7 +211,7 @@ mod tests {
             "\u{1b}\\[[0-9]{0,3}[\u{18}\u{1a}]",
             "\u{1b}\\[\\?(1|25|1000|1006|2004)[hl]",
             "\u{1b}\\][0-9]{1,2};[a-z é]{0,10}(\u{7}|\u{1b}\\\\)?",
-            "\u{1b}P[0-9;]{0,4}[a-z|$]{0,6}(\u{1b}\\\\)?",
+            "\u{1b}P[0-9;]{0,4}[a-z|$\u{9c}\u{71c}]{0,6}(\u{1b}\\\\)?",
             "\u{1b}_[a-z\u{7}]{0,6}(\u{1b}\\\\)?",
             "\u{1b}[\u{18}\u{1a}]",
             Just("\u{18}".to_owned()),

@@ -8,7 +8,7 @@ use serde_json::json;
 
 use super::calls::{call, start, wait_exit};
 use super::report::{Metric, mb_per_s, ms};
-use super::throughput::expected_flood;
+use super::throughput::{FLOOD_LINES, expected_flood};
 use super::workload::{Servers, Setup, Workload};
 use crate::floor;
 
@@ -30,7 +30,7 @@ pub async fn terminal_capture(servers: &Servers, passes: usize) -> Result<Vec<Me
         name: "terminal_capture",
         limits: json!({"max_sessions": 1, "max_records": 2, "buffer_bytes": 16_777_216}),
         profiles: json!({"flood-pty": {
-            "argv": [demo.display().to_string(), "flood", "10000"],
+            "argv": [demo.display().to_string(), "flood", FLOOD_LINES.to_string()],
             "mode": "pty",
             "rows": SIZE.0,
             "cols": SIZE.1,
@@ -43,7 +43,7 @@ pub async fn terminal_capture(servers: &Servers, passes: usize) -> Result<Vec<Me
             for _ in 0..passes.max(1) {
                 let demo = demo.clone();
                 let floor = tokio::task::spawn_blocking(move || {
-                    floor::direct_pty_read(&demo, &["flood", "10000"], SIZE)
+                    floor::direct_pty_read(&demo, &["flood", &FLOOD_LINES.to_string()], SIZE)
                 });
                 let (read, took) = floor.await.map_err(|e| e.to_string())??;
                 // The terminal makes each `\n` a `\r\n`: all of it came.

@@ -20,7 +20,7 @@ use crate::raw::RawServer;
 /// The throughput profile: `flood` with this many lines of `FLOOD_LINE_WIDTH` bytes, then
 /// its summary line; the whole output fits the largest allowed buffer (1,048,576 records).
 pub const FLOOD_PROFILE: &str = "flood-1m";
-const FLOOD_LINES: u64 = 10_000;
+pub const FLOOD_LINES: u64 = 10_000;
 const FLOOD_LINE_WIDTH: usize = 100;
 /// Code points `flood` writes before its summary line.
 const FLOOD_TOTAL: u64 = FLOOD_LINES * FLOOD_LINE_WIDTH as u64;
