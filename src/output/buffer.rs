@@ -84,6 +84,18 @@ pub fn count_chars(bytes: &[u8]) -> u64 {
     bytecount::num_chars(bytes) as u64
 }
 
+/// `text` up to its `n`-th code point (all of it when it holds no more). Text of no more
+/// bytes than `n` cannot reach it, so is kept without a walk.
+pub fn before_char(text: &str, n: u64) -> &str {
+    match usize::try_from(n) {
+        Ok(n) if n < text.len() => match text.char_indices().nth(n) {
+            Some((cut, _)) => &text[..cut],
+            None => text,
+        },
+        _ => text,
+    }
+}
+
 /// Bytes cut from the ring as text. Runs start and end on code point boundaries of the
 /// decoder's text, so they are UTF-8; that is checked (with SIMD, `simdutf8`: the standard
 /// library's check cost a third of a page of CJK text), and anything else is kept lossily.
@@ -628,6 +640,12 @@ pub(crate) mod tests {
         #[test]
         fn code_points_are_counted_as_the_standard_library_counts_them(text in ".{0,700}") {
             prop_assert_eq!(count_chars(text.as_bytes()), text.chars().count() as u64);
+        }
+
+        #[test]
+        fn the_text_before_a_code_point_holds_that_many(text in ".{0,40}", n in 0u64..60) {
+            let kept: String = text.chars().take(n as usize).collect();
+            prop_assert_eq!(before_char(&text, n), kept.as_str());
         }
     }
 

@@ -14,7 +14,7 @@ mod styled;
 mod tail;
 
 pub use ansi::{AnsiStripper, strip_entries, stripper_pair};
-pub use buffer::{Entry, OutputBuffer, Page, ReadError, Stream, count_chars};
+pub use buffer::{Entry, OutputBuffer, Page, ReadError, Stream, before_char, count_chars};
 pub use decoder::Utf8Decoder;
 pub use headtail::{HeadTail, Kept, Omitted};
 pub use redact::Redactor;

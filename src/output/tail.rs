@@ -9,7 +9,7 @@
 
 use std::collections::VecDeque;
 
-use super::{AnsiStripper, OutputBuffer, Page, count_chars, stripper_pair};
+use super::{AnsiStripper, OutputBuffer, Page, before_char, count_chars, stripper_pair};
 
 /// Counts line ends back from the end, in the raw text.
 pub struct TailSearch {
@@ -90,13 +90,7 @@ impl StrippedTailSearch {
                 break;
             }
             // Only what was written before the search began counts.
-            let text = match usize::try_from(self.end - entry.cursor) {
-                Ok(left) if left < entry.text.len() => match entry.text.char_indices().nth(left) {
-                    Some((cut, _)) => &entry.text[..cut],
-                    None => &entry.text,
-                },
-                _ => &entry.text,
-            };
+            let text = before_char(&entry.text, self.end - entry.cursor);
             let Self {
                 lines,
                 starts,

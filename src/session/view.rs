@@ -13,7 +13,7 @@ use super::pages::Evicted;
 use super::{Command, Origin, Reason, Session, Sessions, Snapshot};
 use crate::errors::ToolError;
 use crate::limits::GRACE_DEFAULT_MS;
-use crate::output::{Entry, StyledScreen, strip_entries};
+use crate::output::{Entry, StyledScreen, before_char, strip_entries};
 
 /// How a final session ended, beyond its snapshot.
 pub struct Ending {
@@ -71,10 +71,8 @@ impl Session {
             let past = page.entries.last().is_some_and(|e| e.cursor >= to);
             for mut entry in page.entries.into_iter().filter(|e| e.cursor < to) {
                 // An entry that runs past `to` is cut there (cursors count characters).
-                let keep = usize::try_from(to - entry.cursor).unwrap_or(usize::MAX);
-                if let Some((at, _)) = entry.text.char_indices().nth(keep) {
-                    entry.text.truncate(at);
-                }
+                let kept = before_char(&entry.text, to - entry.cursor).len();
+                entry.text.truncate(kept);
                 entries.push(entry);
             }
             if past {

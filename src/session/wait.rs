@@ -15,7 +15,8 @@ use super::{Session, sleep_until};
 use crate::errors::{ErrorCode, ToolError};
 use crate::limits::{AWAIT_POLL, PAGE_MAX_ENTRIES, SEARCH_STEP_BYTES};
 use crate::output::{
-    AnsiStripper, Entry, Leftmost, Page, ReadError, Search, Stream, count_chars, stripper_pair,
+    AnsiStripper, Entry, Leftmost, Page, ReadError, Search, Stream, before_char, count_chars,
+    stripper_pair,
 };
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -354,15 +355,7 @@ fn find_in(
             if at >= until {
                 return;
             }
-            // A run of no more bytes than the code points left cannot reach `until`.
-            let left = usize::try_from(until - at).unwrap_or(usize::MAX);
-            let cut = (run.len() > left)
-                .then(|| run.char_indices().nth(left))
-                .flatten();
-            let run = match cut {
-                Some((cut, _)) => &run[..cut],
-                None => run,
-            };
+            let run = before_char(run, until - at);
             if next_expected != Some(at) {
                 marks.push((text.len(), at));
             }
