@@ -222,13 +222,12 @@ impl Search {
         }
         // Not recalled: compiled anew, without looking among the recent ones again.
         if builds_quickly(pattern) {
-            let search = Search::build_anew(pattern).and_then(Search::charged);
-            return search.map_err(ToolError::from);
+            return Search::anew_for_client(pattern).map_err(ToolError::from);
         }
         let stopped = || ToolError::internal("compiling the pattern stopped");
         let _turn = COMPILING.acquire().await.map_err(|_| stopped())?;
         let pattern = pattern.to_owned();
-        tokio::task::spawn_blocking(move || Search::build_anew(&pattern).and_then(Search::charged))
+        tokio::task::spawn_blocking(move || Search::anew_for_client(&pattern))
             .await
             .map_err(|_| stopped())?
             .map_err(ToolError::from)
@@ -242,6 +241,11 @@ impl Search {
             + self.dfa.memory_usage()
             + self.dfa.get_nfa().memory_usage()
             + 2 * PATTERN_DFA_CACHE_BYTES
+    }
+
+    /// `for_client` compiled now, not looked for among the recent ones.
+    fn anew_for_client(pattern: &str) -> Result<Search, PatternError> {
+        Search::build_anew(pattern)?.charged()
     }
 
     /// The search of `pattern`, with the automata it compiled to lately if it did.
