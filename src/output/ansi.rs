@@ -9,34 +9,115 @@
 
 use std::ops::Range;
 
-/// A streaming stripper: feed code points in order, across any number of pieces.
+/// vte's parser, fed one code point at a time, and skipped where what it does is known:
+/// in its ground state (it printed since its last escape) it prints or executes every code
+/// point but ESC, and stays there.
 #[derive(Default)]
-pub struct AnsiStripper {
-    /// No OSC bytes are kept: a stripper needs none.
+pub struct Vte {
+    /// No OSC bytes are kept: neither the stripper nor the rendered lines need any.
     parser: vte::Parser<0>,
-    kept: bool,
-    /// The parser is known to be in its ground state (it printed since its last escape),
-    /// where it prints or executes every code point but ESC, and stays.
     ground: bool,
 }
 
-/// Records whether the character just fed was printed or acted on as text.
-struct Keep<'a> {
-    kept: &'a mut bool,
-    ground: &'a mut bool,
+impl Vte {
+    /// Feed `c` to `perform` as the parser would.
+    #[inline]
+    pub fn advance(&mut self, perform: &mut impl vte::Perform, c: char) {
+        if self.ground && c != '\x1b' {
+            match c {
+                '\x00'..='\x1f' | '\u{80}'..='\u{9f}' => perform.execute(c as u8),
+                _ => perform.print(c),
+            }
+        } else {
+            self.parse(perform, c);
+        }
+    }
+
+    /// `c` taken through the parser, whatever its state.
+    pub fn parse(&mut self, perform: &mut impl vte::Perform, c: char) {
+        let mut noted = NotePrint {
+            perform,
+            printed: false,
+        };
+        let mut utf8 = [0u8; 4];
+        self.parser
+            .advance(&mut noted, c.encode_utf8(&mut utf8).as_bytes());
+        // vte prints only in its ground state.
+        self.ground = noted.printed;
+    }
+
+    /// Whether the parser is known to be in its ground state.
+    pub fn ground(&self) -> bool {
+        self.ground
+    }
 }
 
-impl vte::Perform for Keep<'_> {
+/// A `Perform` passed on, noting whether the parser printed.
+struct NotePrint<'a, P> {
+    perform: &'a mut P,
+    printed: bool,
+}
+
+impl<P: vte::Perform> vte::Perform for NotePrint<'_, P> {
+    fn print(&mut self, c: char) {
+        self.printed = true;
+        self.perform.print(c);
+    }
+
+    fn execute(&mut self, byte: u8) {
+        self.perform.execute(byte);
+    }
+
+    fn hook(&mut self, params: &vte::Params, intermediates: &[u8], ignore: bool, action: char) {
+        self.perform.hook(params, intermediates, ignore, action);
+    }
+
+    fn put(&mut self, byte: u8) {
+        self.perform.put(byte);
+    }
+
+    fn unhook(&mut self) {
+        self.perform.unhook();
+    }
+
+    fn osc_dispatch(&mut self, params: &[&[u8]], bell_terminated: bool) {
+        self.perform.osc_dispatch(params, bell_terminated);
+    }
+
+    fn csi_dispatch(
+        &mut self,
+        params: &vte::Params,
+        intermediates: &[u8],
+        ignore: bool,
+        action: char,
+    ) {
+        self.perform
+            .csi_dispatch(params, intermediates, ignore, action);
+    }
+
+    fn esc_dispatch(&mut self, intermediates: &[u8], ignore: bool, byte: u8) {
+        self.perform.esc_dispatch(intermediates, ignore, byte);
+    }
+}
+
+/// A streaming stripper: feed code points in order, across any number of pieces.
+#[derive(Default)]
+pub struct AnsiStripper {
+    vte: Vte,
+}
+
+/// Records whether the character just fed was printed or acted on as text.
+struct Keep(bool);
+
+impl vte::Perform for Keep {
     fn print(&mut self, _: char) {
-        // vte prints only in its ground state.
-        *self.kept = true;
-        *self.ground = true;
+        self.0 = true;
     }
 
     fn execute(&mut self, byte: u8) {
         // CAN and SUB only cancel a sequence; C1 controls (U+0080..U+009F) are not text.
         if byte < 0x20 && byte != 0x18 && byte != 0x1a {
-            *self.kept = true;
+            self.0 = true;
         }
     }
 }
@@ -44,30 +125,17 @@ impl vte::Perform for Keep<'_> {
 impl AnsiStripper {
     /// Whether `c` is text to keep (true) or part of an escape sequence (false).
     pub fn keep(&mut self, c: char) -> bool {
-        if self.ground && c != '\x1b' {
-            // What the parser does there: print, or execute a control (`Keep::execute`).
-            return match c {
-                '\x00'..='\x1f' => !matches!(c, '\x18' | '\x1a'),
-                '\u{80}'..='\u{9f}' => false,
-                _ => true,
-            };
-        }
-        self.parse(c)
+        let mut keep = Keep(false);
+        self.vte.advance(&mut keep, c);
+        keep.0
     }
 
     /// Whether `c` is kept, taken through the parser whatever its state.
+    #[cfg(test)]
     pub(super) fn parse(&mut self, c: char) -> bool {
-        self.kept = false;
-        self.ground = false;
-        let mut utf8 = [0u8; 4];
-        self.parser.advance(
-            &mut Keep {
-                kept: &mut self.kept,
-                ground: &mut self.ground,
-            },
-            c.encode_utf8(&mut utf8).as_bytes(),
-        );
-        self.kept
+        let mut keep = Keep(false);
+        self.vte.parse(&mut keep, c);
+        keep.0
     }
 
     /// Calls `run(range)` for each run of `text` kept, as byte ranges in order: what `keep`
@@ -79,7 +147,7 @@ impl AnsiStripper {
         let mut start = None;
         let mut at = 0;
         while let Some(c) = text[at..].chars().next() {
-            if self.ground {
+            if self.vte.ground() {
                 // 0xC2 leads every C1 control (U+0080..U+009F) and never continues a code
                 // point, so the run ends on a code point's boundary.
                 let rest = &bytes[at..];

@@ -9,9 +9,7 @@
 //! line longer than `max_line` bytes comes out in pieces of that size, so memory stays
 //! bounded whatever the output.
 
-use vte::Perform as _;
-
-use super::AnsiStripper;
+use super::ansi::{AnsiStripper, Vte};
 use super::buffer::count_chars;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -31,7 +29,7 @@ pub struct Shaper {
     shape: Shape,
     max_line: usize,
     stripper: AnsiStripper,
-    parser: vte::Parser<0>,
+    parser: Vte,
     line: Line,
     /// Cursor of the first code point of the line being built, once it has one.
     line_start: Option<u64>,
@@ -49,9 +47,6 @@ struct Line {
     /// The cursor of the code point being fed, and where the line it ends began.
     at: u64,
     start: Option<u64>,
-    /// The parser is known to be in its ground state (it printed since its last escape),
-    /// where it prints or executes every code point but ESC, and stays.
-    ground: bool,
 }
 
 impl Line {
@@ -82,9 +77,7 @@ impl Line {
 
 impl vte::Perform for Line {
     fn print(&mut self, c: char) {
-        // vte prints only in its ground state.
         self.put(c);
-        self.ground = true;
     }
 
     fn execute(&mut self, byte: u8) {
@@ -140,7 +133,7 @@ impl Shaper {
             shape,
             max_line: max_line.max(4),
             stripper: AnsiStripper::default(),
-            parser: vte::Parser::default(),
+            parser: Vte::default(),
             line: Line::default(),
             line_start: None,
         }
@@ -153,21 +146,10 @@ impl Shaper {
             Shape::Raw => self.feed_raw(text, cursor, &mut line),
             Shape::Strip => self.feed_stripped(text, cursor, &mut line),
             Shape::Render => {
-                let mut utf8 = [0u8; 4];
                 for (at, c) in (cursor..).zip(text.chars()) {
                     self.line.at = at;
                     self.line.start.get_or_insert(at);
-                    if self.line.ground && c != '\x1b' {
-                        // What the parser does in its ground state, where it stays.
-                        match c {
-                            '\x00'..='\x1f' | '\u{80}'..='\u{9f}' => self.line.execute(c as u8),
-                            _ => self.line.print(c),
-                        }
-                    } else {
-                        self.line.ground = false;
-                        self.parser
-                            .advance(&mut self.line, c.encode_utf8(&mut utf8).as_bytes());
-                    }
+                    self.parser.advance(&mut self.line, c);
                     if self.line.cells.len() >= self.max_line {
                         let text = self
                             .line
