@@ -464,7 +464,7 @@ impl Session {
             if !piece.is_empty() {
                 self.captures().take(stream, piece, stored.start);
                 if let Some(sink) = &self.sink {
-                    let text = piece.to_owned();
+                    let text = piece.into();
                     sink.send(Feed::Output { text, end }).await;
                 }
             }
