@@ -43,8 +43,13 @@ pub enum Feed {
     Close(String),
 }
 
+/// What a queued feed holds besides its text: its slot in the queue and its text's
+/// allocation. Charged to each feed, so a program that writes a byte at a time cannot
+/// queue a million feeds in the room of a megabyte.
+const FEED_OVERHEAD: usize = 64;
+
 impl Feed {
-    /// What the feed takes of a queue's room: its text, and at least one byte.
+    /// What the feed takes of a queue's room: its text and what holding it costs.
     fn size(&self) -> u32 {
         let bytes = match self {
             Feed::Output { text, .. } => text.len(),
@@ -52,7 +57,7 @@ impl Feed {
             Feed::Resize { .. } => 0,
         };
         // A feed larger than the whole room takes all of it.
-        u32::try_from(bytes.clamp(1, SINK_QUEUE_BYTES)).unwrap_or(u32::MAX)
+        u32::try_from((bytes + FEED_OVERHEAD).min(SINK_QUEUE_BYTES)).unwrap_or(u32::MAX)
     }
 }
 
@@ -110,36 +115,44 @@ impl Sink {
         })
     }
 
-    /// Queue `feed` for the consumers it concerns, waiting for room.
+    /// Queue `feed` for the consumers it concerns, waiting for room: the recording's
+    /// first, so that input queued while output waits for the emulator's room still comes
+    /// after that output in the recording (both lanes serve their waiters in turn, so
+    /// output and resizes keep one order on both).
     pub async fn send(&self, feed: Feed) {
         let to_screen = matches!(feed, Feed::Output { .. } | Feed::Resize { .. });
-        match (&self.screen, &self.recording) {
-            (Some(screen), Some(recording)) => {
-                if to_screen {
-                    screen.send(feed.clone()).await;
-                }
-                recording.send(feed).await;
+        let screen = self.screen.as_ref().filter(|_| to_screen);
+        if let Some(recording) = &self.recording {
+            match screen {
+                Some(_) => recording.send(feed.clone()).await,
+                None => return recording.send(feed).await,
             }
-            (Some(screen), None) if to_screen => screen.send(feed).await,
-            (None, Some(recording)) => recording.send(feed).await,
-            _ => {}
+        }
+        if let Some(screen) = screen {
+            screen.send(feed).await;
         }
     }
 
-    /// Wait (at most `within`) until output up to `cursor` has been fed to the emulator.
-    pub async fn fed_to(&self, cursor: u64, within: Duration) {
+    /// Wait until output up to `cursor` has been fed to the emulator: at most `within`, or,
+    /// with none, until it has (the emulator of an ended session has at most its queue
+    /// left to draw, and once it ends this returns at once).
+    pub async fn fed_to(&self, cursor: u64, within: Option<Duration>) {
         let mut fed = self.fed.clone();
-        let _ = tokio::time::timeout(within, fed.wait_for(|at| *at >= cursor)).await;
+        let caught_up = fed.wait_for(|at| *at >= cursor);
+        match within {
+            Some(within) => drop(tokio::time::timeout(within, caught_up).await),
+            None => drop(caught_up.await),
+        }
     }
 
     /// The session ended: close the recording with `marker` after everything queued, and
     /// wait for it; the emulator ends once it has drawn what is queued, unwaited.
     pub async fn close(&self, marker: String) {
         if let Some(screen) = &self.screen {
-            screen.send(Feed::Close(String::new())).await;
+            screen.close(String::new());
         }
         if let Some(recording) = &self.recording {
-            recording.send(Feed::Close(marker)).await;
+            recording.close(marker);
             let thread = recording
                 .thread
                 .lock()
@@ -163,7 +176,15 @@ impl Lane {
             dropped: dropped.clone(),
         };
         let handle = Handle::current();
-        let thread = tokio::task::spawn_blocking(move || fed.run(rx, &handle));
+        let thread = tokio::task::spawn_blocking(move || {
+            let screen = matches!(fed.consumer, Consumer::Screen { .. });
+            fed.run(rx, &handle);
+            // An emulator ends after its session's own hand-back when it was still drawing
+            // (or outlives the session's record): hand back what it freed.
+            if screen {
+                super::return_memory();
+            }
+        });
         Lane {
             tx,
             room,
@@ -179,6 +200,12 @@ impl Lane {
             taken.forget();
             let _ = self.tx.send(feed);
         }
+    }
+
+    /// Queue the last feed without waiting for room: the session's end does not wait for
+    /// the emulator to take a piece. Nothing is given back for it.
+    fn close(&self, marker: String) {
+        let _ = self.tx.send(Feed::Close(marker));
     }
 }
 
@@ -229,7 +256,10 @@ impl Fed {
             if screen && self.dropped.load(Ordering::Relaxed) {
                 break;
             }
-            let size = feed.size();
+            let size = match feed {
+                Feed::Close(_) => 0,
+                _ => feed.size(),
+            };
             let closed = self.consumer.take(feed);
             self.room.add_permits(size as usize);
             if closed {
@@ -293,5 +323,126 @@ impl Consumer {
         if let Consumer::Recording(r) = self {
             r.flush();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::SystemTime;
+
+    use super::super::recording::Header;
+    use super::*;
+
+    const LONG: Duration = Duration::from_secs(30);
+
+    /// A sink with an emulator and a recording in `dir`, and the recording's path.
+    fn sink(dir: &std::path::Path) -> (Sink, Arc<Mutex<Screen>>, std::path::PathBuf) {
+        let argv = vec!["/bin/prog".to_owned()];
+        let header = Header {
+            command_id: "demo",
+            session_id: "0123456789abcdef0123456789abcdef",
+            argv: &argv,
+            created_at: SystemTime::now(),
+            cols: 80,
+            rows: 24,
+            term: "xterm-256color",
+        };
+        let recording = Recording::create(dir, &header).unwrap();
+        let path = dir.join(recording.name());
+        let screen = Arc::new(Mutex::new(Screen::new(24, 80, 1 << 20)));
+        let sink = Sink::start(Some(screen.clone()), Some(recording), None).unwrap();
+        (sink, screen, path)
+    }
+
+    /// The recording's events, as (kind, text).
+    fn events(path: &std::path::Path) -> Vec<(String, String)> {
+        let cast = std::fs::read_to_string(path).unwrap();
+        cast.lines()
+            .skip(1)
+            .map(|l| {
+                let e: serde_json::Value = serde_json::from_str(l).unwrap();
+                (
+                    e[1].as_str().unwrap().to_owned(),
+                    e[2].as_str().unwrap().to_owned(),
+                )
+            })
+            .collect()
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    // The emulator's lock is held across the sends on purpose: it is the stuck emulator.
+    #[allow(clippy::await_holding_lock)]
+    async fn the_end_waits_for_the_recording_and_not_for_the_emulator() {
+        let dir = tempfile::tempdir().unwrap();
+        let (sink, screen, path) = sink(dir.path());
+        // The emulator is stuck behind its lock.
+        let held = screen.lock().unwrap();
+        let mut end = 0;
+        for i in 0..100 {
+            let text = format!("line {i}\r\n");
+            end += text.len() as u64;
+            sink.send(Feed::Output {
+                text: text.into(),
+                end,
+            })
+            .await;
+        }
+        let closed = tokio::time::timeout(LONG, sink.close("exit 0".into())).await;
+        assert!(closed.is_ok(), "the end waited for the emulator");
+        let events = events(&path);
+        assert_eq!(
+            events.last().unwrap(),
+            &("m".to_owned(), "exit 0".to_owned())
+        );
+        assert_eq!(events.iter().filter(|(kind, _)| kind == "o").count(), 100);
+        // Once the emulator can draw, it catches up with all of it.
+        drop(held);
+        let fed = tokio::time::timeout(LONG, sink.fed_to(end, None)).await;
+        assert!(fed.is_ok(), "the emulator never caught up");
+        let view = screen.lock().unwrap().view(0);
+        assert_eq!(view.lines[22], "line 99");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    // The emulator's lock is held across the sends on purpose: it is the stuck emulator.
+    #[allow(clippy::await_holding_lock)]
+    async fn input_is_recorded_after_output_that_waits_for_the_emulator() {
+        let dir = tempfile::tempdir().unwrap();
+        let (sink, screen, path) = sink(dir.path());
+        let sink = Arc::new(sink);
+        let held = screen.lock().unwrap();
+        // Fill the emulator's room: the next piece waits for it.
+        let text = "x".repeat(SINK_QUEUE_BYTES - FEED_OVERHEAD).into();
+        let filled = tokio::time::timeout(LONG, sink.send(Feed::Output { text, end: 1 })).await;
+        assert!(filled.is_ok(), "the room was smaller than the queue's");
+        let waiting = tokio::spawn({
+            let sink = sink.clone();
+            async move {
+                let text = "the prompt> ".into();
+                sink.send(Feed::Output { text, end: 2 }).await;
+            }
+        });
+        // The prompt is recorded (flushed within `RECORDING_FLUSH_EVERY`) before the answer
+        // is typed, while it still waits for the emulator's room.
+        tokio::time::timeout(LONG, async {
+            while !std::fs::read_to_string(&path)
+                .unwrap()
+                .contains("the prompt> ")
+            {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        })
+        .await
+        .expect("the prompt was not recorded while the emulator was stuck");
+        assert!(!waiting.is_finished(), "the emulator's room was not full");
+        sink.send(Feed::Input("yes\r".into())).await;
+        drop(held);
+        tokio::time::timeout(LONG, waiting).await.unwrap().unwrap();
+        tokio::time::timeout(LONG, sink.close("exit 0".into()))
+            .await
+            .unwrap();
+        let events = events(&path);
+        let at = |kind: &str, text: &str| events.iter().position(|e| e.0 == kind && e.1 == text);
+        assert!(at("o", "the prompt> ").unwrap() < at("i", "yes\r").unwrap());
     }
 }

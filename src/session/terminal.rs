@@ -74,12 +74,16 @@ impl Session {
             .view(scrollback))
     }
 
-    /// Wait (bounded) until a terminal's emulator has taken every output stored so far, so
-    /// that whoever saw that output (a wait that matched it) finds it on the screen too.
+    /// Wait until a terminal's emulator has taken every output stored so far, so that
+    /// whoever saw that output (a wait that matched it) finds it on the screen too: at most
+    /// `SCREEN_CATCH_UP` while the session runs, and without a bound once its output is
+    /// settled (what is left to draw is at most the emulator's queue, and a session seen to
+    /// end shows the screen it ended on).
     pub async fn screen_caught_up(&self) {
         if let (Some(_), Some(sink)) = (&self.screen, &self.sink) {
-            let end = self.inspect(|s| s.output().end());
-            sink.fed_to(end, SCREEN_CATCH_UP).await;
+            let (end, settled) = self.inspect(|s| (s.output().end(), s.settled()));
+            sink.fed_to(end, (!settled).then_some(SCREEN_CATCH_UP))
+                .await;
         }
     }
 

@@ -107,6 +107,8 @@ pub async fn session_events(State(view): State<Arc<View>>, Path(id): Path<String
             let Some(session) = w.session.upgrade() else {
                 return Some((Ok(gone()), Watch { gone: true, ..w }));
             };
+            // As the page and the tools show it: with every output stored so far.
+            session.screen_caught_up().await;
             let html = pages::session_view(&session);
             drop(session);
             w.sent_at = Some(Instant::now());
