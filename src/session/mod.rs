@@ -201,6 +201,12 @@ fn return_memory() {
     }
 }
 
+/// A terminal's emulator, locked: one that panicked while drawing still holds the best view
+/// of the screen there is.
+fn lock_screen(screen: &Mutex<Screen>) -> MutexGuard<'_, Screen> {
+    screen.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 impl Session {
     /// A session over `state`, its readers and supervisor not yet started.
     fn new(identity: Identity, state: State, parts: Parts) -> Self {

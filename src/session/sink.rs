@@ -2,15 +2,16 @@
 //! `terminal_screen` and the live view, and the recording file. Each runs on a thread of the
 //! session's own (a lane), fed through a queue in the buffer's order, so the state lock is
 //! never held while they work and no async worker waits on them. A reader that outpaces a
-//! lane by `SINK_QUEUE_BYTES` waits for room (and the child for its reader), so memory stays
-//! bounded.
+//! lane by `SINK_QUEUE_BYTES` waits, once its piece is queued, until the lane has room for
+//! it again (and the child for its reader), so a queue holds at most that much besides the
+//! pieces whose senders wait.
 //!
 //! When the session ends, the recording is closed and waited for: its last output and its
 //! closing marker are in the file before the session's output is settled. The emulator is
 //! not waited for: what is left in its queue is drawn meanwhile, and `terminal_screen`
 //! waits for it (`fed_to`), as it does for a running session's output.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -19,6 +20,7 @@ use tokio::sync::{Semaphore, mpsc, watch};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
+use super::lock_screen;
 use super::recording::Recording;
 use crate::limits::{RECORDING_FLUSH_EVERY, SINK_QUEUE_BYTES};
 use crate::output::Screen;
@@ -53,8 +55,10 @@ impl Feed {
     fn size(&self) -> u32 {
         let bytes = match self {
             Feed::Output { text, .. } => text.len(),
-            Feed::Input(text) | Feed::Secret(text) | Feed::Close(text) => text.len(),
+            Feed::Input(text) | Feed::Secret(text) => text.len(),
             Feed::Resize { .. } => 0,
+            // Queued without room (`Sink::close`): nothing is given back for it.
+            Feed::Close(_) => return 0,
         };
         // A feed larger than the whole room takes all of it.
         u32::try_from((bytes + FEED_OVERHEAD).min(SINK_QUEUE_BYTES)).unwrap_or(u32::MAX)
@@ -64,18 +68,26 @@ impl Feed {
 pub struct Sink {
     screen: Option<Lane>,
     recording: Option<Lane>,
+    /// The recording's thread, waited for when the session ends.
+    recording_thread: Mutex<Option<JoinHandle<()>>>,
+    /// Set when the session is dropped: nobody will look at its screen again.
+    dropped: Arc<AtomicBool>,
     /// The buffer cursor up to which output has been fed to the emulator.
     fed: watch::Receiver<u64>,
 }
 
-/// A consumer's thread and its queue.
+/// The queue of a consumer's thread.
 struct Lane {
     tx: mpsc::UnboundedSender<Feed>,
-    /// The queue's room, in bytes: taken by each feed sent, given back once it is consumed.
-    room: Arc<Semaphore>,
-    /// Set when the session is dropped.
-    dropped: Arc<AtomicBool>,
-    thread: Mutex<Option<JoinHandle<()>>>,
+    room: Arc<Room>,
+}
+
+/// A queue's room, in bytes: taken by each feed queued, given back once it is consumed.
+struct Room {
+    free: Semaphore,
+    /// Room that senders who gave up waiting for it did not take: kept back from what is
+    /// given back.
+    owed: AtomicUsize,
 }
 
 /// What a lane's thread feeds.
@@ -85,6 +97,8 @@ enum Consumer {
         /// Where the emulator's answers to the program's queries go.
         master: Option<Arc<PtyMaster>>,
         fed: watch::Sender<u64>,
+        /// The session's `Sink::dropped`.
+        dropped: Arc<AtomicBool>,
     },
     Recording(Arc<Recording>),
 }
@@ -100,37 +114,56 @@ impl Sink {
             return None;
         }
         let (fed_tx, fed) = watch::channel(0);
+        let dropped = Arc::new(AtomicBool::new(false));
+        // The emulator's thread is never waited for: it ends once it has drawn its queue,
+        // or at the first feed after the session is dropped.
         let screen = screen.map(|screen| {
             Lane::start(Consumer::Screen {
                 screen,
                 master,
                 fed: fed_tx,
+                dropped: dropped.clone(),
             })
+            .0
         });
-        let recording = recording.map(|r| Lane::start(Consumer::Recording(r)));
+        let (recording, recording_thread) = match recording {
+            Some(r) => {
+                let (lane, thread) = Lane::start(Consumer::Recording(r));
+                (Some(lane), Some(thread))
+            }
+            None => (None, None),
+        };
         Some(Sink {
             screen,
             recording,
+            recording_thread: Mutex::new(recording_thread),
+            dropped,
             fed,
         })
     }
 
-    /// Queue `feed` for the consumers it concerns, waiting for room: the recording's
-    /// first, so that input queued while output waits for the emulator's room still comes
-    /// after that output in the recording (both lanes serve their waiters in turn, so
-    /// output and resizes keep one order on both).
+    /// Queue `feed` for the consumers it concerns, then wait for the room it takes in
+    /// each. It is queued at once, on both lanes in one step, so both keep the order of the
+    /// calls: input typed in answer to output that still waits for room comes after that
+    /// output.
     pub async fn send(&self, feed: Feed) {
         let to_screen = matches!(feed, Feed::Output { .. } | Feed::Resize { .. });
         let screen = self.screen.as_ref().filter(|_| to_screen);
-        if let Some(recording) = &self.recording {
-            match screen {
-                Some(_) => recording.send(feed.clone()).await,
-                None => return recording.send(feed).await,
+        let size = feed.size();
+        match (&self.recording, screen) {
+            (Some(recording), Some(screen)) => {
+                recording.queue(feed.clone());
+                screen.queue(feed);
             }
+            (Some(lane), None) | (None, Some(lane)) => lane.queue(feed),
+            (None, None) => return,
         }
-        if let Some(screen) = screen {
-            screen.send(feed).await;
-        }
+        // Both waits begin in the step that queued the feed, so a sender that gives up at
+        // any point leaves owed whatever room it had yet to take.
+        tokio::join!(
+            Lane::take_room(self.recording.as_ref(), size),
+            Lane::take_room(screen, size)
+        );
     }
 
     /// Wait until output up to `cursor` has been fed to the emulator: at most `within`, or,
@@ -148,32 +181,41 @@ impl Sink {
     /// The session ended: close the recording with `marker` after everything queued, and
     /// wait for it; the emulator ends once it has drawn what is queued, unwaited.
     pub async fn close(&self, marker: String) {
+        // The last feeds take no room: the end does not wait for the emulator's.
         if let Some(screen) = &self.screen {
-            screen.close(String::new());
+            screen.queue(Feed::Close(String::new()));
         }
         if let Some(recording) = &self.recording {
-            recording.close(marker);
-            let thread = recording
-                .thread
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .take();
-            if let Some(thread) = thread {
-                let _ = thread.await;
-            }
+            recording.queue(Feed::Close(marker));
+        }
+        let thread = self
+            .recording_thread
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        if let Some(thread) = thread {
+            let _ = thread.await;
         }
     }
 }
 
+impl Drop for Sink {
+    fn drop(&mut self) {
+        self.dropped.store(true, Ordering::Relaxed);
+    }
+}
+
 impl Lane {
-    fn start(consumer: Consumer) -> Lane {
+    /// A lane and its thread, started on `consumer`.
+    fn start(consumer: Consumer) -> (Lane, JoinHandle<()>) {
         let (tx, rx) = mpsc::unbounded_channel();
-        let room = Arc::new(Semaphore::new(SINK_QUEUE_BYTES));
-        let dropped = Arc::new(AtomicBool::new(false));
+        let room = Arc::new(Room {
+            free: Semaphore::new(SINK_QUEUE_BYTES),
+            owed: AtomicUsize::new(0),
+        });
         let fed = Fed {
             consumer,
             room: room.clone(),
-            dropped: dropped.clone(),
         };
         let handle = Handle::current();
         let thread = tokio::task::spawn_blocking(move || {
@@ -185,47 +227,66 @@ impl Lane {
                 super::return_memory();
             }
         });
-        Lane {
-            tx,
-            room,
-            dropped,
-            thread: Mutex::new(Some(thread)),
-        }
+        (Lane { tx, room }, thread)
     }
 
-    async fn send(&self, feed: Feed) {
-        // The thread gives the room back, and closes it when it ends: nothing queued after
-        // that would be read.
-        if let Ok(taken) = self.room.acquire_many(feed.size()).await {
-            taken.forget();
-            let _ = self.tx.send(feed);
-        }
+    fn queue(&self, feed: Feed) {
+        let _ = self.tx.send(feed);
     }
 
-    /// Queue the last feed without waiting for room: the session's end does not wait for
-    /// the emulator to take a piece. Nothing is given back for it.
-    fn close(&self, marker: String) {
-        let _ = self.tx.send(Feed::Close(marker));
+    /// Wait for room for a feed of `size` queued on `lane`, if there is one.
+    async fn take_room(lane: Option<&Lane>, size: u32) {
+        if let Some(lane) = lane {
+            lane.room.take(size).await;
+        }
     }
 }
 
-impl Drop for Lane {
-    fn drop(&mut self) {
-        self.dropped.store(true, Ordering::Relaxed);
+impl Room {
+    /// Wait until there is room for a feed of `size` the caller queued. A caller that gives
+    /// up meanwhile leaves that room owed.
+    async fn take(&self, size: u32) {
+        struct Owed<'a>(&'a AtomicUsize, u32);
+        impl Drop for Owed<'_> {
+            fn drop(&mut self) {
+                self.0.fetch_add(self.1 as usize, Ordering::Relaxed);
+            }
+        }
+        let owed = Owed(&self.owed, size);
+        // The thread gives the room back, and closes it when it ends: then nothing queued
+        // will be read, and there is nothing to wait for.
+        if let Ok(taken) = self.free.acquire_many(size).await {
+            taken.forget();
+        }
+        std::mem::forget(owed);
+    }
+
+    /// A feed of `size` was consumed: its room is free again, less what is owed.
+    fn give_back(&self, size: u32) {
+        let size = size as usize;
+        let mut kept = 0;
+        if self.owed.load(Ordering::Relaxed) > 0 {
+            let _ = self
+                .owed
+                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |owed| {
+                    kept = owed.min(size);
+                    Some(owed - kept)
+                });
+        }
+        self.free.add_permits(size - kept);
     }
 }
 
 /// A lane's thread: its consumer and the queue's room.
 struct Fed {
     consumer: Consumer,
-    room: Arc<Semaphore>,
-    dropped: Arc<AtomicBool>,
+    room: Arc<Room>,
 }
 
-/// However the thread ends, no reader waits for room it would never give back.
+/// However the thread ends, no sender waits for room it would never give back.
 impl Drop for Fed {
     fn drop(&mut self) {
-        self.room.close();
+        self.room.free.close();
     }
 }
 
@@ -252,16 +313,12 @@ impl Fed {
             };
             // Once the session is gone, nobody will look at its screen; its recording
             // still gets all of its output.
-            let screen = matches!(self.consumer, Consumer::Screen { .. });
-            if screen && self.dropped.load(Ordering::Relaxed) {
+            if self.consumer.forgotten() {
                 break;
             }
-            let size = match feed {
-                Feed::Close(_) => 0,
-                _ => feed.size(),
-            };
+            let size = feed.size();
             let closed = self.consumer.take(feed);
-            self.room.add_permits(size as usize);
+            self.room.give_back(size);
             if closed {
                 break;
             }
@@ -288,22 +345,19 @@ impl Consumer {
                     screen,
                     master,
                     fed,
+                    ..
                 },
                 Feed::Output { text, end },
             ) => {
-                let replies = screen
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .feed(text.as_bytes());
+                let replies = lock_screen(screen).feed(text.as_bytes());
                 if let (Some(master), false) = (master, replies.is_empty()) {
                     master.try_write(&replies);
                 }
                 fed.send_replace(end);
             }
-            (Consumer::Screen { screen, .. }, Feed::Resize { rows, cols }) => screen
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .resize(rows, cols),
+            (Consumer::Screen { screen, .. }, Feed::Resize { rows, cols }) => {
+                lock_screen(screen).resize(rows, cols)
+            }
             (Consumer::Recording(r), Feed::Output { text, .. }) => r.output(&text),
             (Consumer::Recording(r), Feed::Input(text)) if !text.is_empty() => {
                 r.input(text.as_bytes())
@@ -313,6 +367,11 @@ impl Consumer {
             _ => {}
         }
         false
+    }
+
+    /// An emulator whose session was dropped.
+    fn forgotten(&self) -> bool {
+        matches!(self, Consumer::Screen { dropped, .. } if dropped.load(Ordering::Relaxed))
     }
 
     fn dirty(&self) -> bool {
@@ -328,6 +387,7 @@ impl Consumer {
 
 #[cfg(test)]
 mod tests {
+    use std::task::Poll;
     use std::time::SystemTime;
 
     use super::super::recording::Header;
@@ -409,40 +469,63 @@ mod tests {
     async fn input_is_recorded_after_output_that_waits_for_the_emulator() {
         let dir = tempfile::tempdir().unwrap();
         let (sink, screen, path) = sink(dir.path());
-        let sink = Arc::new(sink);
         let held = screen.lock().unwrap();
         // Fill the emulator's room: the next piece waits for it.
         let text = "x".repeat(SINK_QUEUE_BYTES - FEED_OVERHEAD).into();
         let filled = tokio::time::timeout(LONG, sink.send(Feed::Output { text, end: 1 })).await;
         assert!(filled.is_ok(), "the room was smaller than the queue's");
-        let waiting = tokio::spawn({
-            let sink = sink.clone();
-            async move {
-                let text = "the prompt> ".into();
-                sink.send(Feed::Output { text, end: 2 }).await;
-            }
-        });
-        // The prompt is recorded (flushed within `RECORDING_FLUSH_EVERY`) before the answer
-        // is typed, while it still waits for the emulator's room.
-        tokio::time::timeout(LONG, async {
-            while !std::fs::read_to_string(&path)
-                .unwrap()
-                .contains("the prompt> ")
-            {
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
-        })
-        .await
-        .expect("the prompt was not recorded while the emulator was stuck");
-        assert!(!waiting.is_finished(), "the emulator's room was not full");
+        let mut prompt = std::pin::pin!(sink.send(Feed::Output {
+            text: "the prompt> ".into(),
+            end: 2,
+        }));
+        // Sent once: it is queued, and waits for room (the emulator's is full).
+        let waits = std::future::poll_fn(|cx| Poll::Ready(prompt.as_mut().poll(cx).is_pending()));
+        assert!(waits.await, "the prompt did not wait for room");
+        // The answer is typed while the prompt still waits.
         sink.send(Feed::Input("yes\r".into())).await;
         drop(held);
-        tokio::time::timeout(LONG, waiting).await.unwrap().unwrap();
+        tokio::time::timeout(LONG, prompt).await.unwrap();
         tokio::time::timeout(LONG, sink.close("exit 0".into()))
             .await
             .unwrap();
         let events = events(&path);
         let at = |kind: &str, text: &str| events.iter().position(|e| e.0 == kind && e.1 == text);
         assert!(at("o", "the prompt> ").unwrap() < at("i", "yes\r").unwrap());
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    // The emulator's lock is held across the sends on purpose: it is the stuck emulator.
+    #[allow(clippy::await_holding_lock)]
+    async fn a_send_given_up_leaves_the_room_as_it_was() {
+        let dir = tempfile::tempdir().unwrap();
+        let (sink, screen, _path) = sink(dir.path());
+        let held = screen.lock().unwrap();
+        let text = "x".repeat(SINK_QUEUE_BYTES - FEED_OVERHEAD).into();
+        sink.send(Feed::Output { text, end: 1 }).await;
+        {
+            let mut given_up = std::pin::pin!(sink.send(Feed::Output {
+                text: "given up".into(),
+                end: 2,
+            }));
+            let waits =
+                std::future::poll_fn(|cx| Poll::Ready(given_up.as_mut().poll(cx).is_pending()));
+            assert!(waits.await, "the piece did not wait for room");
+        }
+        drop(held);
+        let last = Feed::Output {
+            text: "last".into(),
+            end: 3,
+        };
+        let size = last.size() as usize;
+        sink.send(last).await;
+        tokio::time::timeout(LONG, sink.fed_to(3, None))
+            .await
+            .unwrap();
+        // Every piece before the last has given its room back; the last may have.
+        let free = sink.screen.as_ref().unwrap().room.free.available_permits();
+        assert!(
+            free == SINK_QUEUE_BYTES - size || free == SINK_QUEUE_BYTES,
+            "{free} bytes of room"
+        );
     }
 }

@@ -3,8 +3,8 @@
 
 use nix::sys::signal::Signal;
 
-use super::Session;
 use super::sink::Feed;
+use super::{Session, lock_screen};
 use crate::errors::{ErrorCode, ToolError};
 use crate::limits::{CAP_TOTAL_EMULATOR_CELLS, SCREEN_CATCH_UP};
 use crate::output::{Screen, ScreenView};
@@ -37,7 +37,7 @@ impl Session {
         if self.status().is_final() {
             return Err(self.not_running());
         }
-        let budget = screen.lock().unwrap_or_else(|e| e.into_inner()).budget();
+        let budget = lock_screen(screen).budget();
         if !Screen::fits(rows, cols, budget) {
             let most = budget / 2;
             return Err(ToolError::invalid_argument(
@@ -68,10 +68,7 @@ impl Session {
     pub async fn screen(&self, scrollback: usize) -> Result<ScreenView, ToolError> {
         let screen = self.screen.as_ref().ok_or_else(|| self.not_a_pty())?;
         self.screen_caught_up().await;
-        Ok(screen
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .view(scrollback))
+        Ok(lock_screen(screen).view(scrollback))
     }
 
     /// Wait until a terminal's emulator has taken every output stored so far, so that

@@ -10,7 +10,7 @@ use std::time::{Duration, SystemTime};
 use tokio::sync::watch;
 
 use super::pages::Evicted;
-use super::{Command, Origin, Reason, Session, Sessions, Snapshot};
+use super::{Command, Origin, Reason, Session, Sessions, Snapshot, lock_screen};
 use crate::errors::ToolError;
 use crate::limits::GRACE_DEFAULT_MS;
 use crate::output::{Entry, StyledScreen, before_char, strip_entries};
@@ -106,14 +106,14 @@ impl Session {
     /// A PTY session's screen with colours and cursor; `None` on pipes.
     pub fn styled_screen(&self) -> Option<StyledScreen> {
         let screen = self.screen.as_ref()?;
-        Some(screen.lock().unwrap_or_else(|e| e.into_inner()).styled())
+        Some(lock_screen(screen).styled())
     }
 
     /// A PTY session's last full screen: the alternate screen as the program left it
     /// (leaving wipes it), while the main screen is shown; `None` otherwise.
     pub fn last_full_screen(&self) -> Option<StyledScreen> {
         let screen = self.screen.as_ref()?;
-        let screen = screen.lock().unwrap_or_else(|e| e.into_inner());
+        let screen = lock_screen(screen);
         if screen.on_alternate_screen() {
             return None;
         }
