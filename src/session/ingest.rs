@@ -441,34 +441,37 @@ impl Session {
     /// `write`). False when the record was discarded first (the rest is dropped).
     pub(super) async fn deliver(&self, stream: Stream, mut rest: &str) -> bool {
         while !rest.is_empty() {
-            // Two readers keep the buffer's order in the sink.
-            let order = match &self.sink {
-                Some(_) => Some(self.order.lock().await),
-                None => None,
-            };
             let consumed = self.captures().armed(stream);
             // Stored and acknowledged read under one lock: an acknowledgement that comes
-            // after this store changes `acknowledged` from `seen`, so none is missed.
+            // after this store changes `acknowledged` from `seen`, so none is missed. The
+            // piece is queued for the emulator and the recording under it too, so they take
+            // the streams in the buffer's order, and whoever sees it in the buffer sees it
+            // queued: input typed in answer is recorded after it.
             let stored = self.update(|s| {
                 if s.discarded() {
                     s.stop_holding(stream);
                     return None;
                 }
                 let stored = s.store(stream, rest, consumed);
-                Some((stored, s.acknowledged(), s.output().end()))
+                let room = match (&self.sink, stored.taken) {
+                    (Some(sink), 1..) => Some(sink.send(Feed::Output {
+                        text: rest[..stored.taken].into(),
+                        end: s.output().end(),
+                    })),
+                    _ => None,
+                };
+                Some((stored, s.acknowledged(), room))
             });
-            let Some((stored, seen, end)) = stored else {
+            let Some((stored, seen, room)) = stored else {
                 return false;
             };
             let piece = &rest[..stored.taken];
             if !piece.is_empty() {
                 self.captures().take(stream, piece, stored.start);
-                if let Some(sink) = &self.sink {
-                    let text = piece.into();
-                    sink.send(Feed::Output { text, end }).await;
-                }
             }
-            drop(order);
+            if let Some(room) = room {
+                room.await;
+            }
             rest = &rest[stored.taken..];
             if !rest.is_empty() {
                 self.wait_for(|s| s.acknowledged() != seen || s.discarded())

@@ -88,9 +88,6 @@ pub struct Session {
     captures: Mutex<Captures>,
     /// The emulator and the recording, fed off the async workers.
     sink: Option<Sink>,
-    /// Held by a reader from storing a piece to queueing it for the sink, so the sink sees
-    /// the buffer's order of the streams.
-    order: tokio::sync::Mutex<()>,
     /// How much of a typed command's echo the terminal has shown (characters, tabs not
     /// counted): typing into a line-discipline shell waits for it, so the terminal's echo
     /// never overflows.
@@ -227,7 +224,6 @@ impl Session {
             controls: parts.controls,
             captures: Mutex::default(),
             sink: parts.sink,
-            order: tokio::sync::Mutex::new(()),
             echo_seen: std::sync::atomic::AtomicUsize::new(0),
             exec: tokio::sync::Mutex::default(),
             named_at: Mutex::new(Instant::now()),

@@ -4,7 +4,7 @@
 //! never held while they work and no async worker waits on them. A reader that outpaces a
 //! lane by `SINK_QUEUE_BYTES` waits, once its piece is queued, until the lane has room for
 //! it again (and the child for its reader), so a queue holds at most that much besides the
-//! pieces whose senders wait.
+//! pieces whose senders wait, or gave up waiting, until they are taken.
 //!
 //! When the session ends, the recording is closed and waited for: its last output and its
 //! closing marker are in the file before the session's output is settled. The emulator is
@@ -68,6 +68,8 @@ impl Feed {
 pub struct Sink {
     screen: Option<Lane>,
     recording: Option<Lane>,
+    /// Held while a feed is queued on both lanes.
+    queueing: Mutex<()>,
     /// The recording's thread, waited for when the session ends.
     recording_thread: Mutex<Option<JoinHandle<()>>>,
     /// Set when the session is dropped: nobody will look at its screen again.
@@ -82,7 +84,8 @@ struct Lane {
     room: Arc<Room>,
 }
 
-/// A queue's room, in bytes: taken by each feed queued, given back once it is consumed.
+/// A queue's room, in bytes: taken for each feed queued but the end marker, given back once
+/// it is consumed.
 struct Room {
     free: Semaphore,
     /// Room that senders who gave up waiting for it did not take: kept back from what is
@@ -115,8 +118,8 @@ impl Sink {
         }
         let (fed_tx, fed) = watch::channel(0);
         let dropped = Arc::new(AtomicBool::new(false));
-        // The emulator's thread is never waited for: it ends once it has drawn its queue,
-        // or at the first feed after the session is dropped.
+        // The emulator's thread is never waited for: it ends once it has drawn up to the
+        // end marker, or at the first feed after the session is dropped.
         let screen = screen.map(|screen| {
             Lane::start(Consumer::Screen {
                 screen,
@@ -136,34 +139,39 @@ impl Sink {
         Some(Sink {
             screen,
             recording,
+            queueing: Mutex::new(()),
             recording_thread: Mutex::new(recording_thread),
             dropped,
             fed,
         })
     }
 
-    /// Queue `feed` for the consumers it concerns, then wait for the room it takes in
-    /// each. It is queued at once, on both lanes in one step, so both keep the order of the
-    /// calls: input typed in answer to output that still waits for room comes after that
-    /// output.
-    pub async fn send(&self, feed: Feed) {
+    /// Queue `feed` for the consumers it concerns, now, and hand back the wait for the
+    /// room it takes in each. It is queued on both lanes under one lock, so both keep the
+    /// order of the calls: a caller that queues output under the lock it stores it under
+    /// has it queued before anyone can see it, and before any answer to it. Dropped before
+    /// it is done, the wait leaves the room it had yet to take owed.
+    pub fn send(&self, feed: Feed) -> impl Future<Output = ()> + Send + '_ {
         let to_screen = matches!(feed, Feed::Output { .. } | Feed::Resize { .. });
         let screen = self.screen.as_ref().filter(|_| to_screen);
+        let recording = self.recording.as_ref();
         let size = feed.size();
-        match (&self.recording, screen) {
-            (Some(recording), Some(screen)) => {
-                recording.queue(feed.clone());
-                screen.queue(feed);
+        {
+            let _queueing = self.queueing.lock().unwrap_or_else(|e| e.into_inner());
+            match (recording, screen) {
+                (Some(recording), Some(screen)) => {
+                    recording.queue(feed.clone());
+                    screen.queue(feed);
+                }
+                (Some(lane), None) | (None, Some(lane)) => lane.queue(feed),
+                (None, None) => {}
             }
-            (Some(lane), None) | (None, Some(lane)) => lane.queue(feed),
-            (None, None) => return,
         }
-        // Both waits begin in the step that queued the feed, so a sender that gives up at
-        // any point leaves owed whatever room it had yet to take.
-        tokio::join!(
-            Lane::take_room(self.recording.as_ref(), size),
-            Lane::take_room(screen, size)
-        );
+        let recording = recording.map(|lane| Owed::new(&lane.room, size));
+        let screen = screen.map(|lane| Owed::new(&lane.room, size));
+        async move {
+            tokio::join!(Owed::pay(recording), Owed::pay(screen));
+        }
     }
 
     /// Wait until output up to `cursor` has been fed to the emulator: at most `within`, or,
@@ -233,34 +241,42 @@ impl Lane {
     fn queue(&self, feed: Feed) {
         let _ = self.tx.send(feed);
     }
-
-    /// Wait for room for a feed of `size` queued on `lane`, if there is one.
-    async fn take_room(lane: Option<&Lane>, size: u32) {
-        if let Some(lane) = lane {
-            lane.room.take(size).await;
-        }
-    }
 }
 
-impl Room {
-    /// Wait until there is room for a feed of `size` the caller queued. A caller that gives
-    /// up meanwhile leaves that room owed.
-    async fn take(&self, size: u32) {
-        struct Owed<'a>(&'a AtomicUsize, u32);
-        impl Drop for Owed<'_> {
-            fn drop(&mut self) {
-                self.0.fetch_add(self.1 as usize, Ordering::Relaxed);
-            }
-        }
-        let owed = Owed(&self.owed, size);
+/// The room a queued feed has yet to take from its lane: owed when its sender gives up.
+struct Owed<'a> {
+    room: &'a Room,
+    size: u32,
+}
+
+impl<'a> Owed<'a> {
+    fn new(room: &'a Room, size: u32) -> Self {
+        Owed { room, size }
+    }
+
+    /// Wait until there is room, and take it (none to wait for, without a lane).
+    async fn pay(owed: Option<Owed<'a>>) {
+        let Some(owed) = owed else {
+            return;
+        };
         // The thread gives the room back, and closes it when it ends: then nothing queued
         // will be read, and there is nothing to wait for.
-        if let Ok(taken) = self.free.acquire_many(size).await {
+        if let Ok(taken) = owed.room.free.acquire_many(owed.size).await {
             taken.forget();
         }
         std::mem::forget(owed);
     }
+}
 
+impl Drop for Owed<'_> {
+    fn drop(&mut self) {
+        self.room
+            .owed
+            .fetch_add(self.size as usize, Ordering::Relaxed);
+    }
+}
+
+impl Room {
     /// A feed of `size` was consumed: its room is free again, less what is owed.
     fn give_back(&self, size: u32) {
         let size = size as usize;
@@ -387,6 +403,7 @@ impl Consumer {
 
 #[cfg(test)]
 mod tests {
+    use std::pin::Pin;
     use std::task::Poll;
     use std::time::SystemTime;
 
@@ -463,27 +480,29 @@ mod tests {
         assert_eq!(view.lines[22], "line 99");
     }
 
+    /// Whether `future`, polled once, waits.
+    async fn waits(future: Pin<&mut impl Future>) -> bool {
+        let mut future = future;
+        std::future::poll_fn(|cx| Poll::Ready(future.as_mut().poll(cx).is_pending())).await
+    }
+
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    // The emulator's lock is held across the sends on purpose: it is the stuck emulator.
-    #[allow(clippy::await_holding_lock)]
-    async fn input_is_recorded_after_output_that_waits_for_the_emulator() {
+    async fn input_is_recorded_after_output_that_waits_for_room() {
         let dir = tempfile::tempdir().unwrap();
-        let (sink, screen, path) = sink(dir.path());
-        let held = screen.lock().unwrap();
-        // Fill the emulator's room: the next piece waits for it.
-        let text = "x".repeat(SINK_QUEUE_BYTES - FEED_OVERHEAD).into();
-        let filled = tokio::time::timeout(LONG, sink.send(Feed::Output { text, end: 1 })).await;
-        assert!(filled.is_ok(), "the room was smaller than the queue's");
+        let (sink, _screen, path) = sink(dir.path());
+        // The recording's room is all taken: whatever is sent now waits for it.
+        let room = &sink.recording.as_ref().unwrap().room.free;
+        let full = room.acquire_many(SINK_QUEUE_BYTES as u32).await.unwrap();
         let mut prompt = std::pin::pin!(sink.send(Feed::Output {
             text: "the prompt> ".into(),
-            end: 2,
+            end: 1,
         }));
-        // Sent once: it is queued, and waits for room (the emulator's is full).
-        let waits = std::future::poll_fn(|cx| Poll::Ready(prompt.as_mut().poll(cx).is_pending()));
-        assert!(waits.await, "the prompt did not wait for room");
-        // The answer is typed while the prompt still waits.
-        sink.send(Feed::Input("yes\r".into())).await;
-        drop(held);
+        assert!(waits(prompt.as_mut()).await, "the prompt did not wait");
+        // The answer is typed while the prompt waits, and its own wait ends first.
+        let mut answer = std::pin::pin!(sink.send(Feed::Input("yes\r".into())));
+        assert!(waits(answer.as_mut()).await, "the answer did not wait");
+        drop(full);
+        tokio::time::timeout(LONG, answer).await.unwrap();
         tokio::time::timeout(LONG, prompt).await.unwrap();
         tokio::time::timeout(LONG, sink.close("exit 0".into()))
             .await
@@ -500,16 +519,15 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let (sink, screen, _path) = sink(dir.path());
         let held = screen.lock().unwrap();
-        let text = "x".repeat(SINK_QUEUE_BYTES - FEED_OVERHEAD).into();
+        // All but 10 bytes of the room taken: the next piece takes those and waits.
+        let text = "x".repeat(SINK_QUEUE_BYTES - FEED_OVERHEAD - 10).into();
         sink.send(Feed::Output { text, end: 1 }).await;
         {
             let mut given_up = std::pin::pin!(sink.send(Feed::Output {
                 text: "given up".into(),
                 end: 2,
             }));
-            let waits =
-                std::future::poll_fn(|cx| Poll::Ready(given_up.as_mut().poll(cx).is_pending()));
-            assert!(waits.await, "the piece did not wait for room");
+            assert!(waits(given_up.as_mut()).await, "the piece did not wait");
         }
         drop(held);
         let last = Feed::Output {
@@ -522,10 +540,20 @@ mod tests {
             .await
             .unwrap();
         // Every piece before the last has given its room back; the last may have.
-        let free = sink.screen.as_ref().unwrap().room.free.available_permits();
+        let free = |lane: &Option<Lane>| lane.as_ref().unwrap().room.free.available_permits();
+        let screen = free(&sink.screen);
         assert!(
-            free == SINK_QUEUE_BYTES - size || free == SINK_QUEUE_BYTES,
-            "{free} bytes of room"
+            screen == SINK_QUEUE_BYTES - size || screen == SINK_QUEUE_BYTES,
+            "{screen} bytes of the emulator's room"
+        );
+        // Once the recording has ended, it has given back all of it.
+        tokio::time::timeout(LONG, sink.close("exit 0".into()))
+            .await
+            .unwrap();
+        assert_eq!(
+            free(&sink.recording),
+            SINK_QUEUE_BYTES,
+            "the recording's room"
         );
     }
 }
