@@ -94,8 +94,9 @@ pub const RECORDING_FLUSH_EVERY: Duration = Duration::from_millis(100);
 pub const RECORDING_MAX_BYTES: u64 = 64 * 1024 * 1024;
 
 /// Bytes of output queued for a session's emulator and for its recording past which a
-/// reader, once its piece is queued, waits: what 16 reads of a pipe could queue. Counted in bytes, not pieces, so a terminal's
-/// small reads (4 KiB at most) let its program run as far ahead of the emulator.
+/// reader, once its piece is queued, waits: what 16 reads of a pipe could queue. Counted in
+/// bytes, not pieces, so a terminal's small reads (4 KiB at most) let its program run as far
+/// ahead of the emulator.
 pub const SINK_QUEUE_BYTES: usize = 16 * READ_CHUNK_BYTES;
 /// How long `terminal_screen` waits for the emulator to catch up with the output.
 pub const SCREEN_CATCH_UP: Duration = Duration::from_secs(2);

@@ -1,7 +1,7 @@
 //! Reading a session's output: one task per stream decodes what the child writes, takes out
 //! the shell integration's marks (recording where each one was), redacts secret values, and
-//! delivers the text to the buffer, to the capture of a running command and to the sink
-//! (emulator and recording), in that order.
+//! delivers the text to the buffer and the sink (emulator and recording) at once, then to
+//! the capture of a running command.
 //!
 //! Held back, and released by one rule: what may still become a mark (an escape sequence cut
 //! by the end of a read) and, in a session whose profile allows secrets, the trailing
@@ -30,7 +30,6 @@ use tokio::time::Instant;
 
 use super::shell::scan::{Mark, Piece, Scanner};
 use super::shell::{CaptureChange, Typing};
-use super::sink::Feed;
 use super::{Session, sleep_until};
 use crate::limits::{INSTALL_HELD_MAX_BYTES, READ_CHUNK_BYTES, REDACT_HOLD_MAX, REDACT_HOLD_QUIET};
 use crate::output::{Redactor, Stream, Utf8Decoder};
@@ -454,10 +453,9 @@ impl Session {
                 }
                 let stored = s.store(stream, rest, consumed);
                 let room = match (&self.sink, stored.taken) {
-                    (Some(sink), 1..) => Some(sink.send(Feed::Output {
-                        text: rest[..stored.taken].into(),
-                        end: s.output().end(),
-                    })),
+                    (Some(sink), 1..) => {
+                        Some(sink.queue_output(rest[..stored.taken].into(), s.output().end()))
+                    }
                     _ => None,
                 };
                 Some((stored, s.acknowledged(), room))

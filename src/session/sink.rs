@@ -1,10 +1,11 @@
 //! The consumers of a session's output that take time: the terminal emulator behind
 //! `terminal_screen` and the live view, and the recording file. Each runs on a thread of the
 //! session's own (a lane), fed through a queue in the buffer's order, so the state lock is
-//! never held while they work and no async worker waits on them. A reader that outpaces a
-//! lane by `SINK_QUEUE_BYTES` waits, once its piece is queued, until the lane has room for
-//! it again (and the child for its reader), so a queue holds at most that much besides the
-//! pieces whose senders wait, or gave up waiting, until they are taken.
+//! never held while they work and no async worker waits on them. A reader queues each
+//! piece as it stores it in the buffer, and once a lane is `SINK_QUEUE_BYTES` behind it then
+//! waits until the lane has room for the piece again (and the child for its reader); input
+//! and resizes wait for room before they are queued. So a queue holds at most that much
+//! besides one piece for each reader.
 //!
 //! When the session ends, the recording is closed and waited for: its last output and its
 //! closing marker are in the file before the session's output is settled. The emulator is
@@ -16,7 +17,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::runtime::Handle;
-use tokio::sync::{Semaphore, mpsc, watch};
+use tokio::sync::{Semaphore, SemaphorePermit, mpsc, watch};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
@@ -146,31 +147,54 @@ impl Sink {
         })
     }
 
-    /// Queue `feed` for the consumers it concerns, now, and hand back the wait for the
-    /// room it takes in each. It is queued on both lanes under one lock, so both keep the
-    /// order of the calls: a caller that queues output under the lock it stores it under
-    /// has it queued before anyone can see it, and before any answer to it. Dropped before
-    /// it is done, the wait leaves the room it had yet to take owed.
-    pub fn send(&self, feed: Feed) -> impl Future<Output = ()> + Send + '_ {
-        let to_screen = matches!(feed, Feed::Output { .. } | Feed::Resize { .. });
-        let screen = self.screen.as_ref().filter(|_| to_screen);
-        let recording = self.recording.as_ref();
+    /// Queue output for the emulator and the recording now, and hand back the wait for the
+    /// room it takes in each. A reader calls this under the lock it stores the piece in the
+    /// buffer under: whoever sees the piece sees it queued, and what they type in answer is
+    /// queued after it. Dropped before it is done (a reader is only aborted, at the
+    /// session's end), the wait leaves the room it had yet to take owed.
+    pub fn queue_output(&self, text: Arc<str>, end: u64) -> impl Future<Output = ()> + Send + '_ {
+        let feed = Feed::Output { text, end };
         let size = feed.size();
-        {
-            let _queueing = self.queueing.lock().unwrap_or_else(|e| e.into_inner());
-            match (recording, screen) {
-                (Some(recording), Some(screen)) => {
-                    recording.queue(feed.clone());
-                    screen.queue(feed);
-                }
-                (Some(lane), None) | (None, Some(lane)) => lane.queue(feed),
-                (None, None) => {}
-            }
-        }
+        let (recording, screen) = self.lanes(&feed);
+        self.queue(feed, recording, screen);
         let recording = recording.map(|lane| Owed::new(&lane.room, size));
         let screen = screen.map(|lane| Owed::new(&lane.room, size));
         async move {
             tokio::join!(Owed::pay(recording), Owed::pay(screen));
+        }
+    }
+
+    /// Wait for room for `feed` (input, a secret's name, a resize) in each lane it
+    /// concerns, then queue it. A caller that gives up queues nothing and takes no room.
+    pub async fn send(&self, feed: Feed) {
+        let size = feed.size();
+        let (recording, screen) = self.lanes(&feed);
+        let (recording_room, screen_room) =
+            tokio::join!(Lane::room(recording, size), Lane::room(screen, size));
+        self.queue(feed, recording, screen);
+        // Taken until the lanes have consumed the feed: they give it back then.
+        for taken in [recording_room, screen_room].into_iter().flatten() {
+            taken.forget();
+        }
+    }
+
+    /// The lanes `feed` concerns: the recording's, and the emulator's.
+    fn lanes(&self, feed: &Feed) -> (Option<&Lane>, Option<&Lane>) {
+        let to_screen = matches!(feed, Feed::Output { .. } | Feed::Resize { .. });
+        let screen = self.screen.as_ref().filter(|_| to_screen);
+        (self.recording.as_ref(), screen)
+    }
+
+    /// Queue `feed` on the lanes, both under one lock so that both keep one order.
+    fn queue(&self, feed: Feed, recording: Option<&Lane>, screen: Option<&Lane>) {
+        let _queueing = self.queueing.lock().unwrap_or_else(|e| e.into_inner());
+        match (recording, screen) {
+            (Some(recording), Some(screen)) => {
+                recording.queue(feed.clone());
+                screen.queue(feed);
+            }
+            (Some(lane), None) | (None, Some(lane)) => lane.queue(feed),
+            (None, None) => {}
         }
     }
 
@@ -190,11 +214,14 @@ impl Sink {
     /// wait for it; the emulator ends once it has drawn what is queued, unwaited.
     pub async fn close(&self, marker: String) {
         // The last feeds take no room: the end does not wait for the emulator's.
-        if let Some(screen) = &self.screen {
-            screen.queue(Feed::Close(String::new()));
-        }
-        if let Some(recording) = &self.recording {
-            recording.queue(Feed::Close(marker));
+        {
+            let _queueing = self.queueing.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(screen) = &self.screen {
+                screen.queue(Feed::Close(String::new()));
+            }
+            if let Some(recording) = &self.recording {
+                recording.queue(Feed::Close(marker));
+            }
         }
         let thread = self
             .recording_thread
@@ -241,6 +268,12 @@ impl Lane {
     fn queue(&self, feed: Feed) {
         let _ = self.tx.send(feed);
     }
+
+    /// Room for a feed of `size` in `lane`, if there is one and it has not ended (then
+    /// nothing queued will be read, and there is nothing to wait for).
+    async fn room(lane: Option<&Lane>, size: u32) -> Option<SemaphorePermit<'_>> {
+        lane?.room.free.acquire_many(size).await.ok()
+    }
 }
 
 /// The room a queued feed has yet to take from its lane: owed when its sender gives up.
@@ -270,13 +303,23 @@ impl<'a> Owed<'a> {
 
 impl Drop for Owed<'_> {
     fn drop(&mut self) {
-        self.room
-            .owed
-            .fetch_add(self.size as usize, Ordering::Relaxed);
+        // What is free now is taken at once; the rest is kept back from what is given back.
+        let size = self.size as usize;
+        let taken = self.room.free.forget_permits(size);
+        if taken < size {
+            self.room.owed.fetch_add(size - taken, Ordering::Relaxed);
+        }
     }
 }
 
 impl Room {
+    /// The room left: what is free, less what is owed.
+    #[cfg(test)]
+    fn left(&self) -> usize {
+        let owed = self.owed.load(Ordering::Relaxed);
+        self.free.available_permits().saturating_sub(owed)
+    }
+
     /// A feed of `size` was consumed: its room is free again, less what is owed.
     fn give_back(&self, size: u32) {
         let size = size as usize;
@@ -458,11 +501,7 @@ mod tests {
         for i in 0..100 {
             let text = format!("line {i}\r\n");
             end += text.len() as u64;
-            sink.send(Feed::Output {
-                text: text.into(),
-                end,
-            })
-            .await;
+            sink.queue_output(text.into(), end).await;
         }
         let closed = tokio::time::timeout(LONG, sink.close("exit 0".into())).await;
         assert!(closed.is_ok(), "the end waited for the emulator");
@@ -486,24 +525,32 @@ mod tests {
         std::future::poll_fn(|cx| Poll::Ready(future.as_mut().poll(cx).is_pending())).await
     }
 
+    /// All but `left` bytes of `lane`'s room, held.
+    async fn all_but(lane: &Option<Lane>, left: usize) -> SemaphorePermit<'_> {
+        let room = &lane.as_ref().unwrap().room.free;
+        room.acquire_many((SINK_QUEUE_BYTES - left) as u32)
+            .await
+            .unwrap()
+    }
+
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn input_is_recorded_after_output_that_waits_for_room() {
         let dir = tempfile::tempdir().unwrap();
         let (sink, _screen, path) = sink(dir.path());
         // The recording's room is all taken: whatever is sent now waits for it.
-        let room = &sink.recording.as_ref().unwrap().room.free;
-        let full = room.acquire_many(SINK_QUEUE_BYTES as u32).await.unwrap();
-        let mut prompt = std::pin::pin!(sink.send(Feed::Output {
-            text: "the prompt> ".into(),
-            end: 1,
-        }));
-        assert!(waits(prompt.as_mut()).await, "the prompt did not wait");
-        // The answer is typed while the prompt waits, and its own wait ends first.
+        let full = all_but(&sink.recording, 0).await;
+        let mut prompt = std::pin::pin!(sink.queue_output("the prompt> ".into(), 1));
+        // Its reader runs once (the recording may have taken the piece already and given
+        // its room back).
+        let prompt_waits = waits(prompt.as_mut()).await;
+        // The answer is typed meanwhile, and its wait is awaited first.
         let mut answer = std::pin::pin!(sink.send(Feed::Input("yes\r".into())));
         assert!(waits(answer.as_mut()).await, "the answer did not wait");
         drop(full);
         tokio::time::timeout(LONG, answer).await.unwrap();
-        tokio::time::timeout(LONG, prompt).await.unwrap();
+        if prompt_waits {
+            tokio::time::timeout(LONG, prompt).await.unwrap();
+        }
         tokio::time::timeout(LONG, sink.close("exit 0".into()))
             .await
             .unwrap();
@@ -515,37 +562,46 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     // The emulator's lock is held across the sends on purpose: it is the stuck emulator.
     #[allow(clippy::await_holding_lock)]
-    async fn a_send_given_up_leaves_the_room_as_it_was() {
+    async fn sends_given_up_leave_the_room_as_it_was() {
         let dir = tempfile::tempdir().unwrap();
-        let (sink, screen, _path) = sink(dir.path());
-        let held = screen.lock().unwrap();
-        // All but 10 bytes of the room taken: the next piece takes those and waits.
-        let text = "x".repeat(SINK_QUEUE_BYTES - FEED_OVERHEAD - 10).into();
-        sink.send(Feed::Output { text, end: 1 }).await;
+        let (sink, screen, path) = sink(dir.path());
+        // Both lanes have 10 bytes of room left, and the emulator takes nothing: the next
+        // feed takes those and waits (the recording may give a piece's room back).
+        let stuck = screen.lock().unwrap();
+        let held = [
+            all_but(&sink.recording, 10).await,
+            all_but(&sink.screen, 10).await,
+        ];
         {
-            let mut given_up = std::pin::pin!(sink.send(Feed::Output {
-                text: "given up".into(),
-                end: 2,
+            // A reader aborted: its piece is queued, its room owed.
+            let mut output = std::pin::pin!(sink.queue_output("given up".into(), 1));
+            assert!(waits(output.as_mut()).await, "the output did not wait");
+            // A resize given up: nothing is queued.
+            let mut resize = std::pin::pin!(sink.send(Feed::Resize {
+                rows: 30,
+                cols: 100
             }));
-            assert!(waits(given_up.as_mut()).await, "the piece did not wait");
+            assert!(waits(resize.as_mut()).await, "the resize did not wait");
         }
         drop(held);
+        drop(stuck);
         let last = Feed::Output {
             text: "last".into(),
-            end: 3,
+            end: 2,
         };
         let size = last.size() as usize;
-        sink.send(last).await;
-        tokio::time::timeout(LONG, sink.fed_to(3, None))
+        sink.queue_output("last".into(), 2).await;
+        tokio::time::timeout(LONG, sink.fed_to(2, None))
             .await
             .unwrap();
         // Every piece before the last has given its room back; the last may have.
-        let free = |lane: &Option<Lane>| lane.as_ref().unwrap().room.free.available_permits();
-        let screen = free(&sink.screen);
+        let free = |lane: &Option<Lane>| lane.as_ref().unwrap().room.left();
+        let left = free(&sink.screen);
         assert!(
-            screen == SINK_QUEUE_BYTES - size || screen == SINK_QUEUE_BYTES,
-            "{screen} bytes of the emulator's room"
+            left == SINK_QUEUE_BYTES - size || left == SINK_QUEUE_BYTES,
+            "{left} bytes of the emulator's room"
         );
+        assert_eq!(screen.lock().unwrap().view(0).lines[0], "given uplast");
         // Once the recording has ended, it has given back all of it.
         tokio::time::timeout(LONG, sink.close("exit 0".into()))
             .await
@@ -555,5 +611,7 @@ mod tests {
             SINK_QUEUE_BYTES,
             "the recording's room"
         );
+        let kinds: Vec<_> = events(&path).into_iter().map(|(kind, _)| kind).collect();
+        assert_eq!(kinds, ["o", "o", "m"]);
     }
 }
