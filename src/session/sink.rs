@@ -12,7 +12,7 @@
 //! not waited for: what is left in its queue is drawn meanwhile, and `terminal_screen`
 //! waits for it (`fed_to`), as it does for a running session's output.
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -73,8 +73,6 @@ pub struct Sink {
     queueing: Mutex<()>,
     /// The recording's thread, waited for when the session ends.
     recording_thread: Mutex<Option<JoinHandle<()>>>,
-    /// Set when the session is dropped: nobody will look at its screen again.
-    dropped: Arc<AtomicBool>,
     /// The buffer cursor up to which output has been fed to the emulator.
     fed: watch::Receiver<u64>,
 }
@@ -101,8 +99,6 @@ enum Consumer {
         /// Where the emulator's answers to the program's queries go.
         master: Option<Arc<PtyMaster>>,
         fed: watch::Sender<u64>,
-        /// The session's `Sink::dropped`.
-        dropped: Arc<AtomicBool>,
     },
     Recording(Arc<Recording>),
 }
@@ -118,7 +114,6 @@ impl Sink {
             return None;
         }
         let (fed_tx, fed) = watch::channel(0);
-        let dropped = Arc::new(AtomicBool::new(false));
         // The emulator's thread is never waited for: it ends once it has drawn up to the
         // end marker, or at the first feed after the session is dropped.
         let screen = screen.map(|screen| {
@@ -126,7 +121,6 @@ impl Sink {
                 screen,
                 master,
                 fed: fed_tx,
-                dropped: dropped.clone(),
             })
             .0
         });
@@ -142,7 +136,6 @@ impl Sink {
             recording,
             queueing: Mutex::new(()),
             recording_thread: Mutex::new(recording_thread),
-            dropped,
             fed,
         })
     }
@@ -157,8 +150,10 @@ impl Sink {
         let size = feed.size();
         let (recording, screen) = self.lanes(&feed);
         self.queue(feed, recording, screen);
-        let recording = recording.map(|lane| Owed::new(&lane.room, size));
-        let screen = screen.map(|lane| Owed::new(&lane.room, size));
+        let (recording, screen) = (
+            recording.map(|lane| lane.owe(size)),
+            screen.map(|lane| lane.owe(size)),
+        );
         async move {
             tokio::join!(Owed::pay(recording), Owed::pay(screen));
         }
@@ -234,12 +229,6 @@ impl Sink {
     }
 }
 
-impl Drop for Sink {
-    fn drop(&mut self) {
-        self.dropped.store(true, Ordering::Relaxed);
-    }
-}
-
 impl Lane {
     /// A lane and its thread, started on `consumer`.
     fn start(consumer: Consumer) -> (Lane, JoinHandle<()>) {
@@ -269,10 +258,17 @@ impl Lane {
         let _ = self.tx.send(feed);
     }
 
-    /// Room for a feed of `size` in `lane`, if there is one and it has not ended (then
-    /// nothing queued will be read, and there is nothing to wait for).
+    /// Room for a feed of `size` in `lane`'s queue, if there is one.
     async fn room(lane: Option<&Lane>, size: u32) -> Option<SemaphorePermit<'_>> {
-        lane?.room.free.acquire_many(size).await.ok()
+        lane?.room.wait(size).await
+    }
+
+    /// The room a feed of `size` just queued has yet to take.
+    fn owe(&self, size: u32) -> Owed<'_> {
+        Owed {
+            room: &self.room,
+            size,
+        }
     }
 }
 
@@ -283,18 +279,12 @@ struct Owed<'a> {
 }
 
 impl<'a> Owed<'a> {
-    fn new(room: &'a Room, size: u32) -> Self {
-        Owed { room, size }
-    }
-
-    /// Wait until there is room, and take it (none to wait for, without a lane).
+    /// Wait until there is room, and take it for good (none to wait for, without a lane).
     async fn pay(owed: Option<Owed<'a>>) {
         let Some(owed) = owed else {
             return;
         };
-        // The thread gives the room back, and closes it when it ends: then nothing queued
-        // will be read, and there is nothing to wait for.
-        if let Ok(taken) = owed.room.free.acquire_many(owed.size).await {
+        if let Some(taken) = owed.room.wait(owed.size).await {
             taken.forget();
         }
         std::mem::forget(owed);
@@ -313,6 +303,12 @@ impl Drop for Owed<'_> {
 }
 
 impl Room {
+    /// Wait for room for a feed of `size`. The thread gives the room back, and closes it
+    /// when it ends: then nothing queued will be read, and there is nothing to wait for.
+    async fn wait(&self, size: u32) -> Option<SemaphorePermit<'_>> {
+        self.free.acquire_many(size).await.ok()
+    }
+
     /// The room left: what is free, less what is owed.
     #[cfg(test)]
     fn left(&self) -> usize {
@@ -370,9 +366,9 @@ impl Fed {
             let Some(feed) = next else {
                 break;
             };
-            // Once the session is gone, nobody will look at its screen; its recording
-            // still gets all of its output.
-            if self.consumer.forgotten() {
+            // Once the session is gone (its sink, the queue's only sender, dropped), nobody
+            // will look at its screen; its recording still gets all of its output.
+            if rx.is_closed() && matches!(self.consumer, Consumer::Screen { .. }) {
                 break;
             }
             let size = feed.size();
@@ -404,7 +400,6 @@ impl Consumer {
                     screen,
                     master,
                     fed,
-                    ..
                 },
                 Feed::Output { text, end },
             ) => {
@@ -426,11 +421,6 @@ impl Consumer {
             _ => {}
         }
         false
-    }
-
-    /// An emulator whose session was dropped.
-    fn forgotten(&self) -> bool {
-        matches!(self, Consumer::Screen { dropped, .. } if dropped.load(Ordering::Relaxed))
     }
 
     fn dirty(&self) -> bool {
@@ -519,9 +509,35 @@ mod tests {
         assert_eq!(view.lines[22], "line 99");
     }
 
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    // The emulator's lock is held across the sends on purpose: it is the stuck emulator.
+    #[allow(clippy::await_holding_lock)]
+    async fn a_dropped_sessions_emulator_stops_drawing() {
+        let dir = tempfile::tempdir().unwrap();
+        let (sink, screen, _path) = sink(dir.path());
+        let stuck = screen.lock().unwrap();
+        let mut end = 0;
+        let mut first = 0;
+        for i in 0..100 {
+            let text = format!("line {i}\r\n");
+            end += text.len() as u64;
+            first = if i == 0 { end } else { first };
+            sink.queue_output(text.into(), end).await;
+        }
+        let mut fed = sink.fed.clone();
+        drop(sink);
+        drop(stuck);
+        // The emulator's thread ends, and with it what it tells of its progress.
+        let ended = tokio::time::timeout(LONG, fed.wait_for(|_| false)).await;
+        assert!(ended.unwrap().is_err(), "the emulator is still drawing");
+        assert!(
+            *fed.borrow() <= first,
+            "the emulator drew past its first piece"
+        );
+    }
+
     /// Whether `future`, polled once, waits.
-    async fn waits(future: Pin<&mut impl Future>) -> bool {
-        let mut future = future;
+    async fn waits(mut future: Pin<&mut impl Future>) -> bool {
         std::future::poll_fn(|cx| Poll::Ready(future.as_mut().poll(cx).is_pending())).await
     }
 
