@@ -487,12 +487,7 @@ mod tests {
         let (sink, screen, path) = sink(dir.path());
         // The emulator is stuck behind its lock.
         let held = screen.lock().unwrap();
-        let mut end = 0;
-        for i in 0..100 {
-            let text = format!("line {i}\r\n");
-            end += text.len() as u64;
-            sink.queue_output(text.into(), end).await;
-        }
+        let end = *hundred_lines(&sink).await.end();
         let closed = tokio::time::timeout(LONG, sink.close("exit 0".into())).await;
         assert!(closed.is_ok(), "the end waited for the emulator");
         let events = events(&path);
@@ -516,14 +511,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let (sink, screen, _path) = sink(dir.path());
         let stuck = screen.lock().unwrap();
-        let mut end = 0;
-        let mut first = 0;
-        for i in 0..100 {
-            let text = format!("line {i}\r\n");
-            end += text.len() as u64;
-            first = if i == 0 { end } else { first };
-            sink.queue_output(text.into(), end).await;
-        }
+        let first = *hundred_lines(&sink).await.start();
         let mut fed = sink.fed.clone();
         drop(sink);
         drop(stuck);
@@ -534,6 +522,20 @@ mod tests {
             *fed.borrow() <= first,
             "the emulator drew past its first piece"
         );
+    }
+
+    /// `line 0` to `line 99` queued as output, one piece each: the cursors after the first
+    /// and after the last.
+    async fn hundred_lines(sink: &Sink) -> std::ops::RangeInclusive<u64> {
+        let mut first = None;
+        let mut end = 0;
+        for i in 0..100 {
+            let text = format!("line {i}\r\n");
+            end += text.len() as u64;
+            first.get_or_insert(end);
+            sink.queue_output(text.into(), end).await;
+        }
+        first.unwrap_or(end)..=end
     }
 
     /// Whether `future`, polled once, waits.
