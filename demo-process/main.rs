@@ -82,14 +82,14 @@ fn sleep_forever() -> ! {
     }
 }
 
-/// `N` numbered lines on each stream, alternating, each flushed.
+/// `N` numbered lines on each stream, alternating, each one write. (Formatting straight
+/// into unbuffered stderr would write a line in pieces, which a reader may see split.)
 fn stream(lines: u64) -> io::Result<ExitCode> {
     let (mut out, mut err) = (io::stdout().lock(), io::stderr().lock());
     for i in 1..=lines {
-        writeln!(out, "stdout line {i}")?;
+        out.write_all(format!("stdout line {i}\n").as_bytes())?;
         out.flush()?;
-        writeln!(err, "stderr line {i}")?;
-        err.flush()?;
+        err.write_all(format!("stderr line {i}\n").as_bytes())?;
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -165,7 +165,7 @@ fn flood(lines: u64) -> io::Result<u64> {
 /// `flood checksum fnv1a64 <16 hex digits>`.
 fn flood_checksum(lines: u64) -> io::Result<ExitCode> {
     let hash = flood(lines)?;
-    eprintln!("flood checksum fnv1a64 {hash:016x}");
+    io::stderr().write_all(format!("flood checksum fnv1a64 {hash:016x}\n").as_bytes())?;
     Ok(ExitCode::SUCCESS)
 }
 
