@@ -1021,12 +1021,13 @@ fn silent_slow_and_stalled_connections_are_closed_by_the_timeouts() {
     );
     let connect = || std::net::TcpStream::connect(address(&server.base)).unwrap();
 
-    let silent = connect();
+    // Each `since` is taken before the server can have started the timer it measures.
     let since = Instant::now();
+    let silent = connect();
     assert!(closed_after(&silent, since) >= Duration::from_millis(300));
 
-    let mut slow = connect();
     let since = Instant::now();
+    let mut slow = connect();
     slow.write_all(b"GET /mcp HTTP/1.1\r\nHost: 127.0").unwrap();
     assert!(closed_after(&slow, since) >= Duration::from_millis(300));
 
@@ -1039,14 +1040,14 @@ fn silent_slow_and_stalled_connections_are_closed_by_the_timeouts() {
         ping.len(),
         server.token
     );
+    let since = Instant::now();
     let status = exchange(&mut kept, &refused);
     assert!(status.starts_with("HTTP/1.1 "), "{status}");
-    let since = Instant::now();
     assert!(closed_after(&kept, since) >= Duration::from_millis(300));
 
     // A signed-in request whose body stalls: no byte moves, so the idle timeout ends it.
-    let mut stalled = connect();
     let since = Instant::now();
+    let mut stalled = connect();
     write!(
         stalled,
         "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n\
