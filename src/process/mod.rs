@@ -95,6 +95,15 @@ pub fn has_exited(pid: i32) -> bool {
     }
 }
 
+/// Bytes waiting to be read from `fd` (a pipe or a terminal); 0 when it cannot say.
+pub fn unread(fd: std::os::fd::BorrowedFd<'_>) -> usize {
+    use std::os::fd::AsRawFd;
+    let mut n: libc::c_int = 0;
+    // SAFETY: FIONREAD writes one int through the pointer, which outlives the call.
+    let rc = unsafe { libc::ioctl(fd.as_raw_fd(), libc::FIONREAD, &mut n) };
+    if rc == -1 { 0 } else { n.max(0) as usize }
+}
+
 /// Whether an OS error number says there is no file descriptor to spare: EMFILE (this
 /// process is at its limit) or ENFILE (the system is).
 pub fn is_out_of_files(errno: i32) -> bool {

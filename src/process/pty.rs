@@ -202,10 +202,7 @@ impl PtyMaster {
 
     /// Bytes the terminal's programs wrote that were not read yet.
     pub fn unread(&self) -> usize {
-        let mut n: libc::c_int = 0;
-        // SAFETY: FIONREAD writes one int through the pointer, which outlives the call.
-        let rc = unsafe { libc::ioctl(self.fd.get_ref().as_raw_fd(), libc::FIONREAD, &mut n) };
-        if rc == -1 { 0 } else { n.max(0) as usize }
+        super::unread(self.fd.get_ref().as_fd())
     }
 
     /// The terminal's path (`/dev/pts/N`), when it could be read.

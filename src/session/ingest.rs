@@ -19,21 +19,24 @@
 //! drain, then write the echo into the output where the terminal would have shown it, and
 //! mark the start after it).
 
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::AsFd;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::time::Duration;
 
 use tokio::io::AsyncReadExt;
 use tokio::net::unix::pipe;
 use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinHandle;
 use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
 
 use super::shell::scan::{Mark, Piece, Scanner};
 use super::shell::{CaptureChange, Typing};
 use super::{Session, sleep_until};
 use crate::limits::{INSTALL_HELD_MAX_BYTES, READ_CHUNK_BYTES, REDACT_HOLD_MAX, REDACT_HOLD_QUIET};
 use crate::output::{Redactor, Stream, Utf8Decoder};
-use crate::process::PtyMaster;
+use crate::process::{PtyMaster, unread};
 
 /// Where a reader reads from.
 pub enum Source {
@@ -49,19 +52,12 @@ impl Source {
         }
     }
 
-    fn fd(&self) -> RawFd {
-        match self {
-            Source::Pipe(pipe) => pipe.as_raw_fd(),
-            Source::Pty(master) => master.as_raw_fd(),
-        }
-    }
-
     /// Bytes waiting to be read now.
     fn pending(&self) -> usize {
-        let mut n: libc::c_int = 0;
-        // SAFETY: FIONREAD writes one int through the pointer, which outlives the call.
-        let rc = unsafe { libc::ioctl(self.fd(), libc::FIONREAD, &mut n) };
-        if rc == -1 { 0 } else { n.max(0) as usize }
+        match self {
+            Source::Pipe(pipe) => unread(pipe.as_fd()),
+            Source::Pty(master) => master.unread(),
+        }
     }
 }
 
@@ -409,20 +405,80 @@ impl Reader {
     }
 }
 
-/// Read a pipe shell's marks pipe until it closes.
-pub async fn read_marks(session: Arc<Session>, mut pipe: pipe::Receiver, nonce: String) {
-    let mut scanner = Scanner::new(&nonce);
-    let mut decoder = Utf8Decoder::default();
-    let mut bytes = [0u8; 1024];
-    loop {
-        let n = match pipe.read(&mut bytes).await {
-            Ok(0) | Err(_) => return,
-            Ok(n) => n,
+/// A pipe shell's marks reader: it reads the marks pipe until the pipe closes, or, once
+/// told the shell has ended, what is in it then.
+pub struct MarksReader {
+    task: JoinHandle<()>,
+    ended: CancellationToken,
+}
+
+impl MarksReader {
+    /// Read `pipe` for the marks of `session`'s shell, made with `nonce`.
+    pub fn start(session: Arc<Session>, pipe: pipe::Receiver, nonce: &str) -> MarksReader {
+        let ended = CancellationToken::new();
+        let marks = Marks {
+            scanner: Scanner::new(nonce),
+            decoder: Utf8Decoder::default(),
         };
+        let task = tokio::spawn(marks.read(session, pipe, ended.clone()));
+        MarksReader { task, ended }
+    }
+
+    /// The shell has ended. The pipe closes with the last program of its session, within
+    /// `within`; one that left the session may hold it open for good: then what is in the
+    /// pipe (written before the end) is read, and the pipe is let go.
+    pub async fn end(mut self, within: Duration) {
+        if tokio::time::timeout(within, &mut self.task).await.is_err() {
+            self.ended.cancel();
+            let _ = self.task.await;
+        }
+    }
+}
+
+/// What reads a shell's marks.
+struct Marks {
+    scanner: Scanner,
+    decoder: Utf8Decoder,
+}
+
+impl Marks {
+    /// Read until the pipe closes, or until `ended`, and then only what is in it.
+    async fn read(
+        mut self,
+        session: Arc<Session>,
+        mut pipe: pipe::Receiver,
+        ended: CancellationToken,
+    ) {
+        let mut bytes = [0u8; 1024];
+        loop {
+            let read = tokio::select! {
+                read = pipe.read(&mut bytes) => read,
+                () = ended.cancelled() => break,
+            };
+            match read {
+                Ok(0) | Err(_) => return,
+                Ok(n) => self.take(&session, &bytes[..n]).await,
+            }
+        }
+        let mut left = unread(pipe.as_fd());
+        while left > 0 {
+            let want = left.min(bytes.len());
+            match pipe.read(&mut bytes[..want]).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => {
+                    left = left.saturating_sub(n);
+                    self.take(&session, &bytes[..n]).await;
+                }
+            }
+        }
+    }
+
+    /// Apply the marks in `bytes`, each once the output before it is in.
+    async fn take(&mut self, session: &Session, bytes: &[u8]) {
         let mut text = String::new();
-        decoder.push(&bytes[..n], &mut text);
+        self.decoder.push(bytes, &mut text);
         let mut marks = Vec::new();
-        scanner.scan(&text, |piece| {
+        self.scanner.scan(&text, |piece| {
             if let Piece::Mark(mark) = piece {
                 marks.push(mark);
             }

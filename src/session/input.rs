@@ -273,6 +273,8 @@ impl Session {
             () = cancel.cancelled() => None,
         };
         let is_pty = matches!(sink, Sink::Pty(_));
+        // Held no longer than the write: the session's end closes it.
+        drop(sink);
         let sent = &bytes[..written];
         if let (Some(feed), false) = (&self.sink, sent.is_empty()) {
             let enter = if is_pty { "\r" } else { "\n" };

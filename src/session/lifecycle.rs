@@ -8,7 +8,7 @@ use nix::sys::signal::Signal;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use super::ingest::{Reader, Source, read_marks};
+use super::ingest::{MarksReader, Reader, Source};
 use super::input::{Input, Typed};
 use super::recording::{Header, Recording};
 use super::shell::{Track, install_line, new_nonce};
@@ -139,7 +139,7 @@ pub fn launch(new: NewSession, spawned: Spawned) -> Arc<Session> {
     let state = State::new(input, new.buffer, sources.len() as u8)
         .with_pause(new.pause)
         .with_shell(track);
-    let sink = Sink::start(screen.clone(), recording.clone(), terminal.clone());
+    let sink = Sink::start(screen.clone(), recording.clone(), terminal.as_ref());
     let mut controls = [None, None];
     let mut receivers = Vec::new();
     for (_, stream) in &sources {
@@ -193,7 +193,11 @@ pub fn launch(new: NewSession, spawned: Spawned) -> Arc<Session> {
         .collect();
     *session.readers.lock().unwrap_or_else(|e| e.into_inner()) = readers;
     if let (Some(pipe), Some(nonce)) = (marks, &nonce) {
-        tokio::spawn(read_marks(session.clone(), pipe, nonce.clone()));
+        let marks = MarksReader::start(session.clone(), pipe, nonce);
+        *session
+            .marks_reader
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = Some(marks);
     }
     if let (Some(nonce), Mode::Pty) = (&nonce, mode) {
         let installer = session.clone();
@@ -260,19 +264,22 @@ async fn supervise(
     session.groups().await.signal(&[Signal::SIGKILL]);
     drop(leader);
     session.update(|s| s.close_input());
+    // The readers hold the terminal while they drain it.
+    session.close_terminal();
     tracing::info!(session = %session.id, pid = session.pid, status = status.as_str(), "process ended");
 
-    let drained = session.drain().await;
+    let (drained, ()) = tokio::join!(session.drain(), session.end_marks());
+    let readers = std::mem::take(&mut *session.readers.lock().unwrap_or_else(|e| e.into_inner()));
     if !drained {
-        for reader in session
-            .readers
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .drain(..)
-        {
+        for reader in &readers {
             reader.abort();
         }
         tracing::warn!(session = %session.id, "output incomplete: a pipe stayed open past the drain deadline");
+    }
+    // A reader lets go of its pipe or terminal last, just after its stream's end is in the
+    // state: once it has, the session holds no descriptor, before anyone sees it settled.
+    for reader in readers {
+        let _ = reader.await;
     }
     if let Some(sink) = &session.sink {
         // A write that reached the program just before it ended (the `q` that quit it)
@@ -356,6 +363,19 @@ impl Session {
     pub fn acknowledge(&self, cursor: u64) {
         if self.inspect(|s| s.pause() && cursor > s.acknowledged()) {
             self.update(|s| s.acknowledge(cursor));
+        }
+    }
+
+    /// A pipe shell's marks pipe is read to its end alongside the output's drain, with
+    /// the same deadline.
+    async fn end_marks(&self) {
+        let marks = self
+            .marks_reader
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        if let Some(marks) = marks {
+            marks.end(DRAIN_DEADLINE).await;
         }
     }
 

@@ -74,14 +74,17 @@ pub struct Session {
     changed: watch::Sender<()>,
     /// Held through a write: writes to one session are serialised.
     writing: tokio::sync::Mutex<()>,
-    /// The terminal of a PTY session.
-    terminal: Option<Arc<PtyMaster>>,
+    /// The terminal of a PTY session, until the program ends (its readers hold it while
+    /// they drain it): an ended session holds no descriptor.
+    terminal: Mutex<Option<Arc<PtyMaster>>>,
     /// What the session's programs read as their input, as `/proc/PID/fd` names it.
     input_file: Option<InputFile>,
     /// A PTY session's emulator, fed by the sink thread (its own lock: `terminal_screen`
     /// never waits for the state, nor the state for the emulator).
     screen: Option<Arc<Mutex<Screen>>>,
     readers: Mutex<Vec<JoinHandle<()>>>,
+    /// A pipe shell's marks reader.
+    marks_reader: Mutex<Option<ingest::MarksReader>>,
     /// Requests to the reader of each stream.
     controls: [Option<mpsc::UnboundedSender<Control>>; 2],
     /// What the running command (or a one-shot run) printed, kept as it arrives.
@@ -218,9 +221,10 @@ impl Session {
             changed: watch::Sender::new(()),
             writing: tokio::sync::Mutex::new(()),
             input_file: parts.input_file,
-            terminal: parts.terminal,
+            terminal: Mutex::new(parts.terminal),
             screen: parts.screen,
             readers: Mutex::new(Vec::new()),
+            marks_reader: Mutex::new(None),
             controls: parts.controls,
             captures: Mutex::default(),
             sink: parts.sink,
@@ -267,6 +271,24 @@ impl Session {
         result
     }
 
+    /// The terminal of a PTY session whose program still runs.
+    fn terminal(&self) -> Option<Arc<PtyMaster>> {
+        self.terminal
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// The program ended: its terminal closes once the readers have drained it.
+    fn close_terminal(&self) {
+        let terminal = self
+            .terminal
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        drop(terminal);
+    }
+
     /// Look at the state without waking anyone.
     fn inspect<R>(&self, look: impl FnOnce(&State) -> R) -> R {
         let began = std::time::Instant::now();
@@ -284,7 +306,7 @@ impl Session {
     }
 
     pub fn snapshot(&self) -> Snapshot {
-        let hidden = self.terminal.as_ref().is_some_and(|t| t.input_hidden());
+        let hidden = self.terminal().is_some_and(|t| t.input_hidden());
         let waiting = self.waiting();
         self.inspect(|s| {
             let mut snapshot = state::snapshot(&self.names(), s);

@@ -13,7 +13,7 @@
 //! waits for it (`fed_to`), as it does for a running session's output.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use tokio::runtime::Handle;
@@ -96,8 +96,10 @@ struct Room {
 enum Consumer {
     Screen {
         screen: Arc<Mutex<Screen>>,
-        /// Where the emulator's answers to the program's queries go.
-        master: Option<Arc<PtyMaster>>,
+        /// Where the emulator's answers to the program's queries go, while the program
+        /// runs (the session's readers hold the terminal until they have drained it; an
+        /// emulator still drawing what an ended program left has no one to answer).
+        master: Option<Weak<PtyMaster>>,
         fed: watch::Sender<u64>,
     },
     Recording(Arc<Recording>),
@@ -108,7 +110,7 @@ impl Sink {
     pub fn start(
         screen: Option<Arc<Mutex<Screen>>>,
         recording: Option<Arc<Recording>>,
-        master: Option<Arc<PtyMaster>>,
+        master: Option<&Arc<PtyMaster>>,
     ) -> Option<Sink> {
         if screen.is_none() && recording.is_none() {
             return None;
@@ -119,7 +121,7 @@ impl Sink {
         let screen = screen.map(|screen| {
             Lane::start(Consumer::Screen {
                 screen,
-                master,
+                master: master.map(Arc::downgrade),
                 fed: fed_tx,
             })
             .0
@@ -404,7 +406,9 @@ impl Consumer {
                 Feed::Output { text, end },
             ) => {
                 let replies = lock_screen(screen).feed(text.as_bytes());
-                if let (Some(master), false) = (master, replies.is_empty()) {
+                if !replies.is_empty()
+                    && let Some(master) = master.as_ref().and_then(Weak::upgrade)
+                {
                     master.try_write(&replies);
                 }
                 fed.send_replace(end);

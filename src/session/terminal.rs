@@ -31,7 +31,7 @@ impl Session {
 
     /// Set the window size of the terminal and of its emulator; the program gets SIGWINCH.
     pub async fn resize(&self, rows: u16, cols: u16) -> Result<(), ToolError> {
-        let (Some(terminal), Some(screen)) = (&self.terminal, &self.screen) else {
+        let Some(screen) = &self.screen else {
             return Err(self.not_a_pty());
         };
         if self.status().is_final() {
@@ -58,6 +58,8 @@ impl Session {
         if let Some(sink) = &self.sink {
             sink.send(Feed::Resize { rows, cols }).await;
         }
+        // Gone if the program ended meanwhile.
+        let terminal = self.terminal().ok_or_else(|| self.not_running())?;
         terminal
             .resize(rows, cols)
             .map_err(|_| ToolError::internal("the terminal refused the new size"))

@@ -13,10 +13,11 @@ use serde::Serialize;
 
 use super::Session;
 use super::ingest::Control;
+use crate::config::Mode;
 use crate::limits::AWAIT_QUIET;
 use crate::output::Stream;
-use crate::process::procfs;
 use crate::process::waiting::{InputFile, awaiting, group_members};
+use crate::process::{procfs, unread};
 
 /// The program in a session's foreground.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -36,7 +37,7 @@ pub struct Waiting {
 /// through a descriptor opened for the moment, which does not make it anyone's controlling
 /// terminal), or a pipe's contents.
 fn pending_input(input: &InputFile) -> bool {
-    use std::os::fd::AsRawFd;
+    use std::os::fd::AsFd;
     use std::os::unix::fs::OpenOptionsExt;
     let path = match input {
         InputFile::Terminal(path) => path.clone(),
@@ -49,18 +50,15 @@ fn pending_input(input: &InputFile) -> bool {
     else {
         return false;
     };
-    let mut n: libc::c_int = 0;
-    // SAFETY: FIONREAD writes one int through the pointer, which outlives the call.
-    let rc = unsafe { libc::ioctl(tty.as_raw_fd(), libc::FIONREAD, &mut n) };
-    rc == 0 && n > 0
+    unread(tty.as_fd()) > 0
 }
 
 impl Session {
     /// The foreground group's leader (its ID), or the session leader on pipes.
     fn foreground_group(&self) -> Option<i32> {
-        match &self.terminal {
-            Some(terminal) => terminal.foreground(),
-            None => Some(self.pid),
+        match self.mode {
+            Mode::Pty => self.terminal()?.foreground(),
+            Mode::Pipe => Some(self.pid),
         }
     }
 
@@ -96,7 +94,7 @@ impl Session {
             // Input it has not read yet: it is about to take it, not waiting for more;
             // output not read yet: it has just written, and may not be done.
             (Some(input), _) if pending_input(input) => Some(false),
-            _ if self.terminal.as_ref().is_some_and(|t| t.unread() > 0) => Some(false),
+            _ if self.terminal().is_some_and(|t| t.unread() > 0) => Some(false),
             (Some(input), Some(fg)) => awaiting(&group_members(self.pid, fg.pid), input),
             _ => None,
         };
@@ -104,7 +102,7 @@ impl Session {
         // is already in the terminal. Looked at again now, so a prompt written between the
         // first look and the program's read is never missed.
         let awaiting_input = match awaiting_input {
-            Some(true) if self.terminal.as_ref().is_some_and(|t| t.unread() > 0) => Some(false),
+            Some(true) if self.terminal().is_some_and(|t| t.unread() > 0) => Some(false),
             other => other,
         };
         Waiting {

@@ -266,7 +266,7 @@ impl Session {
                 self.type_as(text.as_bytes(), command).await
             }
             (Typing::Wrapper, Mode::Pty) => {
-                let kill = self.terminal.as_ref().map(|t| t.line_controls().kill);
+                let kill = self.terminal().map(|t| t.line_controls().kill);
                 let mut text = Vec::from_iter(kill.filter(|_| self.partial_line()));
                 text.extend_from_slice(terminal_wrapper(command, &nonce).as_bytes());
                 self.type_as(&text, command).await
@@ -298,17 +298,20 @@ impl Session {
     /// drops echo it has no room for, so a long command is typed a piece at a time, each
     /// once the terminal has echoed the one before.
     async fn type_canonical(&self, command: &str, deadline: Instant) -> Result<(), ToolError> {
-        let Some(terminal) = self.terminal.clone() else {
-            return Err(ToolError::internal("a canonical shell without a terminal"));
+        // The terminal is gone once the shell has ended.
+        let terminal = self
+            .terminal()
+            .map(|t| (t.line_controls().kill, t.echoes()));
+        let Some((kill, echoes)) = terminal else {
+            return Err(self.not_running());
         };
         let never = CancellationToken::new();
         if self.partial_line() {
-            let kill = terminal.line_controls().kill;
             self.send(&[kill], false, &never).await?;
         }
         let text = canonical_text(command);
         let echo = text.replace('\n', "\r\n");
-        if !terminal.echoes() {
+        if !echoes {
             if !self
                 .ask_reader(Stream::Stdout, |done| Control::Inject(echo, done))
                 .await
@@ -414,13 +417,16 @@ impl Session {
     /// Ctrl-C for the command: the terminal's interrupt character, or on pipes SIGINT to
     /// every process of the shell's session but the shell.
     async fn interrupt(&self) {
-        match &self.terminal {
-            Some(terminal) => {
-                let interrupt = terminal.line_controls().flushing[0];
+        match self.mode {
+            Mode::Pty => {
+                // The terminal is gone once the shell has ended.
+                let Some(interrupt) = self.terminal().map(|t| t.line_controls().flushing[0]) else {
+                    return;
+                };
                 let never = CancellationToken::new();
                 let _ = self.send(&[interrupt], false, &never).await;
             }
-            None => {
+            Mode::Pipe => {
                 let shell = self.pid;
                 let members =
                     tokio::task::spawn_blocking(move || procfs::session_members(shell)).await;
