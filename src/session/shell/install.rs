@@ -94,9 +94,10 @@ fn printf_format(command: &str) -> String {
 /// The wrapper for a shell on pipes: the start mark on the session's stdout and stderr
 /// pipes (through the copies made at spawn, so an earlier `exec >file` never gets a mark
 /// in its file), where the command's output on each begins; the command (stdin from
-/// /dev/null, so it cannot eat the shell's own input); the end mark with its status on the
-/// marks pipe (`MARKS_FD`), which no output can fill or delay (on the stdout copy, should
-/// that descriptor have been closed). `prepare`: the first command of the shell.
+/// /dev/null, so it cannot eat the shell's own input; the copies and the marks pipe closed,
+/// so no program it starts holds them, and restored after it); the end mark with its status on the marks
+/// pipe (`MARKS_FD`), which no output can fill or delay (on the stdout copy, should that
+/// descriptor have been closed). `prepare`: the first command of the shell.
 pub fn pipe_wrapper(command: &str, nonce: &str, prepare: bool) -> String {
     let mut text = String::new();
     if prepare {
@@ -110,7 +111,8 @@ pub fn pipe_wrapper(command: &str, nonce: &str, prepare: bool) -> String {
     let _ = writeln!(
         text,
         "{start} 2>/dev/null >&{STDOUT_COPY_FD}; {start} 2>/dev/null >&{STDERR_COPY_FD}; \
-         command eval \"{}\" </dev/null; __mt_s=$?; \
+         command eval \"{}\" </dev/null {STDERR_COPY_FD}>&- {STDOUT_COPY_FD}>&- {MARKS_FD}>&-; \
+         __mt_s=$?; \
          {end} 2>/dev/null >&{MARKS_FD} || {end} 2>/dev/null >&{STDOUT_COPY_FD}",
         double_quoted(command)
     );
