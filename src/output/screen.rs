@@ -74,10 +74,30 @@ pub struct Screen {
     /// The alternate screen as it was when the program last left it (a full-screen
     /// program's last screen, which leaving wipes), for the live view.
     last_full: Option<super::StyledScreen>,
+    /// The alternate screen as a piece that showed no text but scrolled found it: kept in
+    /// case the next piece leaves (a way out begun in one write and ended in the next).
+    way_out: Option<super::StyledScreen>,
 }
 
 /// The sequences that leave the alternate screen.
 const LEAVE_ALTERNATE: [&[u8]; 3] = [b"\x1b[?1049l", b"\x1b[?1047l", b"\x1b[?47l"];
+
+/// The most a piece that only moves the cursor and scrolls on the way out can hold.
+const WAY_OUT_MAX_BYTES: usize = 64;
+
+/// Whether `bytes` show no text: only escape sequences and controls.
+fn shows_no_text(bytes: &[u8]) -> bool {
+    let mut stripper = super::ansi::AnsiStripper::default();
+    String::from_utf8_lossy(bytes)
+        .chars()
+        .all(|c| !stripper.keep(c) || c.is_control())
+}
+
+/// Whether `bytes` may begin a way out of the alternate screen: a short piece that shows no
+/// text and scrolls (a line feed at the last line).
+fn begins_way_out(bytes: &[u8]) -> bool {
+    bytes.len() <= WAY_OUT_MAX_BYTES && bytes.contains(&b'\n') && shows_no_text(bytes)
+}
 
 /// Where the first sequence that leaves the alternate screen begins in `bytes`, and its
 /// length.
@@ -123,6 +143,7 @@ impl Screen {
             budget,
             reach: (usize::from(rows), usize::from(cols)),
             last_full: None,
+            way_out: None,
         }
     }
 
@@ -151,10 +172,16 @@ impl Screen {
         // Leaving the alternate screen wipes what the program showed there: keep it. A
         // program's way out often begins by moving to the last line and scrolling (vim),
         // in the same write as the leaving: when this piece leaves a screen it began on,
-        // keep that screen as the piece found it.
-        let mut before = leaving_alternate(rest).is_some() && self.on_alternate_screen();
-        if before {
-            self.last_full = Some(self.styled());
+        // keep that screen as the piece found it; or, when the way out began in the piece
+        // before and nothing since showed text, as that piece found it.
+        let way_out = self.way_out.take();
+        let leaving = leaving_alternate(rest);
+        let mut before = leaving.is_some() && self.on_alternate_screen();
+        if let Some((at, _)) = leaving.filter(|_| before) {
+            let kept = way_out.filter(|_| shows_no_text(&rest[..at]));
+            self.last_full = Some(kept.unwrap_or_else(|| self.styled()));
+        } else if self.on_alternate_screen() && begins_way_out(rest) {
+            self.way_out = Some(self.styled());
         }
         while let Some((at, len)) = leaving_alternate(rest) {
             self.parser.process(&rest[..at]);
@@ -285,6 +312,40 @@ mod tests {
         let text: String = last.rows[2].iter().map(|span| span.text.as_str()).collect();
         assert_eq!(text.trim_end(), "   full");
         assert_eq!(s.view(0).lines[0], "hello");
+    }
+
+    /// The text of `screen`'s row `row`, trailing blanks trimmed.
+    fn row_text(screen: &crate::output::StyledScreen, row: usize) -> String {
+        let text: String = screen.rows[row].iter().map(|s| s.text.as_str()).collect();
+        text.trim_end().to_owned()
+    }
+
+    #[test]
+    fn a_way_out_written_apart_from_the_leaving_keeps_the_screen_before_it() {
+        let full = b"\x1b[?1049h\x1b[2J\x1b[1;1Htop line\x1b[5;1Hstatus";
+        // vim's way out: to the last line and a line feed (which scrolls), then, in a
+        // write of its own, the leaving.
+        let mut s = Screen::new(5, 20, BUDGET);
+        s.feed(full);
+        s.feed(b"\x1b[5;1H\r\n");
+        s.feed(b"\x1b[?25h\x1b[?1049l\x1b[?1l");
+        let last = s.last_full_screen().expect("the alternate screen it left");
+        assert_eq!(row_text(last, 0), "top line");
+        assert_eq!(row_text(last, 4), "status");
+        // The same in one write.
+        let mut s = Screen::new(5, 20, BUDGET);
+        s.feed(full);
+        s.feed(b"\x1b[5;1H\r\n\x1b[?1049l");
+        assert_eq!(row_text(s.last_full_screen().unwrap(), 0), "top line");
+        // Text shown after the line feed is what the program showed last.
+        let mut s = Screen::new(5, 20, BUDGET);
+        s.feed(full);
+        s.feed(b"\x1b[5;1H\r\n");
+        s.feed(b"bye");
+        s.feed(b"\x1b[?1049l");
+        let last = s.last_full_screen().unwrap();
+        assert_eq!(row_text(last, 0), "");
+        assert_eq!(row_text(last, 4), "bye");
     }
 
     #[test]
