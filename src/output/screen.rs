@@ -176,11 +176,12 @@ impl Screen {
         // before and nothing since showed text, as that piece found it.
         let way_out = self.way_out.take();
         let leaving = leaving_alternate(rest);
-        let mut before = leaving.is_some() && self.on_alternate_screen();
-        if let Some((at, _)) = leaving.filter(|_| before) {
+        let on_alternate = self.on_alternate_screen();
+        let mut before = leaving.is_some() && on_alternate;
+        if let Some((at, _)) = leaving.filter(|_| on_alternate) {
             let kept = way_out.filter(|_| shows_no_text(&rest[..at]));
             self.last_full = Some(kept.unwrap_or_else(|| self.styled()));
-        } else if self.on_alternate_screen() && begins_way_out(rest) {
+        } else if on_alternate && begins_way_out(rest) {
             self.way_out = Some(self.styled());
         }
         while let Some((at, len)) = leaving_alternate(rest) {
