@@ -5,6 +5,7 @@
 mod ansi;
 mod buffer;
 mod decoder;
+mod drawing;
 mod headtail;
 mod redact;
 mod screen;

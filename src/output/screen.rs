@@ -74,38 +74,28 @@ pub struct Screen {
     /// The alternate screen as it was when the program last left it (a full-screen
     /// program's last screen, which leaving wipes), for the live view.
     last_full: Option<super::StyledScreen>,
-    /// The alternate screen as a piece that showed no text but scrolled found it: kept in
-    /// case the next piece leaves (a way out begun in one write and ended in the next).
-    way_out: Option<super::StyledScreen>,
+    /// The alternate screen as the program's last text left it, taken when what came after
+    /// that text changed the screen without showing any (a scroll, an erasure: a way out).
+    shown: Option<super::StyledScreen>,
+    drawing: super::drawing::Drawing,
 }
 
-/// The sequences that leave the alternate screen.
-const LEAVE_ALTERNATE: [&[u8]; 3] = [b"\x1b[?1049l", b"\x1b[?1047l", b"\x1b[?47l"];
+/// The sequences that enter (ending in `h`) or leave (`l`) the alternate screen, but their
+/// last byte.
+const ALTERNATE: [&[u8]; 3] = [b"\x1b[?1049", b"\x1b[?1047", b"\x1b[?47"];
 
-/// The most a piece that only moves the cursor and scrolls on the way out can hold.
-const WAY_OUT_MAX_BYTES: usize = 64;
-
-/// Whether `bytes` show no text: only escape sequences and controls.
-fn shows_no_text(bytes: &[u8]) -> bool {
-    let mut stripper = super::ansi::AnsiStripper::default();
-    String::from_utf8_lossy(bytes)
-        .chars()
-        .all(|c| !stripper.keep(c) || c.is_control())
-}
-
-/// Whether `bytes` may begin a way out of the alternate screen: a short piece that shows no
-/// text and scrolls (a line feed at the last line).
-fn begins_way_out(bytes: &[u8]) -> bool {
-    bytes.len() <= WAY_OUT_MAX_BYTES && bytes.contains(&b'\n') && shows_no_text(bytes)
-}
-
-/// Where the first sequence that leaves the alternate screen begins in `bytes`, and its
-/// length.
-fn leaving_alternate(bytes: &[u8]) -> Option<(usize, usize)> {
-    LEAVE_ALTERNATE
-        .iter()
-        .filter_map(|seq| memchr::memmem::find(bytes, seq).map(|at| (at, seq.len())))
-        .min()
+/// The sequences in `bytes` that enter or leave the alternate screen, in order: where each
+/// begins, its length, and whether it leaves.
+fn switches(bytes: &[u8]) -> impl Iterator<Item = (usize, usize, bool)> + '_ {
+    memchr::memmem::find_iter(bytes, b"\x1b[?").filter_map(|at| {
+        let rest = &bytes[at..];
+        let seq = ALTERNATE.iter().find(|seq| rest.starts_with(seq))?;
+        match rest.get(seq.len())? {
+            b'h' => Some((at, seq.len() + 1, false)),
+            b'l' => Some((at, seq.len() + 1, true)),
+            _ => None,
+        }
+    })
 }
 
 #[derive(Debug, Serialize)]
@@ -143,7 +133,8 @@ impl Screen {
             budget,
             reach: (usize::from(rows), usize::from(cols)),
             last_full: None,
-            way_out: None,
+            shown: None,
+            drawing: Default::default(),
         }
     }
 
@@ -168,32 +159,42 @@ impl Screen {
 
     /// Feed terminal output; returns the answers owed to the program, if any.
     pub fn feed(&mut self, bytes: &[u8]) -> Vec<u8> {
+        // Leaving the alternate screen wipes what the program showed there: keep it, as the
+        // program's last text left it. A program's way out often moves to the last line and
+        // scrolls, or erases, before it leaves (vim), in the same write or the one before.
         let mut rest = bytes;
-        // Leaving the alternate screen wipes what the program showed there: keep it. A
-        // program's way out often begins by moving to the last line and scrolling (vim),
-        // in the same write as the leaving: when this piece leaves a screen it began on,
-        // keep that screen as the piece found it; or, when the way out began in the piece
-        // before and nothing since showed text, as that piece found it.
-        let way_out = self.way_out.take();
-        let leaving = leaving_alternate(rest);
-        let on_alternate = self.on_alternate_screen();
-        let mut before = leaving.is_some() && on_alternate;
-        if let Some((at, _)) = leaving.filter(|_| on_alternate) {
-            let kept = way_out.filter(|_| shows_no_text(&rest[..at]));
-            self.last_full = Some(kept.unwrap_or_else(|| self.styled()));
-        } else if on_alternate && begins_way_out(rest) {
-            self.way_out = Some(self.styled());
-        }
-        while let Some((at, len)) = leaving_alternate(rest) {
-            self.parser.process(&rest[..at]);
-            if !std::mem::take(&mut before) && self.on_alternate_screen() {
-                self.last_full = Some(self.styled());
+        while let Some((at, len, _)) = switches(rest).find(|(_, _, leaves)| *leaves) {
+            self.draw(&rest[..at]);
+            if self.on_alternate_screen() {
+                let shown = self.shown.take();
+                self.last_full = Some(shown.unwrap_or_else(|| self.styled()));
             }
             self.parser.process(&rest[at..at + len]);
             rest = &rest[at + len..];
         }
-        self.parser.process(rest);
+        self.draw(rest);
         std::mem::take(&mut self.parser.callbacks_mut().replies)
+    }
+
+    /// Feed a piece that does not leave the alternate screen. On the alternate screen, the
+    /// screen is taken as the piece's last text leaves it, when what follows changes it.
+    fn draw(&mut self, piece: &[u8]) {
+        if !self.on_alternate_screen() && !switches(piece).any(|(_, _, leaves)| !leaves) {
+            self.parser.process(piece);
+            return;
+        }
+        let (end, changes) = self.drawing.scan(piece);
+        self.parser.process(&piece[..end]);
+        if end > 0 {
+            self.shown = None;
+        }
+        if changes && self.shown.is_none() && self.on_alternate_screen() {
+            self.shown = Some(self.styled());
+        }
+        self.parser.process(&piece[end..]);
+        if !self.on_alternate_screen() {
+            self.shown = None;
+        }
     }
 
     /// The alternate screen as the program last left it, if it ever did.
@@ -321,32 +322,51 @@ mod tests {
         text.trim_end().to_owned()
     }
 
+    /// The screen kept when `pieces` are fed, one write each, after a full screen.
+    fn kept(pieces: &[&[u8]]) -> crate::output::StyledScreen {
+        let mut s = Screen::new(5, 20, BUDGET);
+        s.feed(b"\x1b[?1049h\x1b[2J\x1b[1;1Htop line\x1b[5;1Hstatus");
+        for piece in pieces {
+            s.feed(piece);
+        }
+        assert!(!s.on_alternate_screen());
+        s.last_full_screen()
+            .expect("the alternate screen it left")
+            .clone()
+    }
+
     #[test]
-    fn a_way_out_written_apart_from_the_leaving_keeps_the_screen_before_it() {
-        let full = b"\x1b[?1049h\x1b[2J\x1b[1;1Htop line\x1b[5;1Hstatus";
+    fn a_way_out_keeps_the_screen_as_the_last_text_left_it() {
+        let leave = b"\x1b[?25h\x1b[?1049l\x1b[?1l";
         // vim's way out: to the last line and a line feed (which scrolls), then, in a
-        // write of its own, the leaving.
+        // write of its own, the leaving; or both in one write.
+        for pieces in [
+            &[&b"\x1b[5;1H\r\n"[..], leave][..],
+            &[b"\x1b[5;1H\r\n\x1b[?1049l"],
+            // Scrolled by a sequence, in any number of writes.
+            &[b"\x1b[5;1H", b"\x1b[2S", b"\x1b[K", leave],
+            // Cleared, then left.
+            &[b"\x1b[H\x1b[2J", leave],
+            &[b"\x1b[H\x1b[2J\x1b[?1049l"],
+        ] {
+            let last = kept(pieces);
+            assert_eq!(row_text(&last, 0), "top line", "{pieces:?}");
+            assert_eq!(row_text(&last, 4), "status", "{pieces:?}");
+        }
+        // Text shown in the write that leaves, or after the way out began, is what the
+        // program showed last.
+        let last = kept(&[b"\x1b[5;1H\r\n", b"bye", leave]);
+        assert_eq!(row_text(&last, 0), "");
+        assert_eq!(row_text(&last, 4), "bye");
+        let last = kept(&[b"\x1b[3;1Hlast frame\x1b[K\r\n\x1b[?1049l"]);
+        assert_eq!(row_text(&last, 0), "top line");
+        assert_eq!(row_text(&last, 2), "last frame");
+        // A screen kept for a way out that never left is not kept for the next program.
         let mut s = Screen::new(5, 20, BUDGET);
-        s.feed(full);
-        s.feed(b"\x1b[5;1H\r\n");
-        s.feed(b"\x1b[?25h\x1b[?1049l\x1b[?1l");
-        let last = s.last_full_screen().expect("the alternate screen it left");
-        assert_eq!(row_text(last, 0), "top line");
-        assert_eq!(row_text(last, 4), "status");
-        // The same in one write.
-        let mut s = Screen::new(5, 20, BUDGET);
-        s.feed(full);
-        s.feed(b"\x1b[5;1H\r\n\x1b[?1049l");
-        assert_eq!(row_text(s.last_full_screen().unwrap(), 0), "top line");
-        // Text shown after the line feed is what the program showed last.
-        let mut s = Screen::new(5, 20, BUDGET);
-        s.feed(full);
-        s.feed(b"\x1b[5;1H\r\n");
-        s.feed(b"bye");
-        s.feed(b"\x1b[?1049l");
-        let last = s.last_full_screen().unwrap();
+        s.feed(b"\x1b[?1049hfirst\r\n\x1bc");
+        s.feed(b"\x1b[?1049h\x1b[?1049l");
+        let last = s.last_full_screen().expect("the second program's screen");
         assert_eq!(row_text(last, 0), "");
-        assert_eq!(row_text(last, 4), "bye");
     }
 
     #[test]
