@@ -2,6 +2,8 @@
 //! parsed.
 
 use std::fs;
+use std::os::unix::fs::FileExt;
+use std::sync::Mutex;
 
 /// The fields of `/proc/PID/stat` the server uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -11,11 +13,19 @@ pub struct Stat {
     pub ppid: i32,
     pub pgrp: i32,
     pub session: i32,
+    /// Its threads; 0 where the field cannot be read.
+    pub threads: u32,
 }
 
 /// `/proc/PID/stat` of `pid`; `None` if it does not exist (or cannot be read).
 pub fn stat(pid: i32) -> Option<Stat> {
-    parse_stat(&fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
+    parse_stat(&read_text(&format!("/proc/{pid}/stat"))?)
+}
+
+/// A `/proc` file's text, what is not UTF-8 in it (a command name may be anything) replaced.
+fn read_text(path: &str) -> Option<String> {
+    let bytes = fs::read(path).ok()?;
+    Some(String::from_utf8_lossy(&bytes).into_owned())
 }
 
 fn parse_stat(text: &str) -> Option<Stat> {
@@ -25,18 +35,103 @@ fn parse_stat(text: &str) -> Option<Stat> {
     let mut fields = fields.split_whitespace();
     let state = fields.next()?.chars().next()?;
     let mut int = || fields.next()?.parse::<i32>().ok();
+    let (ppid, pgrp, session) = (int()?, int()?, int()?);
+    // tty_nr, tpgid, flags, four fault counts, four times, priority and nice come between.
+    let threads = fields.nth(13).and_then(|n| n.parse().ok()).unwrap_or(0);
     Some(Stat {
         state,
-        ppid: int()?,
-        pgrp: int()?,
-        session: int()?,
+        ppid,
+        pgrp,
+        session,
+        threads,
     })
 }
 
-/// The command name of `pid` (`/proc/PID/comm`).
+/// The command name in a `stat` text: what is between its first `(` and its last `)`, as
+/// the process set it (`/proc/PID/comm` shows the same name, with `\n` and `\\` escaped).
+fn parse_name(text: &str) -> Option<String> {
+    let (_, rest) = text.split_once('(')?;
+    let (name, _) = rest.rsplit_once(')')?;
+    Some(name.to_owned())
+}
+
+/// The command name of `pid`.
 pub fn name(pid: i32) -> Option<String> {
-    let name = fs::read_to_string(format!("/proc/{pid}/comm")).ok()?;
-    Some(name.trim_end_matches('\n').to_owned())
+    parse_name(&read_text(&format!("/proc/{pid}/stat"))?)
+}
+
+/// What one read of a held file takes in: more than a `stat` or `syscall` file ever holds.
+/// A read that fills all but `WHOLE_MARGIN` of it may have been cut short (a `children`
+/// file gives a page a read), and the file is read again whole by its path.
+const HELD_READ: usize = 4096;
+const WHOLE_MARGIN: usize = 32;
+
+/// The `/proc` files of one process that are read again and again (its `stat`, `syscall`
+/// and main thread's `children`), each opened on first use and held until `close`: a held
+/// file reads in one system call, where opening a `/proc` file takes several and most of
+/// the time. A held file stays its process's: once that process is gone it reads nothing,
+/// whatever process takes its ID later. After `close`, files are read by their paths.
+pub struct Held {
+    pid: i32,
+    files: Mutex<Option<[Option<fs::File>; 3]>>,
+}
+
+impl Held {
+    /// Nothing is opened yet.
+    pub fn new(pid: i32) -> Self {
+        Held {
+            pid,
+            files: Mutex::new(Some(Default::default())),
+        }
+    }
+
+    pub fn pid(&self) -> i32 {
+        self.pid
+    }
+
+    /// Let go of the files.
+    pub fn close(&self) {
+        let files = self.files.lock().unwrap_or_else(|e| e.into_inner()).take();
+        drop(files);
+    }
+
+    pub fn stat(&self) -> Option<Stat> {
+        parse_stat(&self.read(0, "stat")?)
+    }
+
+    pub fn name(&self) -> Option<String> {
+        parse_name(&self.read(0, "stat")?)
+    }
+
+    /// `/proc/PID/syscall`.
+    pub fn syscall(&self) -> Option<String> {
+        self.read(1, "syscall")
+    }
+
+    /// The children of the process's main thread.
+    pub fn children(&self) -> Option<Vec<i32>> {
+        let name = format!("task/{}/children", self.pid);
+        Some(ids(&self.read(2, &name)?))
+    }
+
+    /// The text of file `name` of the process, held in slot `slot`.
+    fn read(&self, slot: usize, name: &str) -> Option<String> {
+        let path = format!("/proc/{}/{name}", self.pid);
+        let mut files = self.files.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(files) = files.as_mut() {
+            let file = &mut files[slot];
+            if file.is_none() {
+                *file = Some(fs::File::open(&path).ok()?);
+            }
+            let mut bytes = [0u8; HELD_READ];
+            let n = file.as_ref()?.read_at(&mut bytes, 0).ok()?;
+            if n + WHOLE_MARGIN < HELD_READ {
+                return Some(String::from_utf8_lossy(&bytes[..n]).into_owned());
+            }
+        }
+        drop(files);
+        read_text(&path)
+    }
 }
 
 /// Every process ID in `/proc` now.
@@ -107,8 +202,8 @@ pub(super) fn children(pid: &str, reads: &mut usize) -> Option<Vec<i32>> {
         *reads = reads.checked_sub(1)?;
         let mut path = task.path();
         path.push("children");
-        let text = match fs::read_to_string(&path) {
-            Ok(text) => text,
+        let text = match fs::read(&path) {
+            Ok(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound && task_exists(&task) => {
                 return None;
             }
@@ -228,16 +323,20 @@ mod tests {
 
     #[test]
     fn a_name_with_spaces_and_parentheses_does_not_shift_the_fields() {
-        let stat = parse_stat("42 (a) b (c)) S 1 42 42 34816 42 4194560 ...").unwrap();
+        let text = "42 (a) b (c)) S 1 42 42 34816 42 4194560 1 0 0 0 3 1 0 0 20 0 3 0 9 ...";
+        let stat = parse_stat(text).unwrap();
         assert_eq!(
             stat,
             Stat {
                 state: 'S',
                 ppid: 1,
                 pgrp: 42,
-                session: 42
+                session: 42,
+                threads: 3,
             }
         );
+        assert_eq!(parse_name(text).as_deref(), Some("a) b (c)"));
+        assert_eq!(parse_stat("42 (a) S 1 42 42 ...").unwrap().threads, 0);
         assert_eq!(parse_stat("garbage"), None);
     }
 
@@ -247,7 +346,43 @@ mod tests {
         let stat = stat(me).unwrap();
         assert_eq!(stat.pgrp, nix::unistd::getpgrp().as_raw());
         assert_eq!(stat.ppid, nix::unistd::getppid().as_raw());
-        assert!(name(me).is_some());
+        assert!(stat.threads >= 1);
+        let comm = fs::read_to_string("/proc/self/comm").unwrap();
+        assert_eq!(name(me).as_deref(), Some(comm.trim_end()));
         assert!(session_members(stat.session).contains(&me));
+    }
+
+    /// Held files read what their paths read, and nothing once their process is gone,
+    /// whatever takes its ID.
+    #[test]
+    fn held_files_read_their_own_process() {
+        let mut child = std::process::Command::new("/bin/sh")
+            .args(["-c", "sleep 1000 & read line"])
+            .stdin(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let pid = child.id() as i32;
+        let held = Held::new(pid);
+        let job = loop {
+            if let Some(&job) = held.children().unwrap().first() {
+                break job;
+            }
+            std::thread::yield_now();
+        };
+        let mut reads = usize::MAX;
+        assert_eq!(children(&pid.to_string(), &mut reads), Some(vec![job]));
+        assert_eq!(held.stat().map(|s| s.pgrp), stat(pid).map(|s| s.pgrp));
+        assert_eq!(held.name().as_deref(), Some("sh"));
+        assert!(held.syscall().is_some());
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(job),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert_eq!(held.stat(), None);
+        assert_eq!(held.syscall(), None);
+        held.close();
+        assert_eq!(held.stat(), None);
     }
 }

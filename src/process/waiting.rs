@@ -37,23 +37,44 @@ impl InputFile {
     }
 }
 
-/// The processes of group `pgid` among the descendants of `leader` (the leader included),
-/// found through `/proc/PID/task/TID/children`, so only the session's own tree is read.
-pub fn group_members(leader: i32, pgid: i32) -> Vec<i32> {
+/// A process of a group, and its state when it was found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Member {
+    pub pid: i32,
+    state: char,
+}
+
+/// The processes of group `pgid` among the descendants of `leader` (the leader included,
+/// its files held), found through `/proc/PID/task/TID/children`, so only the session's own
+/// tree is read. A leader of one thread has one `children` file, read without listing its
+/// threads.
+pub fn group_members(leader: &procfs::Held, pgid: i32) -> Vec<Member> {
     let mut members = Vec::new();
-    let mut todo = vec![leader];
+    let mut todo = vec![leader.pid()];
     let mut seen = 0;
     while let Some(pid) = todo.pop() {
         seen += 1;
         if seen > MAX_PROCESSES {
             break;
         }
-        if procfs::stat(pid).is_some_and(|s| s.pgrp == pgid) {
-            members.push(pid);
+        let is_leader = pid == leader.pid();
+        let stat = if is_leader {
+            leader.stat()
+        } else {
+            procfs::stat(pid)
+        };
+        if let Some(stat) = stat.filter(|s| s.pgrp == pgid) {
+            members.push(Member {
+                pid,
+                state: stat.state,
+            });
         }
-        // Bounded by the processes looked at (`MAX_PROCESSES`), not by the files read.
-        let mut reads = usize::MAX;
-        todo.extend(procfs::children(&pid.to_string(), &mut reads).unwrap_or_default());
+        let children = match stat {
+            Some(stat) if is_leader && stat.threads == 1 => leader.children(),
+            // Bounded by the processes looked at (`MAX_PROCESSES`), not by the files read.
+            _ => procfs::children(&pid.to_string(), &mut { usize::MAX }),
+        };
+        todo.extend(children.unwrap_or_default());
     }
     members
 }
@@ -65,20 +86,32 @@ const MAX_SET: usize = 256;
 
 /// Whether the processes `members` wait for `input`: `Some(true)` when none is runnable and
 /// at least one is blocked reading it; `None` when what one of them does cannot be read.
-pub fn awaiting(members: &[i32], input: &InputFile) -> Option<bool> {
+pub fn awaiting(members: &[Member], leader: &procfs::Held, input: &InputFile) -> Option<bool> {
     if members.is_empty() {
         return Some(false);
     }
     let mut reading = false;
-    for &pid in members {
-        match procfs::stat(pid).map(|s| s.state) {
-            // Gone meanwhile, or a zombie: it reads nothing.
-            None | Some('Z' | 'X' | 'x') => continue,
+    for &Member { pid, state } in members {
+        match state {
+            // A zombie reads nothing.
+            'Z' | 'X' | 'x' => continue,
             // Sleeping is the only state in which a process waits for input.
-            Some('S') => {}
-            Some(_) => return Some(false),
+            'S' => {}
+            _ => return Some(false),
         }
-        match blocked_on(pid)? {
+        let call = if pid == leader.pid() {
+            leader.syscall()
+        } else {
+            fs::read_to_string(format!("/proc/{pid}/syscall")).ok()
+        };
+        let Some(call) = call else {
+            // Gone meanwhile, it reads nothing; there and unreadable, it cannot be known.
+            match procfs::stat(pid) {
+                None => continue,
+                Some(_) => return None,
+            }
+        };
+        match blocked_on(&call)? {
             Blocked::Running => return Some(false),
             Blocked::Call(call) => {
                 let this = reads(pid, &call, input)?;
@@ -110,8 +143,8 @@ struct Call {
     args: [u64; 3],
 }
 
-fn blocked_on(pid: i32) -> Option<Blocked> {
-    let text = fs::read_to_string(format!("/proc/{pid}/syscall")).ok()?;
+/// What a `/proc/PID/syscall` text says the process is blocked in.
+fn blocked_on(text: &str) -> Option<Blocked> {
     let mut fields = text.split_whitespace();
     let first = fields.next()?;
     if first == "running" {
@@ -259,7 +292,8 @@ mod tests {
             }
             std::thread::yield_now();
         };
-        let call = match blocked_on(tid).unwrap() {
+        let text = fs::read_to_string(format!("/proc/self/task/{tid}/syscall")).unwrap();
+        let call = match blocked_on(&text).unwrap() {
             Blocked::Call(call) => call,
             Blocked::Running => panic!("running"),
         };

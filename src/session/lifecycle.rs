@@ -265,7 +265,7 @@ async fn supervise(
     drop(leader);
     session.update(|s| s.close_input());
     // The readers hold the terminal while they drain it.
-    session.close_terminal();
+    session.close_files();
     tracing::info!(session = %session.id, pid = session.pid, status = status.as_str(), "process ended");
 
     let (drained, ()) = tokio::join!(session.drain(), session.end_marks());

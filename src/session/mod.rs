@@ -52,7 +52,7 @@ pub use waiting::{Foreground, Waiting};
 use crate::config::Mode;
 use crate::output::Screen;
 use crate::process::waiting::InputFile;
-use crate::process::{PtyMaster, SessionGroups};
+use crate::process::{PtyMaster, SessionGroups, procfs};
 use capture::Captures;
 use ingest::Control;
 use recording::Recording;
@@ -79,6 +79,9 @@ pub struct Session {
     terminal: Mutex<Option<Arc<PtyMaster>>>,
     /// What the session's programs read as their input, as `/proc/PID/fd` names it.
     input_file: Option<InputFile>,
+    /// The leader's `/proc` files that tell whether it waits for input, held while it
+    /// runs.
+    leader_files: procfs::Held,
     /// A PTY session's emulator, fed by the sink thread (its own lock: `terminal_screen`
     /// never waits for the state, nor the state for the emulator).
     screen: Option<Arc<Mutex<Screen>>>,
@@ -221,6 +224,7 @@ impl Session {
             changed: watch::Sender::new(()),
             writing: tokio::sync::Mutex::new(()),
             input_file: parts.input_file,
+            leader_files: procfs::Held::new(identity.pid),
             terminal: Mutex::new(parts.terminal),
             screen: parts.screen,
             readers: Mutex::new(Vec::new()),
@@ -279,8 +283,10 @@ impl Session {
             .clone()
     }
 
-    /// The program ended: its terminal closes once the readers have drained it.
-    fn close_terminal(&self) {
+    /// The program ended: its terminal closes once the readers have drained it, and the
+    /// leader's files close.
+    fn close_files(&self) {
+        self.leader_files.close();
         let terminal = self
             .terminal
             .lock()

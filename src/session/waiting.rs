@@ -65,9 +65,14 @@ impl Session {
     /// The program in the foreground.
     pub fn foreground(&self) -> Option<Foreground> {
         let pgid = self.foreground_group()?;
-        let name = procfs::name(pgid).or_else(|| {
-            let members = group_members(self.pid, pgid);
-            members.first().and_then(|pid| procfs::name(*pid))
+        let name = if pgid == self.pid {
+            self.leader_files.name()
+        } else {
+            procfs::name(pgid)
+        };
+        let name = name.or_else(|| {
+            let members = group_members(&self.leader_files, pgid);
+            members.first().and_then(|m| procfs::name(m.pid))
         });
         Some(Foreground { pid: pgid, name })
     }
@@ -95,7 +100,10 @@ impl Session {
             // output not read yet: it has just written, and may not be done.
             (Some(input), _) if pending_input(input) => Some(false),
             _ if self.terminal().is_some_and(|t| t.unread() > 0) => Some(false),
-            (Some(input), Some(fg)) => awaiting(&group_members(self.pid, fg.pid), input),
+            (Some(input), Some(fg)) => {
+                let members = group_members(&self.leader_files, fg.pid);
+                awaiting(&members, &self.leader_files, input)
+            }
             _ => None,
         };
         // A program writes its prompt and then blocks reading: found blocked, what it wrote
