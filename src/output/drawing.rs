@@ -1,14 +1,17 @@
-//! What a piece of terminal output does to the screen, as the emulator takes it: where the
-//! text it shows ends, and whether what follows that text still changes the screen (a
-//! scroll or an erasure, as on a full-screen program's way out). Parsed by vte's state
-//! machine, the emulator's own parser, carried over from one piece to the next.
+//! What terminal output does to a full-screen program's screen, as the emulator takes it:
+//! where the program's drawing ends (the characters it shows, and the erasures within a
+//! line that go with them), and whether it then changed the screen without drawing (a
+//! scroll, a clear: the way out of a program that leaves). Parsed by vte's state machine,
+//! the emulator's own parser, carried over from one piece to the next.
 
 use super::ansi::Vte;
 
-/// A scanner of one terminal's output, piece after piece.
+/// A scanner of one terminal's output on the alternate screen, piece after piece.
 #[derive(Default)]
 pub struct Drawing {
     vte: Vte,
+    /// The screen changed since the program last drew.
+    changed: bool,
 }
 
 /// What the parser did with one code point.
@@ -16,13 +19,19 @@ pub struct Drawing {
 struct Did {
     /// It put a character on the screen.
     shown: bool,
-    /// It changed the screen without showing a character.
+    /// It erased, inserted or deleted within a line, or erased from the cursor on: how a
+    /// program draws over what was there.
+    edited: bool,
+    /// It moved or wiped whole rows: a scroll, a clear, a reset.
     changed: bool,
 }
 
 impl vte::Perform for Did {
-    fn print(&mut self, _: char) {
-        self.shown = true;
+    fn print(&mut self, c: char) {
+        // vt100 shows neither U+FFFD nor a C1 control.
+        if c != '\u{fffd}' && !('\u{80}'..'\u{a0}').contains(&c) {
+            self.shown = true;
+        }
     }
 
     fn execute(&mut self, byte: u8) {
@@ -33,11 +42,18 @@ impl vte::Perform for Did {
     }
 
     fn csi_dispatch(&mut self, params: &vte::Params, _: &[u8], _: bool, action: char) {
+        let first = params.iter().next().and_then(|p| p.first()).copied();
         match action {
             // REP repeats the last character shown.
             'b' => self.shown = true,
-            // Insert, erase, delete and scroll.
-            '@' | 'J' | 'K' | 'L' | 'M' | 'P' | 'S' | 'T' | 'X' => self.changed = true,
+            'K' | 'X' | 'P' | '@' => self.edited = true,
+            'J' => match first.unwrap_or(0) {
+                0 | 1 => self.edited = true,
+                2 => self.changed = true,
+                // 3 erases the scrollback, which the alternate screen has none of.
+                _ => {}
+            },
+            'S' | 'T' | 'L' | 'M' => self.changed = true,
             // Entering the alternate screen again clears it.
             'h' if params
                 .iter()
@@ -58,32 +74,33 @@ impl vte::Perform for Did {
 }
 
 impl Drawing {
-    /// Where the text `piece` shows ends (just past its last character shown; 0 if it shows
-    /// none), and whether what follows may change the screen.
+    /// Where the program's drawing in `piece` ends (0 if it draws nothing there), and
+    /// whether the screen changed since, without its drawing again (in this piece or
+    /// before it). An erasure within a line is drawing when it follows drawing, and part
+    /// of a way out once the screen changed.
     pub fn scan(&mut self, piece: &[u8]) -> (usize, bool) {
-        let (mut end, mut changes) = (0, false);
-        let mut at = 0;
-        let mut take = |c: char, to: usize, vte: &mut Vte| {
+        let mut end = 0;
+        let mut take = |c: char, to: usize, this: &mut Self| {
             let mut did = Did::default();
-            vte.advance(&mut did, c);
-            if did.shown {
-                (end, changes) = (to, false);
+            this.vte.advance(&mut did, c);
+            if did.shown || (did.edited && !this.changed) {
+                (end, this.changed) = (to, false);
             }
-            changes |= did.changed;
+            this.changed |= did.changed;
         };
+        let mut at = 0;
         for chunk in piece.utf8_chunks() {
             for (i, c) in chunk.valid().char_indices() {
-                take(c, at + i + c.len_utf8(), &mut self.vte);
+                take(c, at + i + c.len_utf8(), self);
             }
             at += chunk.valid().len();
-            // The emulator shows what is not UTF-8 as U+FFFD (or holds a code point cut
-            // off by the piece's end until the next, to show it then).
+            // What is not UTF-8 is U+FFFD to the parser, which shows nothing.
             if !chunk.invalid().is_empty() {
                 at += chunk.invalid().len();
-                take('\u{fffd}', at, &mut self.vte);
+                take('\u{fffd}', at, self);
             }
         }
-        (end, changes)
+        (end, self.changed)
     }
 }
 
@@ -96,26 +113,33 @@ mod tests {
     }
 
     #[test]
-    fn finds_the_end_of_the_text_and_what_changes_the_screen_after_it() {
+    fn finds_where_the_drawing_ends_and_whether_the_screen_changed_after_it() {
         assert_eq!(scan(b""), (0, false));
         assert_eq!(scan(b"\x1b[5;1H\r\n"), (0, true));
         assert_eq!(scan(b"\x1b[?25h\x1b[12;5H"), (0, false));
-        assert_eq!(scan(b"top\x1b[K"), (3, true));
+        // Erasing the rest of a line or of the screen after text is drawing.
+        assert_eq!(scan(b"top\x1b[K\x1b[1;1H"), (6, false));
+        assert_eq!(scan(b"top\x1b[J"), (6, false));
         assert_eq!(scan(b"\r\nbye"), (5, false));
         assert_eq!(scan("é\x1b[2J\x1b[H".as_bytes()), (2, true));
         assert_eq!(scan(b"a\x1b[S"), (1, true));
         assert_eq!(scan(b"a\x1bM"), (1, true));
         assert_eq!(scan(b"a\x1b]0;title\x07\x1b[m"), (1, false));
         assert_eq!(scan(b"a\x1b[3b"), (5, false));
-        assert_eq!(scan(b"ab\xff\x1b[H"), (3, false));
+        // What the emulator does not show is not drawing.
+        assert_eq!(scan(b"ab\xff\x1b[H"), (2, false));
+        assert_eq!(scan("ab\u{fffd}\u{85}".as_bytes()), (2, false));
     }
 
     #[test]
-    fn a_sequence_cut_by_the_end_of_a_piece_goes_on_in_the_next() {
+    fn what_came_before_carries_over_to_the_next_piece() {
         let mut drawing = Drawing::default();
+        // A sequence cut by the end of a piece goes on in the next.
         assert_eq!(drawing.scan(b"text\x1b["), (4, false));
         assert_eq!(drawing.scan(b"2J"), (0, true));
-        assert_eq!(drawing.scan(b"\x1b]0;a ti"), (0, false));
-        assert_eq!(drawing.scan(b"tle\x07"), (0, false));
+        // Once the screen changed, erasing a line is part of the way out, not drawing.
+        assert_eq!(drawing.scan(b"\x1b[K\x1b]0;a ti"), (0, true));
+        assert_eq!(drawing.scan(b"tle\x07"), (0, true));
+        assert_eq!(drawing.scan(b"x\x1b[K"), (4, false));
     }
 }

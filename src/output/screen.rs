@@ -74,8 +74,8 @@ pub struct Screen {
     /// The alternate screen as it was when the program last left it (a full-screen
     /// program's last screen, which leaving wipes), for the live view.
     last_full: Option<super::StyledScreen>,
-    /// The alternate screen as the program's last text left it, taken when what came after
-    /// that text changed the screen without showing any (a scroll, an erasure: a way out).
+    /// The alternate screen as the program's drawing left it, taken when what came after
+    /// changed the screen without drawing (a scroll, a clear: a way out).
     shown: Option<super::StyledScreen>,
     drawing: super::drawing::Drawing,
 }
@@ -170,6 +170,7 @@ impl Screen {
                 self.last_full = Some(shown.unwrap_or_else(|| self.styled()));
             }
             self.parser.process(&rest[at..at + len]);
+            self.drawing = Default::default();
             rest = &rest[at + len..];
         }
         self.draw(rest);
@@ -177,7 +178,9 @@ impl Screen {
     }
 
     /// Feed a piece that does not leave the alternate screen. On the alternate screen, the
-    /// screen is taken as the piece's last text leaves it, when what follows changes it.
+    /// screen is taken as the program's drawing leaves it, when what follows changes it
+    /// (a render of the whole screen: paid by a piece whose drawing ends in a line feed
+    /// or a clear).
     fn draw(&mut self, piece: &[u8]) {
         if !self.on_alternate_screen() && !switches(piece).any(|(_, _, leaves)| !leaves) {
             self.parser.process(piece);
@@ -216,6 +219,9 @@ impl Screen {
             self.reach.0.max(usize::from(rows)),
             self.reach.1.max(usize::from(cols)),
         );
+        // A screen taken for a way out is of the old size: what the program draws next is
+        // what it shows now.
+        self.shown = None;
         if (2 * reach.0 + capacity) * reach.1 <= self.budget {
             self.parser.screen_mut().set_size(size(rows), size(cols));
             self.reach = reach;
@@ -361,6 +367,13 @@ mod tests {
         let last = kept(&[b"\x1b[3;1Hlast frame\x1b[K\r\n\x1b[?1049l"]);
         assert_eq!(row_text(&last, 0), "top line");
         assert_eq!(row_text(&last, 2), "last frame");
+        // Text drawn over longer text, the rest of its line erased, then a way out.
+        let last = kept(&[b"\x1b[1;1Htop\x1b[K", b"\x1b[5;1H\r\n", leave]);
+        assert_eq!(row_text(&last, 0), "top");
+        assert_eq!(row_text(&last, 4), "status");
+        let last = kept(&[b"\x1b[1;1Htop\x1b[K\x1b[5;1H\r\n\x1b[K", leave]);
+        assert_eq!(row_text(&last, 0), "top");
+        assert_eq!(row_text(&last, 4), "status");
         // A screen kept for a way out that never left is not kept for the next program.
         let mut s = Screen::new(5, 20, BUDGET);
         s.feed(b"\x1b[?1049hfirst\r\n\x1bc");

@@ -70,7 +70,7 @@ const WHOLE_MARGIN: usize = 32;
 /// and main thread's `children`), each opened on first use and held until `close`: a held
 /// file reads in one system call, where opening a `/proc` file takes several and most of
 /// the time. A held file stays its process's: once that process is gone it reads nothing,
-/// whatever process takes its ID later. After `close`, files are read by their paths.
+/// whatever process takes its ID later. After `close`, nothing is read.
 pub struct Held {
     pid: i32,
     files: Mutex<Option<[Option<fs::File>; 3]>>,
@@ -114,23 +114,23 @@ impl Held {
         Some(ids(&self.read(2, &name)?))
     }
 
-    /// The text of file `name` of the process, held in slot `slot`.
+    /// The text of file `name` of the process, held in slot `slot`; `None` once closed.
     fn read(&self, slot: usize, name: &str) -> Option<String> {
         let path = format!("/proc/{}/{name}", self.pid);
         let mut files = self.files.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(files) = files.as_mut() {
-            let file = &mut files[slot];
-            if file.is_none() {
-                *file = Some(fs::File::open(&path).ok()?);
-            }
-            let mut bytes = [0u8; HELD_READ];
-            let n = file.as_ref()?.read_at(&mut bytes, 0).ok()?;
-            if n + WHOLE_MARGIN < HELD_READ {
-                return Some(String::from_utf8_lossy(&bytes[..n]).into_owned());
-            }
+        let file = &mut files.as_mut()?[slot];
+        if file.is_none() {
+            *file = Some(fs::File::open(&path).ok()?);
         }
+        let mut bytes = [0u8; HELD_READ];
+        let n = file.as_ref()?.read_at(&mut bytes, 0).ok()?;
+        if n + WHOLE_MARGIN < HELD_READ {
+            return Some(String::from_utf8_lossy(&bytes[..n]).into_owned());
+        }
+        // Read whole by its path, a moment after the held file found the process there.
+        let text = read_text(&path);
         drop(files);
-        read_text(&path)
+        text
     }
 }
 

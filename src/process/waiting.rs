@@ -71,6 +71,8 @@ pub fn group_members(leader: &procfs::Held, pgid: i32) -> Vec<Member> {
         }
         let children = match stat {
             Some(stat) if is_leader && stat.threads == 1 => leader.children(),
+            // The leader is gone: its ID may be another process's now.
+            None if is_leader => None,
             // Bounded by the processes looked at (`MAX_PROCESSES`), not by the files read.
             _ => procfs::children(&pid.to_string(), &mut { usize::MAX }),
         };
