@@ -6,6 +6,16 @@
 
 use super::ansi::Vte;
 
+/// What a piece does: where the program's drawing in it ends (0 if it draws nothing),
+/// whether the screen changed since the drawing without its drawing again (in this piece
+/// or before it), and whether it asks the terminal anything (which wants an answer now).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Scan {
+    pub end: usize,
+    pub changed: bool,
+    pub asks: bool,
+}
+
 /// A scanner of one terminal's output on the alternate screen, piece after piece.
 #[derive(Default)]
 pub struct Drawing {
@@ -24,6 +34,8 @@ struct Did {
     edited: bool,
     /// It moved or wiped whole rows: a scroll, a clear, a reset.
     changed: bool,
+    /// It asked the terminal something (a position, a status, what terminal it is).
+    asked: bool,
 }
 
 impl vte::Perform for Did {
@@ -54,6 +66,7 @@ impl vte::Perform for Did {
                 _ => {}
             },
             'S' | 'T' | 'L' | 'M' => self.changed = true,
+            'n' | 'c' => self.asked = true,
             // Entering the alternate screen again clears it.
             'h' if params
                 .iter()
@@ -74,12 +87,10 @@ impl vte::Perform for Did {
 }
 
 impl Drawing {
-    /// Where the program's drawing in `piece` ends (0 if it draws nothing there), and
-    /// whether the screen changed since, without its drawing again (in this piece or
-    /// before it). An erasure within a line is drawing when it follows drawing, and part
-    /// of a way out once the screen changed.
-    pub fn scan(&mut self, piece: &[u8]) -> (usize, bool) {
-        let mut end = 0;
+    /// What `piece` does. An erasure within a line is drawing when it follows drawing, and
+    /// part of a way out once the screen changed.
+    pub fn scan(&mut self, piece: &[u8]) -> Scan {
+        let (mut end, mut asks) = (0, false);
         let mut take = |c: char, to: usize, this: &mut Self| {
             let mut did = Did::default();
             this.vte.advance(&mut did, c);
@@ -87,6 +98,7 @@ impl Drawing {
                 (end, this.changed) = (to, false);
             }
             this.changed |= did.changed;
+            asks |= did.asked;
         };
         let mut at = 0;
         for chunk in piece.utf8_chunks() {
@@ -100,7 +112,11 @@ impl Drawing {
                 take('\u{fffd}', at, self);
             }
         }
-        (end, self.changed)
+        Scan {
+            end,
+            changed: self.changed,
+            asks,
+        }
     }
 }
 
@@ -108,8 +124,10 @@ impl Drawing {
 mod tests {
     use super::Drawing;
 
+    /// Where the drawing ends, and whether the screen changed since.
     fn scan(piece: &[u8]) -> (usize, bool) {
-        Drawing::default().scan(piece)
+        let scan = Drawing::default().scan(piece);
+        (scan.end, scan.changed)
     }
 
     #[test]
@@ -129,17 +147,23 @@ mod tests {
         // What the emulator does not show is not drawing.
         assert_eq!(scan(b"ab\xff\x1b[H"), (2, false));
         assert_eq!(scan("ab\u{fffd}\u{85}".as_bytes()), (2, false));
+        assert!(Drawing::default().scan(b"a\r\n\x1b[6n").asks);
+        assert!(!Drawing::default().scan(b"a\r\n\x1b[6m").asks);
     }
 
     #[test]
     fn what_came_before_carries_over_to_the_next_piece() {
         let mut drawing = Drawing::default();
+        let mut scan = |piece: &[u8]| {
+            let scan = drawing.scan(piece);
+            (scan.end, scan.changed)
+        };
         // A sequence cut by the end of a piece goes on in the next.
-        assert_eq!(drawing.scan(b"text\x1b["), (4, false));
-        assert_eq!(drawing.scan(b"2J"), (0, true));
+        assert_eq!(scan(b"text\x1b["), (4, false));
+        assert_eq!(scan(b"2J"), (0, true));
         // Once the screen changed, erasing a line is part of the way out, not drawing.
-        assert_eq!(drawing.scan(b"\x1b[K\x1b]0;a ti"), (0, true));
-        assert_eq!(drawing.scan(b"tle\x07"), (0, true));
-        assert_eq!(drawing.scan(b"x\x1b[K"), (4, false));
+        assert_eq!(scan(b"\x1b[K\x1b]0;a ti"), (0, true));
+        assert_eq!(scan(b"tle\x07"), (0, true));
+        assert_eq!(scan(b"x\x1b[K"), (4, false));
     }
 }

@@ -78,7 +78,17 @@ pub struct Screen {
     /// changed the screen without drawing (a scroll, a clear: a way out).
     shown: Option<super::StyledScreen>,
     drawing: super::drawing::Drawing,
+    /// Output after the program's drawing that changed the screen without drawing (a line
+    /// feed, a scroll, a clear), not yet given to the emulator: whether it is a way out
+    /// shows in what comes next. Given to it at the next piece, after the screen is taken
+    /// if that piece draws nothing, or once the screen is looked at. So a program that
+    /// streams lines on the alternate screen does not have its screen taken at every one.
+    held: Vec<u8>,
 }
+
+/// The most output held back (`Screen::held`); a longer change is given at once, after the
+/// screen is taken.
+const HELD_MAX_BYTES: usize = 4096;
 
 /// The sequences that enter (ending in `h`) or leave (`l`) the alternate screen, but their
 /// last byte.
@@ -135,6 +145,7 @@ impl Screen {
             last_full: None,
             shown: None,
             drawing: Default::default(),
+            held: Vec::new(),
         }
     }
 
@@ -165,9 +176,10 @@ impl Screen {
         let mut rest = bytes;
         while let Some((at, len, _)) = switches(rest).find(|(_, _, leaves)| *leaves) {
             self.draw(&rest[..at]);
-            if self.on_alternate_screen() {
+            self.settle();
+            if self.parser.screen().alternate_screen() {
                 let shown = self.shown.take();
-                self.last_full = Some(shown.unwrap_or_else(|| self.styled()));
+                self.last_full = Some(shown.unwrap_or_else(|| self.render()));
             }
             self.parser.process(&rest[at..at + len]);
             self.drawing = Default::default();
@@ -178,24 +190,51 @@ impl Screen {
     }
 
     /// Feed a piece that does not leave the alternate screen. On the alternate screen, the
-    /// screen is taken as the program's drawing leaves it, when what follows changes it
-    /// (a render of the whole screen: paid by a piece whose drawing ends in a line feed
-    /// or a clear).
+    /// screen is taken as the program's drawing leaves it when what follows changes it
+    /// (a render of the whole screen), unless what comes next shows that was no way out.
     fn draw(&mut self, piece: &[u8]) {
-        if !self.on_alternate_screen() && !switches(piece).any(|(_, _, leaves)| !leaves) {
+        if self.held.is_empty()
+            && !self.on_alternate_screen()
+            && !switches(piece).any(|(_, _, leaves)| !leaves)
+        {
             self.parser.process(piece);
             return;
         }
-        let (end, changes) = self.drawing.scan(piece);
-        self.parser.process(&piece[..end]);
-        if end > 0 {
+        let scan = self.drawing.scan(piece);
+        if scan.end > 0 {
+            // The program draws again: what was held back was no way out.
+            let held = std::mem::take(&mut self.held);
+            self.parser.process(&held);
+            self.parser.process(&piece[..scan.end]);
+            self.shown = None;
+        } else {
+            self.settle();
+        }
+        let rest = &piece[scan.end..];
+        if scan.changed && self.shown.is_none() && self.parser.screen().alternate_screen() {
+            if !scan.asks && rest.len() <= HELD_MAX_BYTES {
+                self.held = rest.to_vec();
+                return;
+            }
+            self.shown = Some(self.render());
+        }
+        self.parser.process(rest);
+        if !self.parser.screen().alternate_screen() {
             self.shown = None;
         }
-        if changes && self.shown.is_none() && self.on_alternate_screen() {
-            self.shown = Some(self.styled());
+    }
+
+    /// Give the emulator what is held back, the screen taken first (it may be a way out).
+    fn settle(&mut self) {
+        if self.held.is_empty() {
+            return;
         }
-        self.parser.process(&piece[end..]);
-        if !self.on_alternate_screen() {
+        if self.shown.is_none() {
+            self.shown = Some(self.render());
+        }
+        let held = std::mem::take(&mut self.held);
+        self.parser.process(&held);
+        if !self.parser.screen().alternate_screen() {
             self.shown = None;
         }
     }
@@ -206,7 +245,8 @@ impl Screen {
     }
 
     /// Whether the alternate screen is shown now.
-    pub fn on_alternate_screen(&self) -> bool {
+    pub fn on_alternate_screen(&mut self) -> bool {
+        self.settle();
         self.parser.screen().alternate_screen()
     }
 
@@ -214,6 +254,7 @@ impl Screen {
     /// the emulator may have allocated; past that the emulator is rebuilt from the visible
     /// screen (contents, cursor, modes and title kept; the scrollback starts again).
     pub fn resize(&mut self, rows: u16, cols: u16) {
+        self.settle();
         let capacity = self.parser.screen().scrollback_capacity();
         let reach = (
             self.reach.0.max(usize::from(rows)),
@@ -242,12 +283,18 @@ impl Screen {
     }
 
     /// The visible screen with colours, attributes and the cursor (the live view's).
-    pub fn styled(&self) -> super::StyledScreen {
+    pub fn styled(&mut self) -> super::StyledScreen {
+        self.settle();
+        self.render()
+    }
+
+    fn render(&self) -> super::StyledScreen {
         super::styled::render(self.parser.screen(), &self.parser.callbacks().title)
     }
 
     /// The screen as rendered now, with up to `scrollback` lines from above it.
     pub fn view(&mut self, scrollback: usize) -> ScreenView {
+        self.settle();
         let (rows, cols) = self.parser.screen().size();
         let (rows, cols) = (rows.get(), cols.get());
         let lines: Vec<String> = self
@@ -380,6 +427,43 @@ mod tests {
         s.feed(b"\x1b[?1049h\x1b[?1049l");
         let last = s.last_full_screen().expect("the second program's screen");
         assert_eq!(row_text(last, 0), "");
+    }
+
+    /// A program streaming lines on the alternate screen does not have its screen taken at
+    /// every line; the screen, looked at, is as the emulator drew every byte; a way out is
+    /// kept as before.
+    #[test]
+    fn a_line_feed_after_drawing_is_held_until_the_next_piece_shows_what_it_was() {
+        let mut s = Screen::new(3, 20, BUDGET);
+        s.feed(b"\x1b[?1049h\x1b[3;1H");
+        for i in 0..10 {
+            s.feed(format!("line{i}\r\n").as_bytes());
+            assert!(s.shown.is_none(), "no screen taken at line {i}");
+            assert_eq!(s.held, b"\r\n");
+        }
+        assert_eq!(s.view(0).lines, ["line8", "line9", ""]);
+        assert_eq!((s.view(0).cursor.row, s.view(0).cursor.col), (2, 0));
+        // The view was looked at with the line feed held: the screen before it was taken.
+        s.feed(b"\x1b[?1049l");
+        let last = s.last_full_screen().unwrap();
+        assert_eq!(row_text(last, 0), "line7");
+        assert_eq!(row_text(last, 2), "line9");
+        // Unlooked at, the same.
+        let mut s = Screen::new(3, 20, BUDGET);
+        s.feed(b"\x1b[?1049h\x1b[3;1H");
+        for i in 0..10 {
+            s.feed(format!("line{i}\r\n").as_bytes());
+        }
+        s.feed(b"\x1b[?25h");
+        assert!(s.held.is_empty() && s.shown.is_some());
+        s.feed(b"\x1b[?1049l");
+        assert_eq!(row_text(s.last_full_screen().unwrap(), 0), "line7");
+        assert_eq!(s.view(0).lines, ["", "", ""]);
+        // A question after the line feed is answered at once.
+        let mut s = Screen::new(3, 20, BUDGET);
+        s.feed(b"\x1b[?1049h");
+        assert_eq!(s.feed(b"ab\r\n\x1b[6n"), b"\x1b[2;1R");
+        assert!(s.held.is_empty());
     }
 
     #[test]

@@ -113,7 +113,7 @@ impl Session {
     /// (leaving wipes it), while the main screen is shown; `None` otherwise.
     pub fn last_full_screen(&self) -> Option<StyledScreen> {
         let screen = self.screen.as_ref()?;
-        let screen = lock_screen(screen);
+        let mut screen = lock_screen(screen);
         if screen.on_alternate_screen() {
             return None;
         }

@@ -56,7 +56,7 @@ async fn load(view: &View, name: &str) -> Result<Cast, Response> {
 pub async fn page(State(view): State<Arc<View>>, Path(name): Path<String>) -> Response {
     match load(&view, &name).await {
         Ok(cast) => {
-            let replay = Replay::new(cast);
+            let mut replay = Replay::new(cast);
             Html(pages::player_page(
                 &name,
                 replay.duration(),

@@ -162,7 +162,7 @@ impl Replay {
         }
     }
 
-    pub fn frame(&self) -> StyledScreen {
+    pub fn frame(&mut self) -> StyledScreen {
         self.screen.styled()
     }
 }
