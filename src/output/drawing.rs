@@ -132,21 +132,27 @@ mod tests {
 
     #[test]
     fn finds_where_the_drawing_ends_and_whether_the_screen_changed_after_it() {
-        assert_eq!(scan(b""), (0, false));
-        assert_eq!(scan(b"\x1b[5;1H\r\n"), (0, true));
-        assert_eq!(scan(b"\x1b[?25h\x1b[12;5H"), (0, false));
-        // Erasing the rest of a line or of the screen after text is drawing.
-        assert_eq!(scan(b"top\x1b[K\x1b[1;1H"), (6, false));
-        assert_eq!(scan(b"top\x1b[J"), (6, false));
-        assert_eq!(scan(b"\r\nbye"), (5, false));
-        assert_eq!(scan("é\x1b[2J\x1b[H".as_bytes()), (2, true));
-        assert_eq!(scan(b"a\x1b[S"), (1, true));
-        assert_eq!(scan(b"a\x1bM"), (1, true));
-        assert_eq!(scan(b"a\x1b]0;title\x07\x1b[m"), (1, false));
-        assert_eq!(scan(b"a\x1b[3b"), (5, false));
-        // What the emulator does not show is not drawing.
-        assert_eq!(scan(b"ab\xff\x1b[H"), (2, false));
-        assert_eq!(scan("ab\u{fffd}\u{85}".as_bytes()), (2, false));
+        let cases: [(&[u8], (usize, bool)); 14] = [
+            (b"", (0, false)),
+            (b"\x1b[5;1H\r\n", (0, true)),
+            (b"\x1b[?25h\x1b[12;5H", (0, false)),
+            // Erasing the rest of a line or of the screen after text is drawing.
+            (b"top\x1b[K\x1b[1;1H", (6, false)),
+            (b"top\x1b[J", (6, false)),
+            (b"\r\nbye", (5, false)),
+            ("é\x1b[2J\x1b[H".as_bytes(), (2, true)),
+            (b"a\x1b[S", (1, true)),
+            (b"a\x1bM", (1, true)),
+            (b"a\x1b]0;title\x07\x1b[m", (1, false)),
+            (b"a\x1b[3b", (5, false)),
+            // What the emulator does not show is not drawing.
+            (b"ab\xff\x1b[H", (2, false)),
+            ("ab\u{fffd}\u{85}".as_bytes(), (2, false)),
+            (b"ab\r\x1b[H", (2, false)),
+        ];
+        for (piece, want) in cases {
+            assert_eq!(scan(piece), want, "{piece:?}");
+        }
         assert!(Drawing::default().scan(b"a\r\n\x1b[6n").asks);
         assert!(!Drawing::default().scan(b"a\r\n\x1b[6m").asks);
     }
