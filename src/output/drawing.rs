@@ -22,11 +22,20 @@ pub struct Drawing {
     vte: Vte,
     /// The screen changed since the program last drew.
     changed: bool,
+    /// The cursor was sent home (to the first row and column), and has not moved since:
+    /// erasing from there on clears the screen.
+    home: bool,
 }
 
 /// What the parser did with one code point.
 #[derive(Default)]
 struct Did {
+    /// The cursor was at home before it (see `Drawing::home`).
+    home: bool,
+    /// It sent the cursor home.
+    homed: bool,
+    /// It may have moved the cursor elsewhere.
+    moved: bool,
     /// It put a character on the screen.
     shown: bool,
     /// It erased, inserted or deleted within a line, or erased from the cursor on: how a
@@ -47,6 +56,7 @@ impl vte::Perform for Did {
     }
 
     fn execute(&mut self, byte: u8) {
+        self.moved = true;
         // LF, VT and FF scroll at the last line.
         if matches!(byte, 0x0a..=0x0c) {
             self.changed = true;
@@ -56,10 +66,20 @@ impl vte::Perform for Did {
     fn csi_dispatch(&mut self, params: &vte::Params, _: &[u8], _: bool, action: char) {
         let first = params.iter().next().and_then(|p| p.first()).copied();
         match action {
+            'H' | 'f' if params.iter().all(|p| p.first().copied().unwrap_or(0) <= 1) => {
+                self.homed = true;
+            }
+            // Attributes and modes leave the cursor where it is.
+            'm' | 'h' | 'l' => {}
+            _ => self.moved = true,
+        }
+        match action {
             // REP repeats the last character shown.
             'b' => self.shown = true,
             'K' | 'X' | 'P' | '@' => self.edited = true,
             'J' => match first.unwrap_or(0) {
+                // From home on: the whole screen.
+                0 if self.home => self.changed = true,
                 0 | 1 => self.edited = true,
                 2 => self.changed = true,
                 // 3 erases the scrollback, which the alternate screen has none of.
@@ -68,10 +88,7 @@ impl vte::Perform for Did {
             'S' | 'T' | 'L' | 'M' => self.changed = true,
             'n' | 'c' => self.asked = true,
             // Entering the alternate screen again clears it.
-            'h' if params
-                .iter()
-                .any(|p| matches!(p.first(), Some(1049 | 1047 | 47))) =>
-            {
+            'h' if params.iter().any(|p| matches!(p.first(), Some(1049 | 47))) => {
                 self.changed = true;
             }
             _ => {}
@@ -79,6 +96,7 @@ impl vte::Perform for Did {
     }
 
     fn esc_dispatch(&mut self, intermediates: &[u8], _: bool, byte: u8) {
+        self.moved = true;
         // Reverse index (scrolls down at the top line) and reset.
         if intermediates.is_empty() && matches!(byte, b'M' | b'c') {
             self.changed = true;
@@ -92,8 +110,12 @@ impl Drawing {
     pub fn scan(&mut self, piece: &[u8]) -> Scan {
         let (mut end, mut asks) = (0, false);
         let mut take = |c: char, to: usize, this: &mut Self| {
-            let mut did = Did::default();
+            let mut did = Did {
+                home: this.home,
+                ..Did::default()
+            };
             this.vte.advance(&mut did, c);
+            this.home = did.homed || (this.home && !did.moved && !did.shown);
             if did.shown || (did.edited && !this.changed) {
                 (end, this.changed) = (to, false);
             }
@@ -132,7 +154,7 @@ mod tests {
 
     #[test]
     fn finds_where_the_drawing_ends_and_whether_the_screen_changed_after_it() {
-        let cases: [(&[u8], (usize, bool)); 14] = [
+        let cases: [(&[u8], (usize, bool)); 24] = [
             (b"", (0, false)),
             (b"\x1b[5;1H\r\n", (0, true)),
             (b"\x1b[?25h\x1b[12;5H", (0, false)),
@@ -149,6 +171,17 @@ mod tests {
             (b"ab\xff\x1b[H", (2, false)),
             ("ab\u{fffd}\u{85}".as_bytes(), (2, false)),
             (b"ab\r\x1b[H", (2, false)),
+            // Erasing from home on clears the screen.
+            (b"top\x1b[H\x1b[J", (3, true)),
+            (b"top\x1b[1;1H\x1b[0m\x1b[0J", (3, true)),
+            (b"top\x1b[2;1H\x1b[J", (12, false)),
+            (b"top\x1b[Hx\x1b[J", (10, false)),
+            (b"a\x1b[2L", (1, true)),
+            (b"a\x1b[M", (1, true)),
+            (b"a\x1b[T", (1, true)),
+            (b"a\x1bc", (1, true)),
+            (b"a\x1b[?1049h", (1, true)),
+            (b"a\x1b[1J\x1b[2X\x1b[P\x1b[@", (15, false)),
         ];
         for (piece, want) in cases {
             assert_eq!(scan(piece), want, "{piece:?}");

@@ -91,8 +91,8 @@ pub struct Screen {
 const HELD_MAX_BYTES: usize = 4096;
 
 /// The sequences that enter (ending in `h`) or leave (`l`) the alternate screen, but their
-/// last byte.
-const ALTERNATE: [&[u8]; 3] = [b"\x1b[?1049", b"\x1b[?1047", b"\x1b[?47"];
+/// last byte (vt100 has no mode 1047).
+const ALTERNATE: [&[u8]; 2] = [b"\x1b[?1049", b"\x1b[?47"];
 
 /// The sequences in `bytes` that enter or leave the alternate screen, in order: where each
 /// begins, its length, and whether it leaves.
@@ -254,7 +254,8 @@ impl Screen {
     /// the emulator may have allocated; past that the emulator is rebuilt from the visible
     /// screen (contents, cursor, modes and title kept; the scrollback starts again).
     pub fn resize(&mut self, rows: u16, cols: u16) {
-        self.settle();
+        let held = std::mem::take(&mut self.held);
+        self.parser.process(&held);
         let capacity = self.parser.screen().scrollback_capacity();
         let reach = (
             self.reach.0.max(usize::from(rows)),
@@ -459,11 +460,33 @@ mod tests {
         s.feed(b"\x1b[?1049l");
         assert_eq!(row_text(s.last_full_screen().unwrap(), 0), "line7");
         assert_eq!(s.view(0).lines, ["", "", ""]);
-        // A question after the line feed is answered at once.
+        // A question after the line feed is answered at once, in its piece or the next.
         let mut s = Screen::new(3, 20, BUDGET);
         s.feed(b"\x1b[?1049h");
         assert_eq!(s.feed(b"ab\r\n\x1b[6n"), b"\x1b[2;1R");
         assert!(s.held.is_empty());
+        assert_eq!(s.feed(b"cd\r\n"), b"");
+        assert_eq!(s.feed(b"\x1b[6n"), b"\x1b[3;1R");
+        // The live view, a title in what is held, and a resize see every byte.
+        s.feed(b"ef\r\n\x1b]0;held title\x07");
+        assert!(!s.held.is_empty());
+        let styled = s.styled();
+        assert_eq!(styled.title, "held title");
+        assert_eq!(row_text(&styled, 1), "ef");
+        s.feed(b"gh\r\n");
+        assert!(s.on_alternate_screen() && s.held.is_empty());
+        s.feed(b"ij\r\n");
+        s.resize(4, 20);
+        assert!(s.held.is_empty() && s.shown.is_none());
+        assert_eq!(s.view(0).lines[..2], ["gh", "ij"]);
+        // More than can be held is taken at once, the screen first.
+        let mut s = Screen::new(3, 20, BUDGET);
+        s.feed(b"\x1b[?1049hx");
+        s.feed(&[b'\n'; HELD_MAX_BYTES + 1]);
+        assert!(s.held.is_empty() && s.shown.is_some());
+        // A way out that clears the screen from home on.
+        let last = kept(&[b"\x1b[H\x1b[J", b"\x1b[?1049l"]);
+        assert_eq!(row_text(&last, 0), "top line");
     }
 
     #[test]
