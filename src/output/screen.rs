@@ -171,8 +171,8 @@ impl Screen {
     /// Feed terminal output; returns the answers owed to the program, if any.
     pub fn feed(&mut self, bytes: &[u8]) -> Vec<u8> {
         // Leaving the alternate screen wipes what the program showed there: keep it, as the
-        // program's last text left it. A program's way out often moves to the last line and
-        // scrolls, or erases, before it leaves (vim), in the same write or the one before.
+        // program's drawing left it. A program's way out often moves to the last line and
+        // scrolls, or clears, before it leaves (vim), in the same write or the one before.
         let mut rest = bytes;
         while let Some((at, len, _)) = switches(rest).find(|(_, _, leaves)| *leaves) {
             self.draw(&rest[..at]);
@@ -390,7 +390,7 @@ mod tests {
     }
 
     #[test]
-    fn a_way_out_keeps_the_screen_as_the_last_text_left_it() {
+    fn a_way_out_keeps_the_screen_as_the_drawing_left_it() {
         let leave = b"\x1b[?25h\x1b[?1049l\x1b[?1l";
         // vim's way out: to the last line and a line feed (which scrolls), then, in a
         // write of its own, the leaving; or both in one write.
