@@ -78,7 +78,10 @@ const WRITTEN_OFF: u8 = 3;
 /// Where a leader's end is delivered.
 pub type ExitReceiver = oneshot::Receiver<(Exit, Zombie)>;
 
-type Job = Box<dyn FnOnce() + Send>;
+/// A spawner's job. What it returns is its answer to the start, sent once the spawner
+/// counts as free again.
+type Job = Box<dyn FnOnce() -> Option<Answer> + Send>;
+type Answer = Box<dyn FnOnce() + Send>;
 
 #[derive(Default)]
 struct Table {
@@ -168,8 +171,13 @@ impl Reaper {
                 loop {
                     let job = queue.lock().unwrap_or_else(|e| e.into_inner()).recv();
                     let Ok(job) = job else { return };
-                    job();
+                    let answer = job();
+                    // Free before the start hears back: the next start, sent as soon as
+                    // this one returns, must find this spawner free, not start another.
                     free.fetch_add(1, Ordering::SeqCst);
+                    if let Some(answer) = answer {
+                        answer();
+                    }
                 }
             });
         if started.is_err() {
@@ -217,11 +225,11 @@ impl Reaper {
         let me = self.me.clone();
         let job: Job = Box::new({
             let phase = phase.clone();
-            move || {
-                let Some(reaper) = me.upgrade() else { return };
+            move || -> Option<Answer> {
+                let reaper = me.upgrade()?;
                 if done.is_closed() {
                     // The start gave up while this waited: it starts nothing.
-                    return;
+                    return None;
                 }
                 phase.store(PREPARING, Ordering::SeqCst);
                 let ready = prepare();
@@ -232,10 +240,11 @@ impl Reaper {
                 }
                 let ready = match ready {
                     Ok(ready) if !done.is_closed() => ready,
-                    Ok(_) => return,
+                    Ok(_) => return None,
                     Err(e) => {
-                        let _ = done.send(Err(e));
-                        return;
+                        return Some(Box::new(move || {
+                            let _ = done.send(Err(e));
+                        }));
                     }
                 };
                 let spawned = {
@@ -260,7 +269,9 @@ impl Reaper {
                 reaper.reap_all();
                 // A start that gave up drops this answer, and with it the receiver: the
                 // child's end, when it comes, reaps it.
-                let _ = done.send(spawned);
+                Some(Box::new(move || {
+                    let _ = done.send(spawned);
+                }))
             }
         });
         self.jobs
@@ -667,6 +678,43 @@ mod tests {
     /// How long an awaited event may take before the test fails rather than hangs: far
     /// beyond anything a loaded machine takes, since only a broken reaper misses it.
     const HANG_GUARD: Duration = Duration::from_secs(60);
+
+    #[test]
+    fn starts_one_after_another_need_one_spawner() {
+        alone("process::reaper::tests::one_after_another");
+    }
+
+    /// A start sent as soon as the one before it returned finds that one's spawner free:
+    /// starts one after another never add spawner threads, however the spawner is
+    /// scheduled after it answers.
+    #[test]
+    #[ignore = "run alone by starts_one_after_another_need_one_spawner"]
+    fn one_after_another() {
+        let runtime = tokio::runtime::Runtime::new().unwrap();
+        runtime.block_on(async {
+            let reaper = Reaper::start().unwrap();
+            for round in 0..300 {
+                let spawned = reaper.spawn_registered(
+                    || {
+                        let child = std::process::Command::new("/bin/true").spawn()?;
+                        Ok(((), child.id() as i32))
+                    },
+                    nix::unistd::pipe().unwrap().0,
+                );
+                let ((), _, exit) = spawned.await.unwrap();
+                assert_eq!(
+                    (
+                        reaper.free.load(Ordering::SeqCst),
+                        reaper.spawners.load(Ordering::SeqCst)
+                    ),
+                    (1, 1),
+                    "after start {round}"
+                );
+                let ended = tokio::time::timeout(HANG_GUARD, exit).await.unwrap();
+                drop(ended.unwrap());
+            }
+        });
+    }
 
     #[test]
     fn a_stuck_spawn_holds_nothing_up() {
