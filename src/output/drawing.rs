@@ -1,19 +1,23 @@
 //! What terminal output does to a full-screen program's screen, as the emulator takes it:
 //! where the program's drawing ends (the characters it shows, and the erasures within a
 //! line that go with them), and whether it then changed the screen without drawing (a
-//! scroll, a clear: the way out of a program that leaves). Parsed by vte's state machine,
-//! the emulator's own parser, carried over from one piece to the next.
+//! scroll, a clear: the way out of a program that leaves), and where it leaves the
+//! alternate screen. Parsed by vte's state machine, the emulator's own parser, carried over
+//! from one piece to the next, so a sequence split across pieces is seen whole.
 
 use super::ansi::Vte;
 
 /// What a piece does: where the program's drawing in it ends (0 if it draws nothing),
 /// whether the screen changed since the drawing without its drawing again (in this piece
 /// or before it), and whether it asks the terminal anything (which wants an answer now).
+/// When the piece leaves the alternate screen, the scan stops there: `leaves` is where the
+/// byte that leaves is, and the rest describes only what comes before it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Scan {
     pub end: usize,
     pub changed: bool,
     pub asks: bool,
+    pub leaves: Option<usize>,
 }
 
 /// A scanner of one terminal's output on the alternate screen, piece after piece.
@@ -45,6 +49,14 @@ struct Did {
     changed: bool,
     /// It asked the terminal something (a position, a status, what terminal it is).
     asked: bool,
+    /// It left the alternate screen, as the emulator takes it: mode 1049 or 47 reset, or
+    /// the terminal reset.
+    left: bool,
+}
+
+/// Whether `params` name the alternate screen's modes (vt100 has no mode 1047).
+fn alternate(params: &vte::Params) -> bool {
+    params.iter().any(|p| matches!(p, [1049] | [47]))
 }
 
 impl vte::Perform for Did {
@@ -63,7 +75,7 @@ impl vte::Perform for Did {
         }
     }
 
-    fn csi_dispatch(&mut self, params: &vte::Params, _: &[u8], _: bool, action: char) {
+    fn csi_dispatch(&mut self, params: &vte::Params, marks: &[u8], _: bool, action: char) {
         let first = params.iter().next().and_then(|p| p.first()).copied();
         match action {
             'H' | 'f' if params.iter().all(|p| p.first().copied().unwrap_or(0) <= 1) => {
@@ -88,57 +100,73 @@ impl vte::Perform for Did {
             'S' | 'T' | 'L' | 'M' => self.changed = true,
             'n' | 'c' => self.asked = true,
             // Entering the alternate screen again clears it.
-            'h' if params.iter().any(|p| matches!(p.first(), Some(1049 | 47))) => {
-                self.changed = true;
-            }
+            'h' if marks.first() == Some(&b'?') && alternate(params) => self.changed = true,
+            'l' if marks.first() == Some(&b'?') && alternate(params) => self.left = true,
             _ => {}
         }
     }
 
     fn esc_dispatch(&mut self, intermediates: &[u8], _: bool, byte: u8) {
         self.moved = true;
-        // Reverse index (scrolls down at the top line) and reset.
+        // Reverse index (scrolls down at the top line) and reset, which leaves the
+        // alternate screen.
         if intermediates.is_empty() && matches!(byte, b'M' | b'c') {
             self.changed = true;
+            self.left = byte == b'c';
         }
     }
 }
 
 impl Drawing {
-    /// What `piece` does. An erasure within a line is drawing when it follows drawing, and
-    /// part of a way out once the screen changed.
+    /// What `piece` does, up to where it leaves the alternate screen. An erasure within a
+    /// line is drawing when it follows drawing, and part of a way out once the screen
+    /// changed. After a way out the scanner starts afresh, as the program does.
     pub fn scan(&mut self, piece: &[u8]) -> Scan {
-        let (mut end, mut asks) = (0, false);
-        let mut take = |c: char, to: usize, this: &mut Self| {
-            let mut did = Did {
-                home: this.home,
-                ..Did::default()
-            };
-            this.vte.advance(&mut did, c);
-            this.home = did.homed || (this.home && !did.moved && !did.shown);
-            if did.shown || (did.edited && !this.changed) {
-                (end, this.changed) = (to, false);
-            }
-            this.changed |= did.changed;
-            asks |= did.asked;
+        let mut scan = Scan {
+            end: 0,
+            changed: false,
+            asks: false,
+            leaves: None,
         };
         let mut at = 0;
         for chunk in piece.utf8_chunks() {
             for (i, c) in chunk.valid().char_indices() {
-                take(c, at + i + c.len_utf8(), self);
+                if self.take(c, at + i + c.len_utf8(), &mut scan) {
+                    // What leaves is a single byte: the final one of its sequence.
+                    scan.leaves = Some(at + i);
+                    scan.changed = self.changed;
+                    *self = Drawing::default();
+                    return scan;
+                }
             }
             at += chunk.valid().len();
             // What is not UTF-8 is U+FFFD to the parser, which shows nothing.
             if !chunk.invalid().is_empty() {
                 at += chunk.invalid().len();
-                take('\u{fffd}', at, self);
+                self.take('\u{fffd}', at, &mut scan);
             }
         }
-        Scan {
-            end,
-            changed: self.changed,
-            asks,
+        scan.changed = self.changed;
+        scan
+    }
+
+    /// Take `c`, which ends at `to` in the piece; whether it left the alternate screen.
+    fn take(&mut self, c: char, to: usize, scan: &mut Scan) -> bool {
+        let mut did = Did {
+            home: self.home,
+            ..Did::default()
+        };
+        self.vte.advance(&mut did, c);
+        if did.left {
+            return true;
         }
+        self.home = did.homed || (self.home && !did.moved && !did.shown);
+        if did.shown || (did.edited && !self.changed) {
+            (scan.end, self.changed) = (to, false);
+        }
+        self.changed |= did.changed;
+        scan.asks |= did.asked;
+        false
     }
 }
 
@@ -154,7 +182,7 @@ mod tests {
 
     #[test]
     fn finds_where_the_drawing_ends_and_whether_the_screen_changed_after_it() {
-        let cases: [(&[u8], (usize, bool)); 24] = [
+        let cases: [(&[u8], (usize, bool)); 23] = [
             (b"", (0, false)),
             (b"\x1b[5;1H\r\n", (0, true)),
             (b"\x1b[?25h\x1b[12;5H", (0, false)),
@@ -179,7 +207,6 @@ mod tests {
             (b"a\x1b[2L", (1, true)),
             (b"a\x1b[M", (1, true)),
             (b"a\x1b[T", (1, true)),
-            (b"a\x1bc", (1, true)),
             (b"a\x1b[?1049h", (1, true)),
             (b"a\x1b[1J\x1b[2X\x1b[P\x1b[@", (15, false)),
         ];
@@ -204,5 +231,46 @@ mod tests {
         assert_eq!(scan(b"\x1b[K\x1b]0;a ti"), (0, true));
         assert_eq!(scan(b"tle\x07"), (0, true));
         assert_eq!(scan(b"x\x1b[K"), (4, false));
+    }
+
+    #[test]
+    fn stops_where_the_alternate_screen_is_left() {
+        let leaves = |pieces: &[&[u8]]| {
+            let mut drawing = Drawing::default();
+            pieces.iter().map(|p| drawing.scan(p)).collect::<Vec<_>>()
+        };
+        let last = |pieces: &[&[u8]]| {
+            let scan = *leaves(pieces).last().unwrap();
+            (scan.end, scan.changed, scan.leaves)
+        };
+        // The byte that leaves, and what came before it.
+        assert_eq!(last(&[b"ab\x1b[?1049lzz"]), (2, false, Some(9)));
+        assert_eq!(last(&[b"ab\r\n\x1b[?1049l"]), (2, true, Some(11)));
+        assert_eq!(last(&[b"\x1b[?25;1049lzz"]), (0, false, Some(10)));
+        assert_eq!(last(&[b"\x1b[?1049;25l"]), (0, false, Some(10)));
+        assert_eq!(last(&[b"ab\x1b[?47l"]), (2, false, Some(7)));
+        assert_eq!(last(&[b"ab\x1bc"]), (2, false, Some(3)));
+        // However it is split.
+        assert_eq!(last(&[b"ab\r\n\x1b[?10", b"49l"]), (0, true, Some(2)));
+        assert_eq!(
+            last(&[b"ab\x1b", b"[", b"?1049", b"l"]),
+            (0, false, Some(0))
+        );
+        // Not a way out: other modes, without the mark, 1047, a set, a subparameter.
+        for piece in [
+            &b"\x1b[?25l"[..],
+            b"\x1b[1049l",
+            b"\x1b[?1047l",
+            b"\x1b[?1049h",
+            b"\x1b[?1049:1l",
+            b"\x1b[>1049l",
+        ] {
+            assert_eq!(last(&[piece]).2, None, "{piece:?}");
+        }
+        // The scan starts afresh after a way out.
+        // (Had the line feed's change carried over, the erasure would not be drawing.)
+        let scans = leaves(&[b"ab\r\n\x1b[?1049l", b"\x1b[K"]);
+        assert_eq!(scans[0].leaves, Some(11));
+        assert_eq!((scans[1].end, scans[1].changed), (3, false), "{scans:?}");
     }
 }

@@ -6,6 +6,7 @@ use std::num::NonZeroU16;
 
 use serde::Serialize;
 
+use super::drawing::Scan;
 use crate::limits::{SCROLLBACK_CELLS, SCROLLBACK_MAX_LINES, TITLE_MAX_BYTES};
 
 /// Answer to "what terminal are you" (`ESC [ c`): a VT102-class terminal.
@@ -90,21 +91,20 @@ pub struct Screen {
 /// screen is taken.
 const HELD_MAX_BYTES: usize = 4096;
 
-/// The sequences that enter (ending in `h`) or leave (`l`) the alternate screen, but their
-/// last byte (vt100 has no mode 1047).
-const ALTERNATE: [&[u8]; 2] = [b"\x1b[?1049", b"\x1b[?47"];
-
-/// The sequences in `bytes` that enter or leave the alternate screen, in order: where each
-/// begins, its length, and whether it leaves.
-fn switches(bytes: &[u8]) -> impl Iterator<Item = (usize, usize, bool)> + '_ {
-    memchr::memmem::find_iter(bytes, b"\x1b[?").filter_map(|at| {
-        let rest = &bytes[at..];
-        let seq = ALTERNATE.iter().find(|seq| rest.starts_with(seq))?;
-        match rest.get(seq.len())? {
-            b'h' => Some((at, seq.len() + 1, false)),
-            b'l' => Some((at, seq.len() + 1, true)),
-            _ => None,
-        }
+/// Whether `bytes` enter the alternate screen whole (`CSI ? … h` setting mode 1049 or 47;
+/// vt100 has no mode 1047): a search, for output on the main screen, which is not scanned.
+/// An entry split across two pieces is not seen: the scan then begins with the next piece.
+fn enters(bytes: &[u8]) -> bool {
+    memchr::memmem::find_iter(bytes, b"\x1b[?").any(|at| {
+        let params = &bytes[at + 3..];
+        let len = params
+            .iter()
+            .position(|b| !(b.is_ascii_digit() || *b == b';'))
+            .unwrap_or(params.len());
+        params.get(len) == Some(&b'h')
+            && params[..len]
+                .split(|b| *b == b';')
+                .any(|p| p == b"1049" || p == b"47")
     })
 }
 
@@ -173,34 +173,36 @@ impl Screen {
         // Leaving the alternate screen wipes what the program showed there: keep it, as the
         // program's drawing left it. A program's way out often moves to the last line and
         // scrolls, or clears, before it leaves (vim), in the same write or the one before.
+        // From the alternate screen on, every byte is scanned, so a way out is seen however
+        // it is split into writes.
         let mut rest = bytes;
-        while let Some((at, len, _)) = switches(rest).find(|(_, _, leaves)| *leaves) {
-            self.draw(&rest[..at]);
+        while !rest.is_empty() {
+            if self.held.is_empty() && !self.parser.screen().alternate_screen() && !enters(rest) {
+                self.parser.process(rest);
+                break;
+            }
+            let scan = self.drawing.scan(rest);
+            let Some(at) = scan.leaves else {
+                self.draw(rest, scan);
+                break;
+            };
+            self.draw(&rest[..at], scan);
             self.settle();
             if self.parser.screen().alternate_screen() {
                 let shown = self.shown.take();
                 self.last_full = Some(shown.unwrap_or_else(|| self.render()));
             }
-            self.parser.process(&rest[at..at + len]);
-            self.drawing = Default::default();
-            rest = &rest[at + len..];
+            self.parser.process(&rest[at..=at]);
+            rest = &rest[at + 1..];
         }
-        self.draw(rest);
         std::mem::take(&mut self.parser.callbacks_mut().replies)
     }
 
-    /// Feed a piece that does not leave the alternate screen. On the alternate screen, the
-    /// screen is taken as the program's drawing leaves it when what follows changes it
-    /// (a render of the whole screen), unless what comes next shows that was no way out.
-    fn draw(&mut self, piece: &[u8]) {
-        if self.held.is_empty()
-            && !self.on_alternate_screen()
-            && !switches(piece).any(|(_, _, leaves)| !leaves)
-        {
-            self.parser.process(piece);
-            return;
-        }
-        let scan = self.drawing.scan(piece);
+    /// Feed a piece, scanned as `scan`, that does not leave the alternate screen. On the
+    /// alternate screen, the screen is taken as the program's drawing leaves it when what
+    /// follows changes it (a render of the whole screen), unless what comes next shows
+    /// that was no way out.
+    fn draw(&mut self, piece: &[u8], scan: Scan) {
         if scan.end > 0 {
             // The program draws again: what was held back was no way out.
             let held = std::mem::take(&mut self.held);
@@ -402,6 +404,13 @@ mod tests {
             // Cleared, then left.
             &[b"\x1b[H\x1b[2J", leave],
             &[b"\x1b[H\x1b[2J\x1b[?1049l"],
+            // The leaving split across writes, or with other modes beside it.
+            &[b"\x1b[5;1H\r\n\x1b[?10", b"49l"],
+            &[b"\x1b[5;1H\r\n", b"\x1b", b"[?1049l"],
+            &[b"\x1b[5;1H\r\n", b"\x1b[?25;1049l"],
+            &[b"\x1b[5;1H\r\n\x1b[?1049;1l"],
+            // A reset, which leaves too.
+            &[b"\x1b[5;1H\r\n", b"\x1bc"],
         ] {
             let last = kept(pieces);
             assert_eq!(row_text(&last, 0), "top line", "{pieces:?}");
@@ -428,6 +437,34 @@ mod tests {
         s.feed(b"\x1b[?1049h\x1b[?1049l");
         let last = s.last_full_screen().expect("the second program's screen");
         assert_eq!(row_text(last, 0), "");
+    }
+
+    #[test]
+    fn entering_the_alternate_screen_is_found_in_a_main_screen_piece() {
+        for piece in [
+            &b"\x1b[?1049h"[..],
+            b"ab\x1b[?1;1049h",
+            b"\x1b[?1049;1h",
+            b"\x1b[?25l\x1b[?47h",
+        ] {
+            assert!(super::enters(piece), "{piece:?}");
+        }
+        for piece in [
+            &b"\x1b[?1049l"[..],
+            b"\x1b[?10490h",
+            b"\x1b[?1047h",
+            b"\x1b[?1049",
+            b"\x1b[?",
+            b"\x1b[1049h",
+        ] {
+            assert!(!super::enters(piece), "{piece:?}");
+        }
+        // Entered with other modes beside it, the screen is then scanned: its way out is
+        // kept.
+        let mut s = Screen::new(5, 20, BUDGET);
+        s.feed(b"\x1b[?1;1049h\x1b[5;1Hshown\r\n\x1b[?1049l");
+        let last = s.last_full_screen().expect("the screen it left");
+        assert_eq!(row_text(last, 4), "shown");
     }
 
     /// A program streaming lines on the alternate screen does not have its screen taken at
