@@ -29,6 +29,8 @@ pub struct Drawing {
     /// The cursor was sent home (to the first row and column), and has not moved since:
     /// erasing from there on clears the screen.
     home: bool,
+    /// It scanned something since it was made.
+    used: bool,
 }
 
 /// What the parser did with one code point.
@@ -122,6 +124,7 @@ impl Drawing {
     /// line is drawing when it follows drawing, and part of a way out once the screen
     /// changed. After a way out the scanner starts afresh, as the program does.
     pub fn scan(&mut self, piece: &[u8]) -> Scan {
+        self.used = true;
         let mut scan = Scan {
             end: 0,
             changed: false,
@@ -148,6 +151,13 @@ impl Drawing {
         }
         scan.changed = self.changed;
         scan
+    }
+
+    /// Start afresh, where the output was not all scanned.
+    pub fn forget(&mut self) {
+        if self.used {
+            *self = Drawing::default();
+        }
     }
 
     /// Take `c`, which ends at `to` in the piece; whether it left the alternate screen.

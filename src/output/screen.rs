@@ -85,27 +85,60 @@ pub struct Screen {
     /// if that piece draws nothing, or once the screen is looked at. So a program that
     /// streams lines on the alternate screen does not have its screen taken at every one.
     held: Vec<u8>,
+    /// The last piece scanned left an escape open that may become an entry: the next one
+    /// is scanned too.
+    scan_next: bool,
 }
 
 /// The most output held back (`Screen::held`); a longer change is given at once, after the
 /// screen is taken.
 const HELD_MAX_BYTES: usize = 4096;
 
-/// Whether `bytes` enter the alternate screen whole (`CSI ? … h` setting mode 1049 or 47;
-/// vt100 has no mode 1047): a search, for output on the main screen, which is not scanned.
-/// An entry split across two pieces is not seen: the scan then begins with the next piece.
-fn enters(bytes: &[u8]) -> bool {
-    memchr::memmem::find_iter(bytes, b"\x1b[?").any(|at| {
-        let params = &bytes[at + 3..];
-        let len = params
-            .iter()
-            .position(|b| !(b.is_ascii_digit() || *b == b';'))
-            .unwrap_or(params.len());
-        params.get(len) == Some(&b'h')
-            && params[..len]
-                .split(|b| *b == b';')
-                .any(|p| p == b"1049" || p == b"47")
-    })
+/// What follows an `ESC [` to its end, as vte takes it: a control sequence that sets
+/// modes with the `?` mark (`h`, the only way into the alternate screen), another, or one
+/// the end of the bytes leaves open.
+#[derive(PartialEq)]
+enum Csi {
+    SetsMarked,
+    Other,
+    Open,
+}
+
+fn csi(after: &[u8]) -> Csi {
+    let mut marked = false;
+    for &b in after {
+        match b {
+            0x40..=0x7e if b == b'h' && marked => return Csi::SetsMarked,
+            // The final byte; or ESC, CAN or SUB, which cut the sequence off.
+            0x40..=0x7e | 0x1b | 0x18 | 0x1a => return Csi::Other,
+            b'?' => marked = true,
+            // Parameters, intermediates, and C0 controls, which act within a sequence.
+            _ => {}
+        }
+    }
+    Csi::Open
+}
+
+/// Whether a piece on the main screen, which is not scanned, may enter the alternate
+/// screen: a sequence that sets modes with the `?` mark (which modes, and whether it is
+/// one at all, is the scan's to say), or one left open at its end, which the next piece
+/// may complete. A search that errs towards "may", which costs only a scan.
+fn may_enter(bytes: &[u8]) -> bool {
+    bytes.last() == Some(&0x1b)
+        || memchr::memmem::find_iter(bytes, b"\x1b[").any(|at| csi(&bytes[at + 2..]) != Csi::Other)
+}
+
+/// Whether `bytes` end within an escape that may yet become an entry into the alternate
+/// screen (a lone ESC, or an open `ESC [`), so the scan must go on into the next piece.
+fn ends_open(bytes: &[u8]) -> bool {
+    match memchr::memrchr(0x1b, bytes) {
+        Some(at) => match bytes.get(at + 1) {
+            None => true,
+            Some(b'[') => csi(&bytes[at + 2..]) == Csi::Open,
+            Some(_) => false,
+        },
+        None => false,
+    }
 }
 
 #[derive(Debug, Serialize)]
@@ -146,6 +179,7 @@ impl Screen {
             shown: None,
             drawing: Default::default(),
             held: Vec::new(),
+            scan_next: false,
         }
     }
 
@@ -174,13 +208,29 @@ impl Screen {
         // program's drawing left it. A program's way out often moves to the last line and
         // scrolls, or clears, before it leaves (vim), in the same write or the one before.
         // From the alternate screen on, every byte is scanned, so a way out is seen however
-        // it is split into writes.
+        // it is split into writes. Output on the main screen is scanned only where it may
+        // enter.
+        if self.held.is_empty()
+            && !self.scan_next
+            && !self.parser.screen().alternate_screen()
+            && !may_enter(bytes)
+        {
+            self.parser.process(bytes);
+            // The scanner did not see this piece: it starts afresh when next needed. Both
+            // entering and leaving begin with an ESC, which ends whatever this piece left
+            // open (a string, a title).
+            self.drawing.forget();
+        } else {
+            self.scan(bytes);
+        }
+        std::mem::take(&mut self.parser.callbacks_mut().replies)
+    }
+
+    /// Feed a piece through the scanner, to its end: taking the alternate screen where the
+    /// piece leaves it.
+    fn scan(&mut self, bytes: &[u8]) {
         let mut rest = bytes;
-        while !rest.is_empty() {
-            if self.held.is_empty() && !self.parser.screen().alternate_screen() && !enters(rest) {
-                self.parser.process(rest);
-                break;
-            }
+        loop {
             let scan = self.drawing.scan(rest);
             let Some(at) = scan.leaves else {
                 self.draw(rest, scan);
@@ -195,7 +245,7 @@ impl Screen {
             self.parser.process(&rest[at..=at]);
             rest = &rest[at + 1..];
         }
-        std::mem::take(&mut self.parser.callbacks_mut().replies)
+        self.scan_next = ends_open(bytes);
     }
 
     /// Feed a piece, scanned as `scan`, that does not leave the alternate screen. On the
@@ -440,31 +490,65 @@ mod tests {
     }
 
     #[test]
-    fn entering_the_alternate_screen_is_found_in_a_main_screen_piece() {
+    fn a_main_screen_piece_that_may_enter_is_scanned() {
         for piece in [
             &b"\x1b[?1049h"[..],
             b"ab\x1b[?1;1049h",
-            b"\x1b[?1049;1h",
             b"\x1b[?25l\x1b[?47h",
+            // As vte takes them: an intermediate, controls within, leading zeros.
+            b"\x1b[?1049 h",
+            b"\x1b[?10\r49h",
+            b"\x1b[\r?1049h",
+            b"\x1b[?01049h",
+            // Left open: the next piece may complete it.
+            b"\x1b[?1049",
+            b"ab\x1b[",
+            b"ab\x1b",
         ] {
-            assert!(super::enters(piece), "{piece:?}");
+            assert!(super::may_enter(piece), "{piece:?}");
         }
         for piece in [
-            &b"\x1b[?1049l"[..],
-            b"\x1b[?10490h",
-            b"\x1b[?1047h",
-            b"\x1b[?1049",
-            b"\x1b[?",
+            &b"plain text\r\n"[..],
+            b"\x1b[?1049l",
+            b"\x1b[31mred\x1b[m",
             b"\x1b[1049h",
+            b"\x1b[?10\x1b[31m",
+            b"\x1b]0;title\x07",
         ] {
-            assert!(!super::enters(piece), "{piece:?}");
+            assert!(!super::may_enter(piece), "{piece:?}");
         }
-        // Entered with other modes beside it, the screen is then scanned: its way out is
-        // kept.
-        let mut s = Screen::new(5, 20, BUDGET);
-        s.feed(b"\x1b[?1;1049h\x1b[5;1Hshown\r\n\x1b[?1049l");
-        let last = s.last_full_screen().expect("the screen it left");
-        assert_eq!(row_text(last, 4), "shown");
+        assert!(super::ends_open(b"ab\x1b[?10"));
+        assert!(super::ends_open(b"ab\x1b"));
+        assert!(!super::ends_open(b"ab\x1b[?10h"));
+        assert!(!super::ends_open(b"ab\x1b]0;ti"));
+
+        // Entered in any of those ways, the screen is kept when the program leaves.
+        for pieces in [
+            &[&b"\x1b[?1;1049h\x1b[5;1Hshown\r\n\x1b[?1049l"[..]][..],
+            &[b"\x1b[?1049 h\x1b[5;1Hshown\r\n\x1b[?1049l"],
+            &[b"\x1b[\r?1049h\x1b[5;1Hshown\r\n\x1b[?1049l"],
+            &[b"\x1b[?1049", b"h\x1b[5;1Hshown\r\n\x1b[?1049l"],
+            &[b"ab\x1b", b"[?1049h\x1b[5;1Hshown\r\n\x1b[?1049l"],
+            &[b"ab\x1b", b"[?10", b"49h", b"\x1b[5;1Hshown\r\n\x1b[?1049l"],
+            // After a title left open on the main screen.
+            &[
+                b"\x1b]0;ti",
+                b"tle\x07\x1b[?1049h\x1b[5;1Hshown\r\n\x1b[?1049l",
+            ],
+            // Many ways out on the main screen before the entry.
+            &[
+                &b"\x1bc".repeat(100),
+                b"\x1b[?1049h\x1b[5;1Hshown\r\n\x1b[?1049l",
+            ],
+        ] {
+            let mut s = Screen::new(5, 20, BUDGET);
+            for piece in pieces {
+                s.feed(piece);
+            }
+            let last = s.last_full_screen().expect("the screen it left");
+            assert_eq!(row_text(last, 4), "shown", "{pieces:?}");
+            assert!(!s.on_alternate_screen());
+        }
     }
 
     /// A program streaming lines on the alternate screen does not have its screen taken at
