@@ -12,6 +12,9 @@
 //! Where every match begins with one of a few literals (`ready`, `flood total: \d+`), a
 //! SIMD literal search (the crate's prefilter) skips the text in which no match can
 //! begin, as the crate's own searches do; the DFA steps only from where a literal starts.
+//! A pattern that is plain text (`ready`, `echo: line 7`: one literal, no group) needs
+//! no automaton at all: it is searched for as bytes, across the cuts between pieces, and
+//! costs a few microseconds to start where the automata cost tens.
 //!
 //! Memory is bounded: each automaton compiled from a pattern is at most `PATTERN_NFA_BYTES`,
 //! each lazy DFA's cache `PATTERN_DFA_CACHE_BYTES` (cleared and refilled past it), a
@@ -33,8 +36,8 @@ use regex_automata::nfa::thompson;
 use regex_automata::util::prefilter::Prefilter;
 use regex_automata::util::syntax;
 use regex_automata::{Input, MatchKind, Span};
-use regex_syntax::hir::Hir;
 use regex_syntax::hir::literal::{ExtractKind, Extractor};
+use regex_syntax::hir::{Hir, HirKind};
 
 use crate::errors::ToolError;
 use crate::limits::{
@@ -161,6 +164,72 @@ pub struct Leftmost {
 }
 
 pub struct Search {
+    engine: Engine,
+    /// What a client's pattern holds of the budget.
+    _charge: Option<Charge>,
+}
+
+// One per wait or command in flight, never in a collection: a box would only add an
+// allocation to every search with automata.
+#[allow(clippy::large_enum_variant)]
+enum Engine {
+    Text(Text),
+    Automata(Stepper),
+}
+
+/// A pattern that is plain text, searched for as bytes.
+struct Text {
+    finder: memchr::memmem::Finder<'static>,
+    /// The end of the text fed, at most one byte shorter than the pattern: where a match
+    /// that the next piece completes may begin.
+    tail: Vec<u8>,
+}
+
+impl Text {
+    /// The search of `hir` when it is one literal (no class, repetition, look-around or
+    /// group); its matches are exactly where its bytes occur.
+    fn of(hir: &Hir) -> Option<Text> {
+        match hir.kind() {
+            HirKind::Literal(literal) if !literal.0.is_empty() => Some(Text {
+                finder: memchr::memmem::Finder::new(&literal.0).into_owned(),
+                tail: Vec::new(),
+            }),
+            _ => None,
+        }
+    }
+
+    fn feed(&mut self, piece: &[u8]) -> bool {
+        let keep = self.finder.needle().len() - 1;
+        if !self.tail.is_empty() {
+            // A match across the cut lies within the tail and the piece's first bytes.
+            let tail = self.tail.len();
+            self.tail.extend_from_slice(&piece[..piece.len().min(keep)]);
+            if self.finder.find(&self.tail).is_some() {
+                return true;
+            }
+            self.tail.truncate(tail);
+        }
+        if self.finder.find(piece).is_some() {
+            return true;
+        }
+        if piece.len() >= keep {
+            self.tail.clear();
+        } else {
+            let over = (self.tail.len() + piece.len()).saturating_sub(keep);
+            self.tail.drain(..over);
+        }
+        self.tail
+            .extend_from_slice(&piece[piece.len().saturating_sub(keep)..]);
+        false
+    }
+
+    fn bytes(&self) -> usize {
+        2 * self.finder.needle().len() + std::mem::size_of::<Text>()
+    }
+}
+
+/// A pattern's automata, stepped through the text fed.
+struct Stepper {
     /// For the leftmost match and its groups, once the DFA saw a match end.
     regex: meta::Regex,
     dfa: DFA,
@@ -171,8 +240,6 @@ pub struct Search {
     universal_start: bool,
     /// Bytes the DFA stepped through; the rest of what was fed was skipped.
     stepped: u64,
-    /// What a client's pattern holds of the budget.
-    _charge: Option<Charge>,
 }
 
 impl Search {
@@ -237,10 +304,15 @@ impl Search {
     /// and backtracker, measured at most about its own size again); and both lazy DFA
     /// caches at their capacity.
     fn bytes(&self) -> usize {
-        2 * self.regex.memory_usage()
-            + self.dfa.memory_usage()
-            + self.dfa.get_nfa().memory_usage()
-            + 2 * PATTERN_DFA_CACHE_BYTES
+        match &self.engine {
+            Engine::Text(text) => text.bytes(),
+            Engine::Automata(automata) => {
+                2 * automata.regex.memory_usage()
+                    + automata.dfa.memory_usage()
+                    + automata.dfa.get_nfa().memory_usage()
+                    + 2 * PATTERN_DFA_CACHE_BYTES
+            }
+        }
     }
 
     /// `for_client` compiled now, not looked for among the recent ones.
@@ -259,16 +331,22 @@ impl Search {
 
     /// The search of `pattern` compiled now; its automata are kept for the next search.
     fn build_anew(pattern: &str) -> Result<Search, PatternError> {
-        let automata = Search::compile(pattern)?;
+        let hir = syntax::parse(pattern).map_err(|e| PatternError::Unusable(e.to_string()))?;
+        if let Some(text) = Text::of(&hir) {
+            return Ok(Search {
+                engine: Engine::Text(text),
+                _charge: None,
+            });
+        }
+        let automata = Search::compile(pattern, &hir)?;
         let search = Search::with(automata.clone())?;
         recent().remember(pattern, &automata);
         Ok(search)
     }
 
-    fn compile(pattern: &str) -> Result<Automata, PatternError> {
+    fn compile(pattern: &str, hir: &Hir) -> Result<Automata, PatternError> {
         let unusable = |e: &dyn std::fmt::Display| PatternError::Unusable(e.to_string());
-        let hir = syntax::parse(pattern).map_err(|e| unusable(&e))?;
-        let (prefilter, only_literals) = prefix_prefilter(&hir);
+        let (prefilter, only_literals) = prefix_prefilter(hir);
         let config = meta::Config::new()
             .nfa_size_limit(Some(PATTERN_NFA_BYTES))
             .hybrid_cache_capacity(PATTERN_DFA_CACHE_BYTES)
@@ -282,7 +360,7 @@ impl Search {
         };
         let regex = meta::Regex::builder()
             .configure(config)
-            .build_from_hir(&hir)
+            .build_from_hir(hir)
             .map_err(|e| match e.size_limit() {
                 Some(_) => PatternError::TooLarge,
                 None => unusable(&e),
@@ -293,7 +371,7 @@ impl Search {
                     .nfa_size_limit(Some(PATTERN_NFA_BYTES))
                     .which_captures(thompson::WhichCaptures::None),
             )
-            .build_from_hir(&hir)
+            .build_from_hir(hir)
             .map_err(|e| match e.size_limit() {
                 Some(_) => PatternError::TooLarge,
                 None => unusable(&e),
@@ -325,18 +403,52 @@ impl Search {
             .start_state_forward(&mut cache, &Input::new(""))
             .map_err(|e| PatternError::Unusable(e.to_string()))?;
         Ok(Search {
-            regex,
-            dfa,
-            cache,
-            state,
-            universal_start,
-            stepped: 0,
+            engine: Engine::Automata(Stepper {
+                regex,
+                dfa,
+                cache,
+                state,
+                universal_start,
+                stepped: 0,
+            }),
             _charge: None,
         })
     }
 
     /// The leftmost-first match in `text`.
     pub fn leftmost(&self, text: &str) -> Option<Leftmost> {
+        match &self.engine {
+            Engine::Text(plain) => {
+                let at = plain.finder.find(text.as_bytes())?;
+                Some(Leftmost {
+                    whole: at..at + plain.finder.needle().len(),
+                    groups: Vec::new(),
+                })
+            }
+            Engine::Automata(automata) => automata.leftmost(text),
+        }
+    }
+
+    #[cfg(test)]
+    pub fn stepped(&self) -> u64 {
+        match &self.engine {
+            Engine::Text(_) => 0,
+            Engine::Automata(automata) => automata.stepped,
+        }
+    }
+
+    /// Feed the next piece of text; true once a match has ended within what was fed.
+    /// `at_end`: nothing follows this piece yet, so a match may end exactly at its end.
+    pub fn feed(&mut self, text: &str, at_end: bool) -> bool {
+        match &mut self.engine {
+            Engine::Text(plain) => plain.feed(text.as_bytes()),
+            Engine::Automata(automata) => automata.feed(text, at_end),
+        }
+    }
+}
+
+impl Stepper {
+    fn leftmost(&self, text: &str) -> Option<Leftmost> {
         let mut captures = self.regex.create_captures();
         self.regex.search_captures(&Input::new(text), &mut captures);
         let whole = captures.get_match()?.range();
@@ -346,14 +458,7 @@ impl Search {
         Some(Leftmost { whole, groups })
     }
 
-    #[cfg(test)]
-    pub fn stepped(&self) -> u64 {
-        self.stepped
-    }
-
-    /// Feed the next piece of text; true once a match has ended within what was fed.
-    /// `at_end`: nothing follows this piece yet, so a match may end exactly at its end.
-    pub fn feed(&mut self, text: &str, at_end: bool) -> bool {
+    fn feed(&mut self, text: &str, at_end: bool) -> bool {
         let hay = text.as_bytes();
         let mut at = 0;
         while at < hay.len() {
@@ -517,7 +622,8 @@ mod tests {
     #[test]
     fn patterns_compiled_lately_are_recalled_within_bounds() {
         let mut recent = Recent(VecDeque::new());
-        let compiled = |pattern: &str| Search::compile(pattern).unwrap();
+        let compiled =
+            |pattern: &str| Search::compile(pattern, &syntax::parse(pattern).unwrap()).unwrap();
         let typical = [r"flood total: \d+", r"(?i)error|warning", r"\$ $"];
         for pattern in typical {
             recent.remember(pattern, &compiled(pattern));
@@ -659,17 +765,37 @@ mod tests {
     #[test]
     fn no_byte_is_stepped_twice_and_text_without_a_match_start_is_skipped() {
         let hay = "hay ".repeat(25_000);
-        let mut s = Search::new("needle").unwrap();
+        let mut s = Search::new("needles?").unwrap();
         for c in hay.chars() {
             assert!(!s.feed(c.encode_utf8(&mut [0; 4]), true));
         }
         assert!(s.stepped() <= hay.len() as u64, "{}", s.stepped());
         assert!(s.feed("needle", true));
 
-        let mut s = Search::new("needle").unwrap();
+        let mut s = Search::new("needles?").unwrap();
         assert!(!s.feed(&hay, true));
         assert!(s.stepped() < 16, "stepped {} of {}", s.stepped(), hay.len());
         assert!(s.feed("needle", true));
+    }
+
+    /// Plain text needs no automaton; anything else, a group included, has one.
+    #[test]
+    fn plain_text_is_searched_for_as_bytes() {
+        let text = |pattern: &str| matches!(Search::new(pattern).unwrap().engine, Engine::Text(_));
+        for pattern in ["ready", "echo: line 7", "日本", r"\$ ", "(?m)done", "a"] {
+            assert!(text(pattern), "{pattern}");
+        }
+        for pattern in ["(ready)", "ready$", "(?i)ready", "a|b", "", r"\d"] {
+            assert!(!text(pattern), "{pattern}");
+        }
+        // A match cut anywhere, the pattern overlapping itself, pieces shorter than it.
+        assert_eq!(feed_all("abab", &["xaba", "bab"]), Some(1));
+        assert_eq!(feed_all("abab", &["a", "b", "a", "c", "abab"]), Some(4));
+        assert_eq!(feed_all("abab", &["ab", "a", "", "b"]), Some(3));
+        assert_eq!(feed_all("abcd", &["ab", "c", "xd", "abc"]), None);
+        let s = Search::new("ab").unwrap();
+        let found = s.leftmost("xxabab").unwrap();
+        assert_eq!((found.whole, found.groups), (2..4, vec![]));
     }
 
     /// Patterns with and without a literal prefix (the prefilter's skips), with look-behind
@@ -689,6 +815,10 @@ mod tests {
         "x$|xy+z",
         r"^x|(?-u:\b)y",
         "(?m)^y+$",
+        // Plain text, overlapping itself or one byte long.
+        "abab",
+        "aab",
+        "c",
     ];
 
     /// Patterns with groups that may or may not take part, and alternations whose leftmost
