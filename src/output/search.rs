@@ -223,8 +223,9 @@ impl Text {
         false
     }
 
+    /// The text, and its tail: up to twice its length while a cut is looked across.
     fn bytes(&self) -> usize {
-        2 * self.finder.needle().len() + std::mem::size_of::<Text>()
+        3 * self.finder.needle().len() + std::mem::size_of::<Text>()
     }
 }
 
@@ -300,9 +301,9 @@ impl Search {
             .map_err(ToolError::from)
     }
 
-    /// What the search may come to hold: its automata; the full regex's caches (its pike VM
-    /// and backtracker, measured at most about its own size again); and both lazy DFA
-    /// caches at their capacity.
+    /// What the search may come to hold: for plain text, the text and the tail it keeps;
+    /// else its automata, the full regex's caches (its pike VM and backtracker, measured at
+    /// most about its own size again), and both lazy DFA caches at their capacity.
     fn bytes(&self) -> usize {
         match &self.engine {
             Engine::Text(text) => text.bytes(),
