@@ -85,59 +85,79 @@ pub struct Screen {
     /// if that piece draws nothing, or once the screen is looked at. So a program that
     /// streams lines on the alternate screen does not have its screen taken at every one.
     held: Vec<u8>,
-    /// The last piece scanned left an escape open that may become an entry: the next one
-    /// is scanned too.
-    scan_next: bool,
+    /// The escape the output so far leaves open: while there is one, it may become an
+    /// entry into the alternate screen, and every piece is scanned.
+    escape: Escape,
 }
 
 /// The most output held back (`Screen::held`); a longer change is given at once, after the
 /// screen is taken.
 const HELD_MAX_BYTES: usize = 4096;
 
-/// What follows an `ESC [` to its end, as vte takes it: a control sequence that sets
-/// modes with the `?` mark (`h`, the only way into the alternate screen), another, or one
-/// the end of the bytes leaves open.
-#[derive(PartialEq)]
-enum Csi {
-    SetsMarked,
-    Other,
-    Open,
+/// Where an escape stands, as vte reads it, for what may enter the alternate screen (a
+/// control sequence with the `?` mark that sets modes).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+enum Escape {
+    /// None begun.
+    #[default]
+    None,
+    /// After ESC: controls, DEL and bytes past ASCII leave it there.
+    Begun,
+    /// After ESC and an intermediate byte.
+    Intermediate,
+    /// Within `ESC [`, and whether a `?` came in it.
+    Csi { marked: bool },
 }
 
-fn csi(after: &[u8]) -> Csi {
-    let mut marked = false;
-    for &b in after {
-        match b {
-            0x40..=0x7e if b == b'h' && marked => return Csi::SetsMarked,
-            // The final byte; or ESC, CAN or SUB, which cut the sequence off.
-            0x40..=0x7e | 0x1b | 0x18 | 0x1a => return Csi::Other,
-            b'?' => marked = true,
-            // Parameters, intermediates, and C0 controls, which act within a sequence.
-            _ => {}
-        }
+/// How an escape goes on in some bytes.
+#[derive(Debug, PartialEq)]
+enum Walk {
+    /// It ends, having set modes with the `?` mark.
+    Sets,
+    /// It ends otherwise, or another ESC, or CAN or SUB, cuts it off.
+    Ends,
+    /// It is still open where the bytes end.
+    Open(Escape),
+}
+
+/// Walk the escape at `state` through `bytes`, to its end or theirs.
+fn walk(mut state: Escape, bytes: &[u8]) -> Walk {
+    for &b in bytes {
+        state = match (state, b) {
+            (Escape::None, _) => return Walk::Ends,
+            (_, 0x1b | 0x18 | 0x1a) => return Walk::Ends,
+            (Escape::Begun, b'[') => Escape::Csi { marked: false },
+            (Escape::Begun | Escape::Intermediate, 0x20..=0x2f) => Escape::Intermediate,
+            (Escape::Begun | Escape::Intermediate, 0x30..=0x7e) => return Walk::Ends,
+            (Escape::Csi { marked: true }, b'h') => return Walk::Sets,
+            (Escape::Csi { .. }, 0x40..=0x7e) => return Walk::Ends,
+            (Escape::Csi { .. }, b'?') => Escape::Csi { marked: true },
+            // Parameters, intermediates; controls, which act within an escape; DEL and
+            // bytes past ASCII, which it ignores.
+            (state, _) => state,
+        };
     }
-    Csi::Open
+    Walk::Open(state)
 }
 
 /// Whether a piece on the main screen, which is not scanned, may enter the alternate
-/// screen: a sequence that sets modes with the `?` mark (which modes, and whether it is
-/// one at all, is the scan's to say), or one left open at its end, which the next piece
-/// may complete. A search that errs towards "may", which costs only a scan.
+/// screen: an escape in it that sets modes with the `?` mark (which modes, and whether vt100
+/// takes it so, is the scan's to say), or one left open at its end, which the next piece
+/// may complete. A search that errs towards "may", which costs only a scan. Each walk
+/// stops at the next ESC at the latest.
 fn may_enter(bytes: &[u8]) -> bool {
-    bytes.last() == Some(&0x1b)
-        || memchr::memmem::find_iter(bytes, b"\x1b[").any(|at| csi(&bytes[at + 2..]) != Csi::Other)
+    memchr::memchr_iter(0x1b, bytes).any(|at| walk(Escape::Begun, &bytes[at + 1..]) != Walk::Ends)
 }
 
-/// Whether `bytes` end within an escape that may yet become an entry into the alternate
-/// screen (a lone ESC, or an open `ESC [`), so the scan must go on into the next piece.
-fn ends_open(bytes: &[u8]) -> bool {
-    match memchr::memrchr(0x1b, bytes) {
-        Some(at) => match bytes.get(at + 1) {
-            None => true,
-            Some(b'[') => csi(&bytes[at + 2..]) == Csi::Open,
-            Some(_) => false,
-        },
-        None => false,
+/// Where the escape open at `state` stands after `bytes`: each ESC begins one anew.
+fn after(state: Escape, bytes: &[u8]) -> Escape {
+    let (state, rest) = match memchr::memrchr(0x1b, bytes) {
+        Some(at) => (Escape::Begun, &bytes[at + 1..]),
+        None => (state, bytes),
+    };
+    match walk(state, rest) {
+        Walk::Open(state) => state,
+        Walk::Sets | Walk::Ends => Escape::None,
     }
 }
 
@@ -179,7 +199,7 @@ impl Screen {
             shown: None,
             drawing: Default::default(),
             held: Vec::new(),
-            scan_next: false,
+            escape: Escape::None,
         }
     }
 
@@ -210,8 +230,10 @@ impl Screen {
         // From the alternate screen on, every byte is scanned, so a way out is seen however
         // it is split into writes. Output on the main screen is scanned only where it may
         // enter.
+        let open = std::mem::replace(&mut self.escape, Escape::None);
+        self.escape = after(open, bytes);
         if self.held.is_empty()
-            && !self.scan_next
+            && open == Escape::None
             && !self.parser.screen().alternate_screen()
             && !may_enter(bytes)
         {
@@ -245,7 +267,6 @@ impl Screen {
             self.parser.process(&rest[at..=at]);
             rest = &rest[at + 1..];
         }
-        self.scan_next = ends_open(bytes);
     }
 
     /// Feed a piece, scanned as `scan`, that does not leave the alternate screen. On the
@@ -491,6 +512,7 @@ mod tests {
 
     #[test]
     fn a_main_screen_piece_that_may_enter_is_scanned() {
+        use super::{Escape, after, may_enter};
         for piece in [
             &b"\x1b[?1049h"[..],
             b"ab\x1b[?1;1049h",
@@ -500,12 +522,17 @@ mod tests {
             b"\x1b[?10\r49h",
             b"\x1b[\r?1049h",
             b"\x1b[?01049h",
+            // Controls, DEL and bytes past ASCII between ESC and `[`, which vte skips.
+            b"\x1b\r[?1049h",
+            b"\x1b\x7f[?1049h",
+            "\x1b\u{e9}[?1049h".as_bytes(),
             // Left open: the next piece may complete it.
             b"\x1b[?1049",
             b"ab\x1b[",
             b"ab\x1b",
+            b"ab\x1b\r",
         ] {
-            assert!(super::may_enter(piece), "{piece:?}");
+            assert!(may_enter(piece), "{piece:?}");
         }
         for piece in [
             &b"plain text\r\n"[..],
@@ -514,13 +541,19 @@ mod tests {
             b"\x1b[1049h",
             b"\x1b[?10\x1b[31m",
             b"\x1b]0;title\x07",
+            b"\x1b(B",
         ] {
-            assert!(!super::may_enter(piece), "{piece:?}");
+            assert!(!may_enter(piece), "{piece:?}");
         }
-        assert!(super::ends_open(b"ab\x1b[?10"));
-        assert!(super::ends_open(b"ab\x1b"));
-        assert!(!super::ends_open(b"ab\x1b[?10h"));
-        assert!(!super::ends_open(b"ab\x1b]0;ti"));
+        let csi = Escape::Csi { marked: true };
+        assert_eq!(after(Escape::None, b"ab\x1b[?10"), csi);
+        assert_eq!(after(csi, b"4"), csi);
+        assert_eq!(after(csi, b""), csi);
+        assert_eq!(after(csi, b"9h"), Escape::None);
+        assert_eq!(after(Escape::None, b"ab\x1b"), Escape::Begun);
+        assert_eq!(after(Escape::Begun, b"\r"), Escape::Begun);
+        assert_eq!(after(Escape::None, b"ab\x1b[?10h"), Escape::None);
+        assert_eq!(after(Escape::None, b"ab\x1b]0;ti"), Escape::None);
 
         // Entered in any of those ways, the screen is kept when the program leaves.
         for pieces in [
@@ -535,6 +568,13 @@ mod tests {
                 b"\x1b]0;ti",
                 b"tle\x07\x1b[?1049h\x1b[5;1Hshown\r\n\x1b[?1049l",
             ],
+            // Split three ways or more, or with an empty piece between.
+            &[b"\x1b[?10", b"4", b"9h\x1b[5;1Hshown\r\n\x1b[?1049l"],
+            &[b"\x1b[", b"?", b"1049", b"h\x1b[5;1Hshown\r\n\x1b[?1049l"],
+            &[b"\x1b[?10", b"", b"49h\x1b[5;1Hshown\r\n\x1b[?1049l"],
+            // A control between ESC and `[`.
+            &[b"\x1b\r[?1049h\x1b[5;1Hshown\r\n\x1b[?1049l"],
+            &[b"ab\x1b\r", b"[?1049h\x1b[5;1Hshown\r\n\x1b[?1049l"],
             // Many ways out on the main screen before the entry.
             &[
                 &b"\x1bc".repeat(100),

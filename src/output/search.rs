@@ -192,7 +192,8 @@ impl Text {
         match hir.kind() {
             HirKind::Literal(literal) if !literal.0.is_empty() => Some(Text {
                 finder: memchr::memmem::Finder::new(&literal.0).into_owned(),
-                tail: Vec::new(),
+                // Never more: the tail, and at most as many bytes of a piece after it.
+                tail: Vec::with_capacity(2 * (literal.0.len() - 1)),
             }),
             _ => None,
         }
@@ -205,11 +206,13 @@ impl Text {
             let tail = self.tail.len();
             self.tail.extend_from_slice(&piece[..piece.len().min(keep)]);
             if self.finder.find(&self.tail).is_some() {
+                self.tail.clear();
                 return true;
             }
             self.tail.truncate(tail);
         }
         if self.finder.find(piece).is_some() {
+            self.tail.clear();
             return true;
         }
         if piece.len() >= keep {
@@ -223,7 +226,7 @@ impl Text {
         false
     }
 
-    /// The text, and its tail: up to twice its length while a cut is looked across.
+    /// The text, and its tail: twice its length, which it holds while a cut is looked across.
     fn bytes(&self) -> usize {
         3 * self.finder.needle().len() + std::mem::size_of::<Text>()
     }
