@@ -527,14 +527,16 @@ impl Stepper {
     }
 }
 
-/// Whether `pattern` is short plain text, with at most anchors, groups, alternation and
-/// `*+?` (`ready`, `\$ $`, `(yes|no)`): nothing whose automaton grows with a Unicode class
-/// (`.`, `[…]`, `\w`, `\p{…}`), a counted repetition (`{n}`) or a flag (`(?i)`), so that
-/// its search builds in at most about a tenth of a millisecond (`QUICK_PATTERN_MAX_BYTES`).
+/// Whether `pattern` is plain text (searched for as bytes, built in microseconds however
+/// long), or short plain text with at most anchors, groups, alternation and `*+?` (`\$ $`,
+/// `(yes|no)`): nothing whose automaton grows with a Unicode class (`.`, `[…]`, `\w`,
+/// `\p{…}`), a counted repetition (`{n}`) or a flag (`(?i)`), so that its search builds in
+/// at most about a tenth of a millisecond (`QUICK_PATTERN_MAX_BYTES`).
 fn builds_quickly(pattern: &str) -> bool {
-    if pattern.len() > QUICK_PATTERN_MAX_BYTES || pattern.contains("(?") {
+    if pattern.contains("(?") {
         return false;
     }
+    let mut plain = true;
     let mut chars = pattern.chars();
     while let Some(c) = chars.next() {
         match c {
@@ -542,10 +544,11 @@ fn builds_quickly(pattern: &str) -> bool {
             // An escaped punctuation character is itself; a letter names a class, a
             // boundary or a code point.
             '\\' if !chars.next().is_some_and(|c| c.is_ascii_punctuation()) => return false,
+            '(' | ')' | '|' | '*' | '+' | '?' | '^' | '$' => plain = false,
             _ => {}
         }
     }
-    true
+    plain || pattern.len() <= QUICK_PATTERN_MAX_BYTES
 }
 
 /// The literals a match must begin with, searched for where no match is under way, when
@@ -599,11 +602,13 @@ mod tests {
             "漢字",
             "a+b*c?",
             r"\.\{",
+            // Plain text, however long.
+            &"x".repeat(4 * QUICK_PATTERN_MAX_BYTES),
         ];
         for pattern in quick {
             assert!(builds_quickly(pattern), "{pattern}");
         }
-        let long = "x".repeat(QUICK_PATTERN_MAX_BYTES + 1);
+        let long = "x|".repeat(QUICK_PATTERN_MAX_BYTES / 2 + 1);
         let slow = [
             ".",
             r"\w+",
