@@ -56,9 +56,10 @@ struct Did {
     left: bool,
 }
 
-/// Whether `params` name the alternate screen's modes (vt100 has no mode 1047).
-fn alternate(params: &vte::Params) -> bool {
-    params.iter().any(|p| matches!(p, [1049] | [47]))
+/// Whether a sequence with these marks and `params` sets or resets the alternate screen's
+/// modes, as vt100 reads it (the `?` mark first; vt100 has no mode 1047).
+fn alternate(marks: &[u8], params: &vte::Params) -> bool {
+    marks.first() == Some(&b'?') && params.iter().any(|p| matches!(p, [1049] | [47]))
 }
 
 impl vte::Perform for Did {
@@ -102,8 +103,8 @@ impl vte::Perform for Did {
             'S' | 'T' | 'L' | 'M' => self.changed = true,
             'n' | 'c' => self.asked = true,
             // Entering the alternate screen again clears it.
-            'h' if marks.first() == Some(&b'?') && alternate(params) => self.changed = true,
-            'l' if marks.first() == Some(&b'?') && alternate(params) => self.left = true,
+            'h' if alternate(marks, params) => self.changed = true,
+            'l' if alternate(marks, params) => self.left = true,
             _ => {}
         }
     }

@@ -276,8 +276,7 @@ impl Screen {
     fn draw(&mut self, piece: &[u8], scan: Scan) {
         if scan.end > 0 {
             // The program draws again: what was held back was no way out.
-            let held = std::mem::take(&mut self.held);
-            self.parser.process(&held);
+            self.apply_held();
             self.parser.process(&piece[..scan.end]);
             self.shown = None;
         } else {
@@ -305,11 +304,16 @@ impl Screen {
         if self.shown.is_none() {
             self.shown = Some(self.render());
         }
-        let held = std::mem::take(&mut self.held);
-        self.parser.process(&held);
+        self.apply_held();
         if !self.parser.screen().alternate_screen() {
             self.shown = None;
         }
+    }
+
+    /// Give the emulator what is held back, as it is.
+    fn apply_held(&mut self) {
+        let held = std::mem::take(&mut self.held);
+        self.parser.process(&held);
     }
 
     /// The alternate screen as the program last left it, if it ever did.
@@ -327,8 +331,7 @@ impl Screen {
     /// the emulator may have allocated; past that the emulator is rebuilt from the visible
     /// screen (contents, cursor, modes and title kept; the scrollback starts again).
     pub fn resize(&mut self, rows: u16, cols: u16) {
-        let held = std::mem::take(&mut self.held);
-        self.parser.process(&held);
+        self.apply_held();
         let capacity = self.parser.screen().scrollback_capacity();
         let reach = (
             self.reach.0.max(usize::from(rows)),
