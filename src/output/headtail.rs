@@ -1,7 +1,12 @@
-//! The head and tail of a long output, kept as it arrives: the first quarter of the budget
-//! is its head, the rest its tail, both cut at line boundaries, with a count of what lies
-//! between (bytes, lines and the cursor range that holds them). Memory stays within the
-//! budget whatever the output, and a flood cannot evict the head.
+//! The head and tail of a long output, kept as it arrives. An output that fits the budget is
+//! kept whole. Once it outgrows it, its first lines that fit a quarter of the budget are the
+//! head (or, when its first line alone is longer, that line's first pieces), its last lines
+//! that fit the rest are the tail (or the last pieces of a last line longer than that), and
+//! what lies between is counted (bytes, lines, and the cursor range that holds exactly it).
+//! Text comes in pieces: lines, and lines longer than `piece_bytes` cut into pieces of about
+//! that size, each with the cursor of its first code point; only whole pieces are left out,
+//! so the range is exact whatever the text was shaped into. Memory stays within the budget
+//! whatever the output, and a flood cannot evict the head.
 
 use std::collections::VecDeque;
 
@@ -12,7 +17,7 @@ use serde::Serialize;
 pub struct Omitted {
     pub bytes: u64,
     pub lines: u64,
-    /// The omitted lines lie in the session's output from here...
+    /// The omitted text lies in the session's output from here...
     pub start_cursor: u64,
     /// ...to here (where the tail begins).
     pub end_cursor: u64,
@@ -20,19 +25,32 @@ pub struct Omitted {
 
 #[derive(Debug, Clone)]
 pub struct HeadTail {
+    max_bytes: usize,
     head_max: usize,
     tail_max: usize,
     head: String,
-    /// A line did not fit the head: everything from then on goes to the tail.
+    /// The output outgrew the budget and its head is taken: everything from then on goes to
+    /// the tail.
     head_closed: bool,
-    /// The tail's text is `tail_text[tail_from..]`; its lines, each as (cursor, bytes), in
-    /// `tail_lines`. Dropping a line from the front only moves `tail_from` (the text is
-    /// compacted once half of it is dropped), so a flood of short lines costs no allocation
-    /// per line.
+    /// The tail's text is `tail_text[tail_from..]`; its pieces in `tail`. Dropping a piece
+    /// from the front only moves `tail_from` (the text is compacted once half of it is
+    /// dropped), so a flood of short lines costs no allocation per line. Until the head is
+    /// taken, the tail holds the whole output.
     tail_text: String,
     tail_from: usize,
-    tail_lines: VecDeque<(u64, usize)>,
+    tail: VecDeque<Piece>,
+    /// The last piece did not end its line.
+    line_open: bool,
     omitted: Option<Omitted>,
+}
+
+/// A piece of the tail: where it begins in the output, its length in bytes, and whether it
+/// begins a line (rather than continuing a long one).
+#[derive(Debug, Clone, Copy)]
+struct Piece {
+    cursor: u64,
+    len: usize,
+    starts_line: bool,
 }
 
 /// The text kept, and what was left out.
@@ -42,18 +60,29 @@ pub struct Kept {
     pub omitted: Option<Omitted>,
 }
 
+/// The longest piece (in bytes, or a rendered line's cells) a line should come in for a
+/// budget of `max_bytes`: a sixteenth of it, so a first line longer than the head still
+/// fills it, a last line longer than the tail fills that, and whole pieces of a long line
+/// are all that is ever left out of it.
+pub fn piece_bytes(max_bytes: usize) -> usize {
+    (max_bytes / 16).max(1)
+}
+
 impl HeadTail {
-    /// Keep at most `max_bytes` bytes of text: a quarter as the head, the rest as the tail.
+    /// Keep at most `max_bytes` bytes of text: all of it when it fits, else a quarter as the
+    /// head and the rest as the tail.
     pub fn new(max_bytes: usize) -> Self {
         let head_max = max_bytes / 4;
         HeadTail {
+            max_bytes,
             head_max,
             tail_max: max_bytes - head_max,
             head: String::new(),
             head_closed: false,
             tail_text: String::new(),
             tail_from: 0,
-            tail_lines: VecDeque::new(),
+            tail: VecDeque::new(),
+            line_open: false,
             omitted: None,
         }
     }
@@ -62,56 +91,95 @@ impl HeadTail {
         self.tail_text.len() - self.tail_from
     }
 
-    /// Add a line (with its `\n`; or a piece of a line too long to wait for its end, or the
-    /// last, unterminated one) that began at `cursor`.
-    pub fn push(&mut self, cursor: u64, line: &str) {
+    fn ends_line(&self, from: usize, piece: &Piece) -> bool {
+        self.tail_text.as_bytes()[from + piece.len - 1] == b'\n'
+    }
+
+    /// Add a piece of text that began at `cursor`: a line with its `\n`, a piece of a long
+    /// line (at most about `piece_bytes` of the budget), or the last, unterminated line.
+    pub fn push(&mut self, cursor: u64, text: &str) {
+        if text.is_empty() {
+            return;
+        }
+        let starts_line = !self.line_open;
+        self.line_open = !text.ends_with('\n');
+        self.tail_text.push_str(text);
+        self.tail.push_back(Piece {
+            cursor,
+            len: text.len(),
+            starts_line,
+        });
         if !self.head_closed {
-            if self.head.len() + line.len() <= self.head_max {
-                self.head.push_str(line);
+            if self.tail_bytes() <= self.max_bytes {
                 return;
             }
-            self.head_closed = true;
+            self.take_head();
         }
-        self.tail_text.push_str(line);
-        self.tail_lines.push_back((cursor, line.len()));
-        while self.tail_bytes() > self.tail_max {
-            if self.tail_lines.len() > 1 {
-                let (at, len) = self.tail_lines.pop_front().expect("more than one line");
-                let dropped = &self.tail_text[self.tail_from..self.tail_from + len];
-                let lines = u64::from(dropped.ends_with('\n'));
-                self.tail_from += len;
-                let next = self.tail_lines.front().map_or(at, |(c, _)| *c);
-                self.omit(at, next, len as u64, lines);
-            } else {
-                // One line longer than the tail: its end is kept.
-                let (at, len) = self.tail_lines.front_mut().expect("one line");
-                let mut cut = self.tail_from + (*len - self.tail_max);
-                while !self.tail_text.is_char_boundary(cut) {
-                    cut += 1;
-                }
-                let dropped = cut - self.tail_from;
-                *len -= dropped;
-                self.tail_from = cut;
-                let at = *at;
-                self.omit(at, at, dropped as u64, 0);
-            }
-        }
+        self.trim();
         if self.tail_from > self.tail_text.len() / 2 {
             self.tail_text.drain(..self.tail_from);
             self.tail_from = 0;
         }
     }
 
-    fn omit(&mut self, from: u64, to: u64, bytes: u64, lines: u64) {
+    /// The output just outgrew the budget: its first whole lines that fit the head's share
+    /// become the head, or, when not even its first line fits, that line's first pieces.
+    fn take_head(&mut self) {
+        self.head_closed = true;
+        let (mut fit, mut whole, mut bytes, mut from) = (0, 0, 0, self.tail_from);
+        for piece in &self.tail {
+            if bytes + piece.len > self.head_max {
+                break;
+            }
+            bytes += piece.len;
+            fit += 1;
+            if self.ends_line(from, piece) {
+                whole = fit;
+            }
+            from += piece.len;
+        }
+        let take = if whole > 0 { whole } else { fit };
+        for piece in self.tail.drain(..take) {
+            let from = self.tail_from;
+            self.head.push_str(&self.tail_text[from..from + piece.len]);
+            self.tail_from += piece.len;
+        }
+    }
+
+    /// Leave out pieces from the front of the tail until it fits its share (its last piece
+    /// stays, so the range ends where a kept piece begins; pieces are far smaller than the
+    /// tail but for a budget of a few bytes), and then up to the first line that begins in
+    /// it, when one does.
+    fn trim(&mut self) {
+        let mut dropped = false;
+        while self.tail_bytes() > self.tail_max && self.tail.len() > 1 {
+            self.drop_front();
+            dropped = true;
+        }
+        if dropped && self.tail.iter().skip(1).any(|p| p.starts_line) {
+            while self.tail.front().is_some_and(|p| !p.starts_line) {
+                self.drop_front();
+            }
+        }
+    }
+
+    /// Leave out the tail's first piece (its callers keep one after it).
+    fn drop_front(&mut self) {
+        let Some(piece) = self.tail.pop_front() else {
+            return;
+        };
+        let lines = u64::from(self.ends_line(self.tail_from, &piece));
+        self.tail_from += piece.len;
+        let next = self.tail.front().map_or(piece.cursor, |p| p.cursor);
         let omitted = self.omitted.get_or_insert(Omitted {
             bytes: 0,
             lines: 0,
-            start_cursor: from,
-            end_cursor: to,
+            start_cursor: piece.cursor,
+            end_cursor: next,
         });
-        omitted.bytes += bytes;
+        omitted.bytes += piece.len as u64;
         omitted.lines += lines;
-        omitted.end_cursor = omitted.end_cursor.max(to);
+        omitted.end_cursor = next;
     }
 
     /// The text so far: the head, one line naming what was omitted (if anything), the tail.
@@ -138,6 +206,7 @@ impl HeadTail {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::output::{Shape, Shaper};
 
     fn keep(max: usize, lines: &[&str]) -> Kept {
         let mut kept = HeadTail::new(max);
@@ -180,21 +249,98 @@ mod tests {
     }
 
     #[test]
-    fn an_endless_line_keeps_its_end_within_the_budget() {
-        let mut kept = HeadTail::new(40);
-        for i in 0..1000u64 {
-            kept.push(i * 4, "€€€€");
+    fn output_that_fits_is_kept_whole() {
+        let kept = keep(4, &["abcd"]);
+        assert_eq!((kept.text.as_str(), kept.omitted), ("abcd", None));
+        // Lines longer than the head's share, in an output that fits the whole budget.
+        let kept = keep(64, &[&"a".repeat(30), "\n", &"b".repeat(33)]);
+        assert_eq!(kept.text.len(), 64);
+        assert_eq!(kept.omitted, None);
+    }
+
+    /// `text` fed as a raw capture of budget `max` would feed it, in `chunks` bytes.
+    fn captured(max: usize, text: &str, chunk: usize) -> Kept {
+        let mut shaper = Shaper::new(Shape::Raw, piece_bytes(max));
+        let mut kept = HeadTail::new(max);
+        let (mut cursor, mut rest) = (0, text);
+        while !rest.is_empty() {
+            let mut end = chunk.min(rest.len());
+            while !rest.is_char_boundary(end) {
+                end += 1;
+            }
+            let (piece, after) = rest.split_at(end);
+            shaper.feed(piece, cursor, |at, line| kept.push(at, line));
+            cursor += piece.chars().count() as u64;
+            rest = after;
         }
-        let k = kept.kept();
-        assert!(k.text.ends_with("€€€€"));
-        let omitted = k.omitted.unwrap();
+        if let Some((at, line)) = shaper.finish() {
+            kept.push(at, &line);
+        }
+        kept.kept()
+    }
+
+    #[test]
+    fn one_long_line_keeps_its_first_and_last_pieces() {
+        let text = "a".repeat(70_000);
+        let kept = captured(65_536, &text, 65_536);
+        let omitted = kept.omitted.unwrap();
+        let shown = kept.text.len() - kept.text.find(']').unwrap();
+        assert!(
+            kept.text.starts_with(&"a".repeat(16_384)),
+            "{}",
+            &kept.text[..100]
+        );
+        assert!(shown > 49_152 - 4096, "{shown}");
+        assert_eq!(omitted.bytes, omitted.end_cursor - omitted.start_cursor);
         assert_eq!(omitted.lines, 0);
-        assert_eq!(omitted.bytes, 998 * 12);
-        // One piece longer than the whole tail keeps its end.
-        let mut kept = HeadTail::new(8);
-        kept.push(0, &"ab€".repeat(10));
-        let k = kept.kept();
-        assert!(k.text.ends_with("b€"), "{}", k.text);
-        assert!(k.text.len() < 8 + 100);
+    }
+
+    #[test]
+    fn the_tail_begins_at_a_line_when_it_holds_one() {
+        let text = format!("{}\n{}", "a".repeat(500), "b\n".repeat(100));
+        let kept = captured(256, &text, 100);
+        let tail = kept.text.split_once("...]\n").unwrap().1;
+        assert!(tail.starts_with('b'), "{tail:?}");
+    }
+
+    /// The head, the omitted text and the tail of `kept`, with the marker taken out.
+    fn parts(kept: &Kept) -> (&str, &str) {
+        let marker = kept.text.find("[... ").unwrap();
+        let tail = kept.text[marker..].split_once("...]\n").unwrap().1;
+        (&kept.text[..marker], tail)
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn what_is_left_out_is_exactly_the_range_it_names(
+            text in "[ab€\n]{0,400}",
+            max in 4usize..200,
+            chunk in 1usize..64,
+        ) {
+            let kept = captured(max, &text, chunk);
+            let Some(omitted) = kept.omitted else {
+                proptest::prop_assert_eq!(&kept.text, &text);
+                return Ok(());
+            };
+            proptest::prop_assert!(text.len() > max);
+            let (head, tail) = parts(&kept);
+            let chars: Vec<char> = text.chars().collect();
+            let left_out: String = chars
+                [omitted.start_cursor as usize..omitted.end_cursor as usize]
+                .iter()
+                .collect();
+            // The head may end inside a line, and then gained a line end before the marker.
+            let head = if format!("{head}{left_out}{tail}") == text {
+                head
+            } else {
+                head.strip_suffix('\n').unwrap()
+            };
+            proptest::prop_assert_eq!(format!("{head}{left_out}{tail}"), text.clone());
+            proptest::prop_assert_eq!(omitted.bytes, left_out.len() as u64);
+            proptest::prop_assert_eq!(omitted.lines, left_out.matches('\n').count() as u64);
+            proptest::prop_assert!(head.len() <= max / 4);
+            // A piece of a long line may end a code point over its size.
+            proptest::prop_assert!(tail.len() <= max - max / 4 + 3);
+        }
     }
 }

@@ -17,7 +17,7 @@ mod tail;
 pub use ansi::{AnsiStripper, strip_entries, stripper_pair};
 pub use buffer::{Entry, OutputBuffer, Page, ReadError, Stream, before_char, count_chars};
 pub use decoder::Utf8Decoder;
-pub use headtail::{HeadTail, Kept, Omitted};
+pub use headtail::{HeadTail, Kept, Omitted, piece_bytes};
 pub use redact::Redactor;
 pub use screen::{Screen, ScreenView};
 pub use search::{Leftmost, Search};

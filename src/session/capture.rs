@@ -4,7 +4,7 @@
 //! mark), `terminal_run` a whole session. While a capture is armed the session's output
 //! counts as read (`on_full: "pause"` never holds a captured command).
 
-use crate::output::{HeadTail, Kept, Shape, Shaper, Stream};
+use crate::output::{HeadTail, Kept, Shape, Shaper, Stream, piece_bytes};
 
 pub struct Capture {
     shape: Shape,
@@ -22,8 +22,9 @@ impl Capture {
         Capture {
             shape,
             max_bytes,
-            // A line longer than the whole budget is kept in pieces.
-            shaper: Shaper::new(shape, max_bytes),
+            // A long line comes in pieces, each with its cursor: the head and the tail
+            // leave out whole pieces of it.
+            shaper: Shaper::new(shape, piece_bytes(max_bytes)),
             kept: HeadTail::new(max_bytes),
             active,
             ended: false,
