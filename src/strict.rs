@@ -14,6 +14,13 @@ pub fn type_name(value: &Value) -> &'static str {
     match value {
         Value::Null => "null",
         Value::Bool(_) => "a boolean",
+        // An integer beyond 64 bits is parsed as a float: say what it is.
+        Value::Number(n)
+            if n.as_f64()
+                .is_some_and(|f| f.fract() == 0.0 && f.abs() >= 9.2e18) =>
+        {
+            "a number out of range"
+        }
         Value::Number(n) if n.is_f64() => "a non-integer number",
         Value::Number(_) => "an integer",
         Value::String(_) => "a string",
@@ -172,5 +179,15 @@ mod tests {
             err,
             "`n`: must be an integer from 1 to 64, got a non-integer number 2.5"
         );
+    }
+
+    #[test]
+    fn an_integer_beyond_64_bits_is_out_of_range() {
+        let v: Value = serde_json::from_str(r#"{"n": 18446744073709551616}"#).unwrap();
+        let mut f = Fields::new(&v, "").unwrap();
+        let err = f.uint("n", 1, 64).unwrap_err();
+        assert!(err.contains("got a number out of range"), "{err}");
+        assert_eq!(type_name(&json!(1e20)), "a number out of range");
+        assert_eq!(type_name(&json!(2.5)), "a non-integer number");
     }
 }
