@@ -15,6 +15,7 @@ use tokio::net::unix::pipe;
 use tokio_util::sync::CancellationToken;
 
 use super::Session;
+use super::shell::Busy;
 use super::sink::Feed;
 use crate::config::Mode;
 use crate::errors::{ErrorCode, ToolError};
@@ -236,6 +237,15 @@ impl Session {
         typed: Typed<'_>,
     ) -> Result<bool, ToolError> {
         self.check_writable()?;
+        if self.mode == Mode::Pipe && matches!(typed, Typed::Input | Typed::Secret(_)) {
+            let running = self.inspect(|s| match s.shell().and_then(|t| t.busy()) {
+                Some(Busy::Command(seq)) => Some(seq),
+                _ => None,
+            });
+            if let Some(seq) = running {
+                return Err(Session::typed_ahead(seq));
+            }
+        }
         let _writing = tokio::select! {
             writing = self.writing.lock() => writing,
             () = cancel.cancelled() => return Err(cancelled_unwritten()),

@@ -119,6 +119,13 @@ enum Waited {
     TimedOut,
 }
 
+/// How a pipe shell's running command is collected or stopped.
+const PIPE_BUSY: &str = "collect its result with terminal_exec `continue: true`; to stop \
+    it, `continue: true` with `on_timeout: \"interrupt\"` sends SIGINT to its processes \
+    when that call times out. A loop the shell runs itself (`while true; do sleep 1; done`) \
+    stops only with the shell: terminal_signal SIGINT ends the session, and a new one starts \
+    afresh";
+
 impl Session {
     /// Run `request` in this session's shell (a `shell: "posix"` profile).
     pub async fn exec(
@@ -512,17 +519,33 @@ impl Session {
         Some(lines)
     }
 
+    /// The error for a pipe shell's client writing while a command runs: the command's
+    /// stdin is /dev/null, so the shell would read what is written as its next command line.
+    pub(in crate::session) fn typed_ahead(seq: u64) -> ToolError {
+        ToolError::new(
+            ErrorCode::SessionBusy,
+            format!(
+                "command {seq} is running in this shell with its stdin from /dev/null: \
+                 nothing written now reaches it, and the shell would run it as its next \
+                 command line, so nothing was written. {PIPE_BUSY}"
+            ),
+        )
+    }
+
     /// The error for a shell that cannot take a command now.
     fn busy(&self, busy: Busy) -> ToolError {
         let message = match busy {
             Busy::Installing => "the shell is still starting (its integration has not \
                                  answered yet); try again in a moment"
                 .to_owned(),
-            Busy::Command(seq) => format!(
+            Busy::Command(seq) if self.mode == Mode::Pty => format!(
                 "command {seq} is still running in this shell: collect its result with \
                  `continue: true`, answer it with terminal_keys or terminal_write, or \
                  interrupt it (terminal_keys [\"C-c\"])"
             ),
+            Busy::Command(seq) => {
+                format!("command {seq} is still running in this shell: {PIPE_BUSY}")
+            }
             Busy::Foreground => {
                 let program = self
                     .foreground()
