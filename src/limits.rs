@@ -197,8 +197,10 @@ pub const EXEC_TYPING_TIMEOUT: Duration = Duration::from_secs(10);
 pub const INSTALL_WITHIN: Duration = Duration::from_secs(10);
 pub const INSTALL_HELD_MAX_BYTES: usize = 64 * 1024;
 
-/// `terminal_run.max_bytes`: bytes of each stream's tail returned, range and default.
-pub const RUN_MIN_BYTES: u64 = 4;
+/// `terminal_run.max_bytes`: bytes of each stream's head and tail returned, range and
+/// default. At 64 bytes and more, every piece a long line is cut into (an eighth of the
+/// budget, and a character's bytes more) fits the tail.
+pub const RUN_MIN_BYTES: u64 = 64;
 pub const RUN_MAX_BYTES: u64 = 1_048_576;
 pub const RUN_DEFAULT_BYTES: u64 = 65_536;
 

@@ -14,12 +14,17 @@ pub fn type_name(value: &Value) -> &'static str {
     match value {
         Value::Null => "null",
         Value::Bool(_) => "a boolean",
-        // An integer beyond 64 bits is parsed as a float: say what it is.
-        Value::Number(n)
+        // serde_json reads an integer past 64 bits as a float: beyond every integer a field
+        // takes (at most 2^63 - 1). A whole number written with a point or an exponent is
+        // not in an integer's form.
+        Value::Number(n) if n.is_f64() && n.as_f64().is_some_and(|f| f.fract() == 0.0) => {
             if n.as_f64()
-                .is_some_and(|f| f.fract() == 0.0 && f.abs() >= 9.2e18) =>
-        {
-            "a number out of range"
+                .is_some_and(|f| f.abs() >= 9_223_372_036_854_775_808.0)
+            {
+                "a number out of range"
+            } else {
+                "a whole number written as a float"
+            }
         }
         Value::Number(n) if n.is_f64() => "a non-integer number",
         Value::Number(_) => "an integer",
@@ -189,5 +194,13 @@ mod tests {
         assert!(err.contains("got a number out of range"), "{err}");
         assert_eq!(type_name(&json!(1e20)), "a number out of range");
         assert_eq!(type_name(&json!(2.5)), "a non-integer number");
+        assert_eq!(
+            type_name(&json!(1000.0)),
+            "a whole number written as a float"
+        );
+        assert_eq!(
+            type_name(&json!(9.21e18)),
+            "a whole number written as a float"
+        );
     }
 }

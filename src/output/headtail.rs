@@ -1,9 +1,9 @@
 //! The head and tail of a long output, kept as it arrives. An output that fits the budget is
 //! kept whole. Once it outgrows it, its first lines that fit a quarter of the budget are the
 //! head (or, when its first line alone is longer, that line's first pieces), its last lines
-//! that fit the rest are the tail (or the last pieces of a last line longer than that), and
-//! what lies between is counted (bytes, lines, and the cursor range that holds exactly it).
-//! Text comes in pieces: lines, and lines longer than `piece_bytes` cut into pieces of about
+//! that fit the rest are the tail (a long line among them may be cut between its pieces),
+//! and what lies between is counted (bytes, lines, and the cursor range that holds exactly
+//! it). Text comes in pieces: lines, and lines longer than `piece_bytes` cut into pieces of
 //! that size, each with the cursor of its first code point; only whole pieces are left out,
 //! so the range is exact whatever the text was shaped into. Memory stays within the budget
 //! whatever the output, and a flood cannot evict the head.
@@ -39,18 +39,14 @@ pub struct HeadTail {
     tail_text: String,
     tail_from: usize,
     tail: VecDeque<Piece>,
-    /// The last piece did not end its line.
-    line_open: bool,
     omitted: Option<Omitted>,
 }
 
-/// A piece of the tail: where it begins in the output, its length in bytes, and whether it
-/// begins a line (rather than continuing a long one).
+/// A piece of the tail: where it begins in the output, and its length in bytes.
 #[derive(Debug, Clone, Copy)]
 struct Piece {
     cursor: u64,
     len: usize,
-    starts_line: bool,
 }
 
 /// The text kept, and what was left out.
@@ -61,11 +57,11 @@ pub struct Kept {
 }
 
 /// The longest piece (in bytes, or a rendered line's cells) a line should come in for a
-/// budget of `max_bytes`: a sixteenth of it, so a first line longer than the head still
-/// fills it, a last line longer than the tail fills that, and whole pieces of a long line
-/// are all that is ever left out of it.
+/// budget of `max_bytes`: an eighth of it. A first line longer than the head still fills it
+/// (two pieces), a piece of four-byte characters still fits the tail, and a rendered line
+/// redrawn in place (a progress bar) is one piece as long as it is narrower than that.
 pub fn piece_bytes(max_bytes: usize) -> usize {
-    (max_bytes / 16).max(1)
+    (max_bytes / 8).max(1)
 }
 
 impl HeadTail {
@@ -82,7 +78,6 @@ impl HeadTail {
             tail_text: String::new(),
             tail_from: 0,
             tail: VecDeque::new(),
-            line_open: false,
             omitted: None,
         }
     }
@@ -101,13 +96,10 @@ impl HeadTail {
         if text.is_empty() {
             return;
         }
-        let starts_line = !self.line_open;
-        self.line_open = !text.ends_with('\n');
         self.tail_text.push_str(text);
         self.tail.push_back(Piece {
             cursor,
             len: text.len(),
-            starts_line,
         });
         if !self.head_closed {
             if self.tail_bytes() <= self.max_bytes {
@@ -146,24 +138,16 @@ impl HeadTail {
         }
     }
 
-    /// Leave out pieces from the front of the tail until it fits its share (its last piece
-    /// stays, so the range ends where a kept piece begins; pieces are far smaller than the
-    /// tail but for a budget of a few bytes), and then up to the first line that begins in
-    /// it, when one does.
+    /// Leave out pieces from the front of the tail until it fits its share. Its last piece
+    /// stays, so the range always ends where a kept piece begins: pieces of
+    /// `piece_bytes(max_bytes)` fit the share (for any budget a caller allows).
     fn trim(&mut self) {
-        let mut dropped = false;
         while self.tail_bytes() > self.tail_max && self.tail.len() > 1 {
             self.drop_front();
-            dropped = true;
-        }
-        if dropped && self.tail.iter().skip(1).any(|p| p.starts_line) {
-            while self.tail.front().is_some_and(|p| !p.starts_line) {
-                self.drop_front();
-            }
         }
     }
 
-    /// Leave out the tail's first piece (its callers keep one after it).
+    /// Leave out the tail's first piece (its caller keeps one after it).
     fn drop_front(&mut self) {
         let Some(piece) = self.tail.pop_front() else {
             return;
@@ -296,11 +280,31 @@ mod tests {
     }
 
     #[test]
-    fn the_tail_begins_at_a_line_when_it_holds_one() {
-        let text = format!("{}\n{}", "a".repeat(500), "b\n".repeat(100));
-        let kept = captured(256, &text, 100);
-        let tail = kept.text.split_once("...]\n").unwrap().1;
-        assert!(tail.starts_with('b'), "{tail:?}");
+    fn a_long_line_before_the_last_ones_fills_the_tail_with_its_end() {
+        // Whatever the long line's length, the tail is its end and the short line after it.
+        for long in [63, 64, 65, 200] {
+            let text = format!("{}\nok\n", "x".repeat(long));
+            let kept = captured(64, &text, 64);
+            let (_, tail) = parts(&kept);
+            assert!(tail.ends_with("x\nok\n"), "{long}: {tail:?}");
+            assert!(tail.len() > 48 - piece_bytes(64), "{long}: {tail:?}");
+        }
+    }
+
+    #[test]
+    fn a_rendered_cursor_move_cannot_outgrow_the_budget() {
+        // Twenty moves of 65,535 columns to the right, then one letter: 160 bytes.
+        let text = format!("{}x", "\x1b[65535C".repeat(20));
+        let mut shaper = Shaper::new(Shape::Render, piece_bytes(64));
+        let mut kept = HeadTail::new(64);
+        shaper.feed(&text, 0, |at, line| kept.push(at, line));
+        if let Some((at, line)) = shaper.finish() {
+            kept.push(at, &line);
+        }
+        let kept = kept.kept();
+        // The cursor stops at the line's limit, as at a terminal's margin.
+        assert_eq!(kept.text.trim_start(), "x");
+        assert!(kept.text.len() <= 64, "{} bytes", kept.text.len());
     }
 
     /// The head, the omitted text and the tail of `kept`, with the marker taken out.
@@ -313,8 +317,8 @@ mod tests {
     proptest::proptest! {
         #[test]
         fn what_is_left_out_is_exactly_the_range_it_names(
-            text in "[ab€\n]{0,400}",
-            max in 4usize..200,
+            text in "[ab€\n]{0,1200}",
+            max in 64usize..400,
             chunk in 1usize..64,
         ) {
             let kept = captured(max, &text, chunk);
@@ -339,8 +343,7 @@ mod tests {
             proptest::prop_assert_eq!(omitted.bytes, left_out.len() as u64);
             proptest::prop_assert_eq!(omitted.lines, left_out.matches('\n').count() as u64);
             proptest::prop_assert!(head.len() <= max / 4);
-            // A piece of a long line may end a code point over its size.
-            proptest::prop_assert!(tail.len() <= max - max / 4 + 3);
+            proptest::prop_assert!(tail.len() <= max - max / 4);
         }
     }
 }

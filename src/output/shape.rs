@@ -150,6 +150,9 @@ impl Shaper {
                     self.line.at = at;
                     self.line.start.get_or_insert(at);
                     self.parser.advance(&mut self.line, c);
+                    // A cursor moved far right stops at the line's limit, as at a
+                    // terminal's margin: what it would write lies no further.
+                    self.line.col = self.line.col.min(self.max_line);
                     if self.line.cells.len() >= self.max_line {
                         let text = self
                             .line
@@ -393,6 +396,7 @@ mod tests {
             built.at = at;
             built.start.get_or_insert(at);
             parser.advance(&mut built, c.encode_utf8(&mut utf8).as_bytes());
+            built.col = built.col.min(max_line);
             if built.cells.len() >= max_line {
                 let text = built.cells.drain(..).filter(|c| *c != TAB_FILL).collect();
                 built.col = 0;

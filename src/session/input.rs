@@ -237,7 +237,17 @@ impl Session {
         typed: Typed<'_>,
     ) -> Result<bool, ToolError> {
         self.check_writable()?;
-        if self.mode == Mode::Pipe && matches!(typed, Typed::Input | Typed::Secret(_)) {
+        let _writing = tokio::select! {
+            writing = self.writing.lock() => writing,
+            () = cancel.cancelled() => return Err(cancelled_unwritten()),
+        };
+        // Looked at once this write has its turn: a command typed meanwhile is running.
+        // Closing stdin alone stays allowed: the shell then ends after the command.
+        let typed_ahead = !bytes.is_empty() || !close;
+        if self.mode == Mode::Pipe
+            && matches!(typed, Typed::Input | Typed::Secret(_))
+            && typed_ahead
+        {
             let running = self.inspect(|s| match s.shell().and_then(|t| t.busy()) {
                 Some(Busy::Command(seq)) => Some(seq),
                 _ => None,
@@ -246,10 +256,6 @@ impl Session {
                 return Err(Session::typed_ahead(seq));
             }
         }
-        let _writing = tokio::select! {
-            writing = self.writing.lock() => writing,
-            () = cancel.cancelled() => return Err(cancelled_unwritten()),
-        };
         let ends_before = self.inspect(|s| s.shell_ends());
         // Another write, or the session's end, may have closed stdin meanwhile.
         let (sink, bytes) = self.inspect(|s| match &s.input {
