@@ -194,6 +194,13 @@ impl PtyMaster {
         })
     }
 
+    /// Whether the terminal reads lines (canonical mode), where the kernel keeps at most
+    /// `TERMINAL_LINE_MAX_BYTES` of what was typed and not read, and drops the rest.
+    pub fn reads_lines(&self) -> bool {
+        use nix::sys::termios::{LocalFlags, tcgetattr};
+        tcgetattr(self.fd.get_ref()).is_ok_and(|t| t.local_flags.contains(LocalFlags::ICANON))
+    }
+
     /// Whether the terminal echoes what is typed.
     pub fn echoes(&self) -> bool {
         use nix::sys::termios::{LocalFlags, tcgetattr};

@@ -19,7 +19,7 @@ use super::shell::Busy;
 use super::sink::Feed;
 use crate::config::Mode;
 use crate::errors::{ErrorCode, ToolError};
-use crate::limits::{EXEC_TYPING_TIMEOUT, WRITE_DRAIN_TIMEOUT};
+use crate::limits::{EXEC_TYPING_TIMEOUT, TERMINAL_LINE_MAX_BYTES, WRITE_DRAIN_TIMEOUT};
 use crate::process::{LineControls, PtyMaster};
 
 /// Whether a session takes input, and where it goes. `partial_line`: what was written ends
@@ -256,6 +256,9 @@ impl Session {
                 return Err(Session::typed_ahead(seq));
             }
         }
+        if let (Typed::Secret(name), Mode::Pty) = (typed, self.mode) {
+            self.check_secret_fits(name, bytes.len())?;
+        }
         let ends_before = self.inspect(|s| s.shell_ends());
         // Another write, or the session's end, may have closed stdin meanwhile.
         let (sink, bytes) = self.inspect(|s| match &s.input {
@@ -356,6 +359,68 @@ impl Session {
             }
             result.map(|()| s.input.is_closed())
         })
+    }
+
+    /// A secret typed into a terminal that reads lines must fit whole in the line it
+    /// begins: the kernel keeps `TERMINAL_LINE_MAX_BYTES` of what was typed and not read,
+    /// and drops the rest. Typed after other text on the line, behind lines the program has
+    /// not read, or longer than that, the value would reach the program and its echo cut
+    /// short, where no redaction knows it (an agent could then learn it a character at a
+    /// time). Looked at while this write has its turn, so nothing else is typed meanwhile.
+    fn check_secret_fits(&self, name: &str, typed: usize) -> Result<(), ToolError> {
+        let Some(terminal) = self.terminal() else {
+            return Ok(());
+        };
+        if !terminal.reads_lines() {
+            return Ok(());
+        }
+        if typed > TERMINAL_LINE_MAX_BYTES {
+            return Err(ToolError::new(
+                ErrorCode::InputTooLarge,
+                format!(
+                    "the secret `{name}` with Enter is longer than the \
+                     {TERMINAL_LINE_MAX_BYTES} bytes a terminal keeps of a line, so the \
+                     terminal would cut it; nothing was written: the owner can shorten it, or \
+                     run the program on pipes"
+                ),
+            ));
+        }
+        let partial = self.inspect(|s| {
+            matches!(
+                s.input,
+                Input::Pty {
+                    partial_line: true,
+                    ..
+                }
+            )
+        });
+        if partial {
+            return Err(ToolError::new(
+                ErrorCode::SessionBusy,
+                format!(
+                    "the terminal's line already holds typed text, and the secret `{name}` \
+                     is typed only at the start of an empty line (after it, the terminal \
+                     could cut the value); nothing was written: end the line (terminal_keys \
+                     [\"Enter\"]) or clear it ([\"C-u\"]) first"
+                ),
+            ));
+        }
+        if self
+            .input_file
+            .as_ref()
+            .is_some_and(super::waiting::pending_input)
+        {
+            return Err(ToolError::new(
+                ErrorCode::SessionBusy,
+                format!(
+                    "the program has not read all its earlier input yet, and the secret \
+                     `{name}` is typed only when it has (behind unread lines the terminal \
+                     could cut the value); nothing was written: wait until it reads \
+                     (terminal_wait with until_input) and write it again"
+                ),
+            ));
+        }
+        Ok(())
     }
 
     /// Record `command` as typed, with Enter (it was typed in unrecorded pieces).
