@@ -329,7 +329,11 @@ async fn a_shell_page_lists_what_ran_and_every_page_how_its_session_started_and_
             json!({"command_id": "sh", "env": {"VIEW_TEST_VAR": "value-never-shown"}}),
         )
         .await;
-    for command in ["echo history-one", "echo history-two >&2; (exit 3)"] {
+    // The second prints line ends as a terminal does, and a line drawn again after `\r`.
+    for command in [
+        "echo history-one",
+        "printf 'history-two\\r\\n50%%\\rdone\\n' >&2; (exit 3)",
+    ] {
         let exec = server
             .call(
                 &id,
@@ -398,7 +402,8 @@ async fn a_shell_page_lists_what_ran_and_every_page_how_its_session_started_and_
     chromium.until(
         &output,
         "document.querySelector('pre.tail') !== null \
-         && document.querySelector('pre.tail').textContent.includes('history-two') \
+         && document.querySelector('pre.tail').textContent.includes('history-two\\n50%\\ndone') \
+         && !document.querySelector('pre.tail').textContent.includes('\\uFFFD') \
          && !document.querySelector('pre.tail').textContent.includes('history-one')",
         "document.body.textContent",
     );

@@ -469,6 +469,17 @@ fn classes(style: &Style) -> Vec<String> {
         .collect()
 }
 
+/// Output text with its line ends as a page shows them: a terminal's `\r\n` is one line
+/// end, and a carriage return alone (a progress line drawn again) starts a line of its own,
+/// where a terminal would draw over the last one.
+fn line_breaks(text: &str) -> std::borrow::Cow<'_, str> {
+    if text.contains('\r') {
+        text.replace("\r\n", "\n").replace('\r', "\n").into()
+    } else {
+        text.into()
+    }
+}
+
 fn tail_html(entries: &[Entry], out: &mut String) {
     out.push_str("<pre class=\"tail\">");
     for entry in entries {
@@ -479,7 +490,7 @@ fn tail_html(entries: &[Entry], out: &mut String) {
         let _ = write!(
             out,
             "<span class=\"{class}\">{}</span>",
-            escape(&entry.text)
+            escape(&line_breaks(&entry.text))
         );
     }
     out.push_str("</pre>");
@@ -496,6 +507,24 @@ mod tests {
             "&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt; &amp; &quot;q&quot;"
         );
         assert_eq!(escape("a\u{1b}[31m\u{7}b\n"), "a\u{FFFD}[31m\u{FFFD}b\n");
+    }
+
+    #[test]
+    fn carriage_returns_end_lines_in_output() {
+        assert_eq!(line_breaks("a\r\nb\rc\n"), "a\nb\nc\n");
+        let mut out = String::new();
+        tail_html(
+            &[Entry {
+                cursor: 0,
+                stream: Stream::Stdout,
+                text: "one\r\n10%\r50%\r".into(),
+            }],
+            &mut out,
+        );
+        assert!(
+            out.contains("one\n10%\n50%\n") && !out.contains('\u{FFFD}'),
+            "{out}"
+        );
     }
 
     #[test]
