@@ -575,6 +575,61 @@ fn profile_add_validates_and_rewrites_atomically_keeping_the_rest() {
     assert_eq!(roots.last().unwrap(), &json!(canonical.to_str().unwrap()));
 }
 
+/// A config reached through a symlink (a dotfiles checkout) is edited where it lives, the
+/// link kept; and edits made at once each see the one before: none is lost.
+#[test]
+fn profile_edits_keep_a_symlinked_config_and_lose_nothing_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("dotfiles")).unwrap();
+    let real = config_with(&dir.path().join("dotfiles"), false, |_| {});
+    let link = dir.path().join("config.json");
+    std::os::unix::fs::symlink(&real, &link).unwrap();
+    let adds: Vec<_> = (0..8)
+        .map(|i| {
+            std::process::Command::new(env!("CARGO_BIN_EXE_mcp-terminal"))
+                .env("HOME", dir.path())
+                .env_remove("XDG_CONFIG_HOME")
+                .args(["profile", "add", &format!("p{i}"), "--config"])
+                .arg(&link)
+                .args(["--", "/bin/true"])
+                .stdout(std::process::Stdio::null())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for mut add in adds {
+        assert!(add.wait().unwrap().success());
+    }
+    assert!(
+        std::fs::symlink_metadata(&link)
+            .unwrap()
+            .file_type()
+            .is_symlink()
+    );
+    let config: Value = serde_json::from_str(&std::fs::read_to_string(&real).unwrap()).unwrap();
+    for i in 0..8 {
+        assert!(
+            config["commands"].get(format!("p{i}")).is_some(),
+            "p{i}: {config}"
+        );
+    }
+    let out = mcp_terminal()
+        .args(["profile", "remove", "p3", "--config"])
+        .arg(&link)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr_of(&out));
+    assert!(
+        std::fs::symlink_metadata(&link)
+            .unwrap()
+            .file_type()
+            .is_symlink()
+    );
+    let config: Value = serde_json::from_str(&std::fs::read_to_string(&real).unwrap()).unwrap();
+    assert!(config["commands"].get("p3").is_none());
+    assert!(config["commands"].get("p4").is_some());
+}
+
 /// The audit log is appended to only as a regular file of the server's user: not through a
 /// symlink (whose target would get the lines), not a FIFO (whose open would block), and an
 /// existing file that others could read is made private.

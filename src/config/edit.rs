@@ -3,12 +3,17 @@
 //!
 //! An edit changes only `commands.ID` in the JSON document (other fields and profiles keep
 //! their text values), is validated exactly like `check-config`, and replaces the file
-//! atomically (a temporary file beside it, then rename) with the file's mode kept.
+//! atomically (a temporary file beside it, then rename) with the file's mode kept. A config
+//! reached through a symlink (a dotfiles checkout) is edited where it is, the link kept; and
+//! the file is locked from its reading to its replacing, so edits made at once each see the
+//! one before.
 
-use std::io::Write;
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::fs::File;
+use std::io::{Read, Write};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
+use nix::fcntl::{Flock, FlockArg};
 use serde_json::{Map, Value};
 
 use super::{Config, parse_config};
@@ -36,22 +41,43 @@ pub fn config_path(given: Option<&Path>) -> Option<PathBuf> {
 
 /// A config file read for editing.
 pub struct ConfigFile {
+    /// The file itself, through any symlinks.
     path: PathBuf,
     document: Map<String, Value>,
+    /// Held until the edit is written (or dropped).
+    _lock: Flock<File>,
+}
+
+/// `path` opened and locked, once the file locked is still the one at `path` (an edit
+/// that held the lock meanwhile replaced it: then the new one is locked).
+fn locked(path: &Path) -> std::io::Result<Flock<File>> {
+    loop {
+        let file = File::open(path)?;
+        let held = Flock::lock(file, FlockArg::LockExclusive).map_err(|(_, e)| e)?;
+        let (now, locked) = (std::fs::metadata(path)?, held.metadata()?);
+        if (now.dev(), now.ino()) == (locked.dev(), locked.ino()) {
+            return Ok(held);
+        }
+    }
 }
 
 impl ConfigFile {
     pub fn open(path: &Path) -> Result<Self, String> {
-        let text = std::fs::read_to_string(path).map_err(|e| {
+        let cannot_read = |e: std::io::Error| {
             format!(
                 "cannot read config `{}`: {e}; write one with `mcp-terminal make-config`",
                 path.display()
             )
-        })?;
+        };
+        let target = std::fs::canonicalize(path).map_err(cannot_read)?;
+        let mut lock = locked(&target).map_err(cannot_read)?;
+        let mut text = String::new();
+        lock.read_to_string(&mut text).map_err(cannot_read)?;
         match serde_json::from_str(&text) {
             Ok(Value::Object(document)) => Ok(ConfigFile {
-                path: path.to_path_buf(),
+                path: target,
                 document,
+                _lock: lock,
             }),
             Ok(_) => Err(format!("config `{}` is not a JSON object", path.display())),
             Err(e) => Err(format!(
