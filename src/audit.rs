@@ -116,6 +116,17 @@ pub struct AuditLine {
     pub extra: Map<String, Value>,
 }
 
+/// What `AuditLog::open` would say of `path`, checked without creating or changing it
+/// (`check-config`).
+pub fn check(path: &Path) -> Result<(), String> {
+    private_file::check_append(path).map_err(|refusal| {
+        format!(
+            "`audit_log`: cannot open it for appending: {}",
+            refusal.describe(path)
+        )
+    })
+}
+
 impl AuditLog {
     /// Open (or create, mode 0600) the log for appending: never through a symlink, only a
     /// regular file of the server's user, made private (0600) if group or others had any

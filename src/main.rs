@@ -254,6 +254,12 @@ fn main() -> ExitCode {
         } => make_config(output.as_deref(), root.as_deref(), shells),
         Command::CheckConfig { config } => existing_config(config.as_deref())
             .and_then(|path| Config::load(&path))
+            .and_then(|c| {
+                c.audit_log
+                    .as_deref()
+                    .map_or(Ok(()), audit::check)
+                    .map(|()| c)
+            })
             .map(|c| print!("{}", c.summary())),
         Command::Profile { action } => profile(action),
         Command::Guardian { instance } => process::run_guardian(&instance),

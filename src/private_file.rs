@@ -134,6 +134,32 @@ pub fn open_append(path: &Path) -> Result<File, Refusal> {
     Ok(file)
 }
 
+/// Whether `open_append` would take `path`, changing nothing: an existing file is opened
+/// (for appending, not created) and checked as it would be, and for an absent one the
+/// directory it would be made in must let the server's user create it.
+pub fn check_append(path: &Path) -> Result<(), Refusal> {
+    use nix::unistd::{AccessFlags, access};
+    use std::os::unix::fs::FileTypeExt;
+    match opened(path, OpenOptions::new().append(true)) {
+        Ok(file) => {
+            let kind = file.metadata().map_err(Refusal::Unreadable)?.file_type();
+            if !kind.is_char_device() {
+                owned(&file)?;
+            }
+            Ok(())
+        }
+        Err(Refusal::Missing) => {
+            let dir = match path.parent() {
+                Some(dir) if !dir.as_os_str().is_empty() => dir,
+                _ => Path::new("."),
+            };
+            access(dir, AccessFlags::W_OK | AccessFlags::X_OK)
+                .map_err(|e| Refusal::Unopenable(e.into()))
+        }
+        Err(refusal) => Err(refusal),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -655,13 +655,37 @@ fn an_audit_log_is_never_opened_through_a_symlink_and_is_kept_private() {
             .output()
             .unwrap()
     };
-    for (path, why) in [(&link, "is a symbolic link"), (&fifo, "cannot be opened")] {
+    let check = |audit: &std::path::Path| {
+        let config = config_with(dir.path(), false, |c| set(c, "/audit_log", json!(audit)));
+        mcp_terminal()
+            .args(["check-config", "--config"])
+            .arg(&config)
+            .timeout(std::time::Duration::from_secs(30))
+            .output()
+            .unwrap()
+    };
+    let directory = root.join("audit-dir.jsonl");
+    std::fs::create_dir(&directory).unwrap();
+    for (path, why) in [
+        (&link, "is a symbolic link"),
+        (&fifo, "cannot be opened"),
+        (&directory, "cannot be opened"),
+    ] {
         let out = serve(path);
         assert_eq!(out.status.code(), Some(2), "{}", stderr_of(&out));
         assert!(stderr_of(&out).contains(why), "{}", stderr_of(&out));
         assert!(out.stdout.is_empty());
+        // check-config says the same, so an owner's check never passes what the server
+        // then refuses.
+        let checked = check(path);
+        assert_eq!(checked.status.code(), Some(2), "{}", stderr_of(&checked));
+        assert!(stderr_of(&checked).contains(why), "{}", stderr_of(&checked));
     }
     assert_eq!(std::fs::read_to_string(&target).unwrap(), "");
+    // A log that does not exist yet passes, and is not made by the check.
+    let fresh = root.join("fresh.jsonl");
+    assert!(check(&fresh).status.success());
+    assert!(!fresh.exists());
 
     let shared = root.join("audit.jsonl");
     std::fs::write(&shared, "").unwrap();
