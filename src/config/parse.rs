@@ -15,8 +15,8 @@ use crate::limits::{
 use crate::policy::{denied_env_name, inside_roots, invalid_env_name};
 use crate::strict::{Fields, type_name};
 
-/// Validate a parsed config document. Missing `allowed_roots` / `default_cwd` default to
-/// `default_root`.
+/// Validate a parsed config document. Missing `allowed_roots` default to `default_root`,
+/// a missing `default_cwd` to the first allowed root.
 pub fn parse_config(value: &Value, default_root: &Path) -> Result<Config, String> {
     if !cfg!(unix) {
         return Err("mcp-terminal needs a POSIX system with process groups".into());
@@ -86,8 +86,10 @@ pub fn parse_config(value: &Value, default_root: &Path) -> Result<Config, String
             })
             .collect::<Result<Vec<_>, _>>()?,
     };
+    // Absent, the first allowed root: where the server was started from matters only when
+    // the roots are absent too (then it is the one root).
     let default_cwd = match f.get("default_cwd") {
-        None => canonical_dir(default_root, "default_cwd")?,
+        None => allowed_roots[0].clone(),
         Some(v) => canonical_dir(Path::new(absolute_str(v, "default_cwd")?), "default_cwd")?,
     };
     if !inside_roots(&default_cwd, &allowed_roots) {
@@ -473,6 +475,16 @@ mod tests {
         assert_eq!(c.default_cwd, root());
         assert_eq!(c.commands["echo"].mode, Mode::Pipe);
         assert_eq!((c.commands["echo"].rows, c.commands["echo"].cols), (24, 80));
+    }
+
+    #[test]
+    fn default_cwd_is_the_first_allowed_root_wherever_the_server_starts() {
+        let roots = tempfile::tempdir().unwrap();
+        let first = roots.path().canonicalize().unwrap();
+        let doc = with(json!({"allowed_roots": [first]}));
+        // Started from a directory outside the roots, as an MCP client may start it.
+        let c = parse_config(&doc, Path::new("/")).unwrap();
+        assert_eq!(c.default_cwd, first);
     }
 
     #[test]
