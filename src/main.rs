@@ -253,7 +253,7 @@ fn main() -> ExitCode {
             shells,
         } => make_config(output.as_deref(), root.as_deref(), shells),
         Command::CheckConfig { config } => existing_config(config.as_deref())
-            .and_then(|path| Config::load(&path))
+            .and_then(|path| Config::load_as(&path, config::EnvSecrets::Elsewhere))
             .and_then(|c| {
                 c.audit_log
                     .as_deref()

@@ -344,18 +344,46 @@ fn check_config_names_a_bad_secret_and_never_prints_its_value() {
     assert!(summary.contains("secrets:deploy,db"), "{summary}");
     assert!(!summary.contains(value) && !stderr_of(&out).contains(value));
 
+    // The owner's shell usually lacks an `env` secret's variable, which belongs where the
+    // MCP client starts the server: the owner's commands say so and go on...
     let out = mcp_terminal()
         .args(["check-config", "--config"])
         .arg(&path)
         .env_remove("MCPT_CLI_DB")
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(2));
+    assert!(out.status.success(), "{}", stderr_of(&out));
     assert!(
-        stderr_of(&out)
-            .contains("`secrets.db`: the server's environment has no variable MCPT_CLI_DB"),
+        stdout_of(&out).contains(
+            "secret db: from the environment variable MCPT_CLI_DB (not set here: set it where \
+             the MCP client starts the server)"
+        ),
         "{}",
-        stderr_of(&out)
+        stdout_of(&out)
+    );
+    for args in [
+        &["list"][..],
+        &["add", "echo2", "--", "/bin/echo"],
+        &["remove", "echo2"],
+    ] {
+        let out = mcp_terminal()
+            .arg("profile")
+            .arg(args[0])
+            .arg("--config")
+            .arg(&path)
+            .args(&args[1..])
+            .env_remove("MCPT_CLI_DB")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{args:?}: {}", stderr_of(&out));
+    }
+    // ...and the server, which needs the value, refuses to start without it.
+    let mut server = mcp_terminal();
+    server.env_remove("MCPT_CLI_DB");
+    let stderr = stdio_refused(server, &["--config".as_ref(), path.as_os_str()]);
+    assert!(
+        stderr.contains("`secrets.db`: the server's environment has no variable MCPT_CLI_DB"),
+        "{stderr}"
     );
 }
 

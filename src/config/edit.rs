@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use nix::fcntl::{Flock, FlockArg};
 use serde_json::{Map, Value};
 
-use super::{Config, parse_config};
+use super::{Config, EnvSecrets, parse_config_as};
 
 /// `$XDG_CONFIG_HOME/mcp-terminal/config.json`, else `~/.config/mcp-terminal/config.json`.
 pub fn default_config_path() -> Option<PathBuf> {
@@ -87,11 +87,13 @@ impl ConfigFile {
         }
     }
 
-    /// The config as `check-config` sees it.
+    /// The config as `check-config` sees it (an `env` secret's variable belongs where the
+    /// MCP client starts the server, not in the owner's shell).
     pub fn validate(&self) -> Result<Config, String> {
         let cwd = std::env::current_dir()
             .map_err(|e| format!("cannot read the current directory: {e}"))?;
-        parse_config(&Value::Object(self.document.clone()), &cwd)
+        let document = Value::Object(self.document.clone());
+        parse_config_as(&document, &cwd, EnvSecrets::Elsewhere)
     }
 
     fn commands(&mut self) -> Result<&mut Map<String, Value>, String> {

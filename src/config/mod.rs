@@ -17,8 +17,8 @@ use serde_json::{Value, json};
 
 pub use defaults::{default_config, shell_profiles};
 pub use edit::{ConfigFile, config_path, default_config_path, resolve_program};
-pub use parse::parse_config;
-pub use secrets::{Secret, remove_from_environment};
+pub use parse::{parse_config, parse_config_as};
+pub use secrets::{EnvSecrets, Secret, remove_from_environment};
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Config {
@@ -202,13 +202,18 @@ impl Config {
 
     /// Load and validate a config file; the error names the field and the rule.
     pub fn load(path: &Path) -> Result<Config, String> {
+        Config::load_as(path, EnvSecrets::Required)
+    }
+
+    /// `load`, reading `env` secrets as `env` says.
+    pub fn load_as(path: &Path, env: EnvSecrets) -> Result<Config, String> {
         let text = std::fs::read_to_string(path)
             .map_err(|e| format!("cannot read config `{}`: {e}", path.display()))?;
         let value: Value = serde_json::from_str(&text)
             .map_err(|e| format!("config `{}` is not valid JSON: {e}", path.display()))?;
         let cwd = std::env::current_dir()
             .map_err(|e| format!("cannot read the current directory: {e}"))?;
-        parse_config(&value, &cwd)
+        parse_config_as(&value, &cwd, env)
     }
 
     /// A one-screen summary for `check-config`.

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{Map, Value};
 
-use super::secrets::{check_secret_name, parse_secrets};
+use super::secrets::{EnvSecrets, check_secret_name, parse_secrets};
 use super::{Config, Limits, Mode, OnFull, Profile, Shell};
 use crate::limits::{
     CAP_TOTAL_BYTES, CAP_TOTAL_RECORDS, COMMAND_ID_MAX_CHARS, IDLE_TIMEOUT_MAX_MS,
@@ -18,6 +18,15 @@ use crate::strict::{Fields, type_name};
 /// Validate a parsed config document. Missing `allowed_roots` default to `default_root`,
 /// a missing `default_cwd` to the first allowed root.
 pub fn parse_config(value: &Value, default_root: &Path) -> Result<Config, String> {
+    parse_config_as(value, default_root, EnvSecrets::Required)
+}
+
+/// `parse_config`, reading `env` secrets as `env` says.
+pub fn parse_config_as(
+    value: &Value,
+    default_root: &Path,
+    env: EnvSecrets,
+) -> Result<Config, String> {
     if !cfg!(unix) {
         return Err("mcp-terminal needs a POSIX system with process groups".into());
     }
@@ -105,7 +114,7 @@ pub fn parse_config(value: &Value, default_root: &Path) -> Result<Config, String
     };
     let secrets = match f.object("secrets")? {
         None => BTreeMap::new(),
-        Some(map) => parse_secrets(map)?,
+        Some(map) => parse_secrets(map, env)?,
     };
     for (id, profile) in &commands {
         if let Some((i, name)) = profile

@@ -40,6 +40,18 @@ impl std::fmt::Debug for SecretValue {
 pub struct Secret {
     pub source: Source,
     pub value: SecretValue,
+    /// False only when the owner's commands read the config (`EnvSecrets::Elsewhere`) and
+    /// the variable is not set here: the value is then empty, and never used.
+    pub here: bool,
+}
+
+/// Whether an `env` secret's variable must be in this process's environment: the server's
+/// (`Required`), or the owner's commands, run from a shell where it is usually not set, as
+/// it belongs where the MCP client starts the server (`Elsewhere`: absent is no error).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EnvSecrets {
+    Required,
+    Elsewhere,
 }
 
 impl Secret {
@@ -52,6 +64,10 @@ impl Secret {
 
     pub fn describe(&self) -> String {
         match &self.source {
+            Source::Env(var) if !self.here => format!(
+                "environment variable {var} (not set here: set it where the MCP client starts \
+                 the server)"
+            ),
             Source::Env(var) => format!("environment variable {var}"),
             Source::File(path) => format!("file {}", path.display()),
         }
@@ -74,14 +90,39 @@ pub fn check_secret_name(name: &str) -> Result<(), String> {
 }
 
 /// Parse and read every secret of the `secrets` object.
-pub fn parse_secrets(map: &Map<String, Value>) -> Result<BTreeMap<String, Secret>, String> {
+pub fn parse_secrets(
+    map: &Map<String, Value>,
+    env: EnvSecrets,
+) -> Result<BTreeMap<String, Secret>, String> {
     map.iter()
         .map(|(name, spec)| {
             let base = format!("secrets.{name}");
             check_secret_name(name).map_err(|rule| format!("`{base}`: {rule}"))?;
             let source = parse_source(spec, &base)?;
+            let elsewhere = match &source {
+                Source::Env(var) => env == EnvSecrets::Elsewhere && std::env::var_os(var).is_none(),
+                Source::File(_) => false,
+            };
+            if elsewhere {
+                let value = SecretValue(String::new());
+                return Ok((
+                    name.clone(),
+                    Secret {
+                        source,
+                        value,
+                        here: false,
+                    },
+                ));
+            }
             let value = read_value(&source).map_err(|why| format!("`{base}`: {why}"))?;
-            Ok((name.clone(), Secret { source, value }))
+            Ok((
+                name.clone(),
+                Secret {
+                    source,
+                    value,
+                    here: true,
+                },
+            ))
         })
         .collect()
 }
@@ -223,7 +264,7 @@ mod tests {
     use std::os::unix::fs::PermissionsExt;
 
     fn parse(spec: Value) -> Result<BTreeMap<String, Secret>, String> {
-        parse_secrets(spec.as_object().unwrap())
+        parse_secrets(spec.as_object().unwrap(), EnvSecrets::Required)
     }
 
     fn file_with(text: &str, mode: u32) -> (tempfile::TempDir, PathBuf) {
@@ -241,7 +282,7 @@ mod tests {
         assert_eq!(s["db"].value.expose(), "correct horse");
         assert_eq!(
             format!("{:?}", s["db"]),
-            format!("Secret {{ source: File({path:?}), value: [value withheld] }}")
+            format!("Secret {{ source: File({path:?}), value: [value withheld], here: true }}")
         );
     }
 
