@@ -401,20 +401,18 @@ fn profile(action: ProfileAction) -> Result<(), String> {
 fn make_config(output: Option<&Path>, root: Option<&Path>, shells: bool) -> Result<(), String> {
     let output = match output {
         Some(path) => path.to_path_buf(),
-        None => {
-            let path = config::default_config_path().ok_or(
-                "no default config path (neither XDG_CONFIG_HOME nor HOME is set); pass --output",
-            )?;
-            if path.exists() {
-                return Err(format!(
-                    "`{}` already exists and is not overwritten; edit it with `mcp-terminal \
-                     profile`, remove it, or pass --output",
-                    path.display()
-                ));
-            }
-            path
-        }
+        None => config::default_config_path().ok_or(
+            "no default config path (neither XDG_CONFIG_HOME nor HOME is set); pass --output",
+        )?,
     };
+    // An owner's config holds their approvals: never replaced by the defaults.
+    if std::fs::symlink_metadata(&output).is_ok() {
+        return Err(format!(
+            "`{}` already exists and is not overwritten; edit it with `mcp-terminal profile`, \
+             remove it, or name another --output",
+            output.display()
+        ));
+    }
     let output = output.as_path();
     let root = match root {
         Some(root) => root

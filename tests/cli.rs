@@ -60,7 +60,17 @@ fn make_config_writes_every_field_with_absolute_paths_and_checks_clean() {
         .unwrap();
     assert!(made.status.success(), "{}", stderr_of(&made));
     assert_eq!(stdout_of(&made), "", "make-config prints nothing on stdout");
-    let config: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    let written = std::fs::read_to_string(&path).unwrap();
+    // Made again on the same path: refused, the owner's file untouched.
+    let again = mcp_terminal()
+        .args(["make-config", "--shells", "--output"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert_eq!(again.status.code(), Some(2), "{}", stderr_of(&again));
+    assert!(stderr_of(&again).contains("already exists and is not overwritten"));
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), written);
+    let config: Value = serde_json::from_str(&written).unwrap();
     assert_eq!(config["allowed_roots"], json!([root]));
     assert_eq!(config["default_cwd"], json!(root));
     for field in [

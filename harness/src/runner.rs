@@ -215,6 +215,8 @@ pub(crate) async fn make_config(
     root: &Path,
     shells: bool,
 ) -> Result<Value, String> {
+    // make-config never overwrites a config: a path written before is written afresh.
+    let _ = std::fs::remove_file(path);
     let mut cmd = tokio::process::Command::new(server);
     cmd.arg("make-config")
         .arg("--output")

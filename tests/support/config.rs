@@ -10,6 +10,8 @@ use serde_json::Value;
 pub fn config_with(dir: &Path, shells: bool, change: impl FnOnce(&mut Value)) -> PathBuf {
     let root = dir.canonicalize().unwrap();
     let path = root.join("config.json");
+    // make-config never overwrites a config: one written before is written afresh.
+    let _ = std::fs::remove_file(&path);
     let mut make = Command::new(super::http_server::BIN);
     make.arg("make-config");
     if shells {
