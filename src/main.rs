@@ -66,7 +66,7 @@ enum Command {
         #[arg(long)]
         allow_remote: bool,
         /// A browser origin (besides loopback ones) allowed to send requests.
-        #[arg(long = "allow-origin", value_name = "ORIGIN")]
+        #[arg(long = "allow-origin", value_name = "ORIGIN", value_parser = origin_arg)]
         allow_origins: Vec<String>,
         /// Also serve the read-only live view of the sessions under /ui/; the sign-in URL
         /// is printed on stderr.
@@ -395,6 +395,23 @@ fn profile(action: ProfileAction) -> Result<(), String> {
             println!("withdrew `{id}` (from {})", path.display());
             Ok(())
         }
+    }
+}
+
+/// An `--allow-origin` value as a browser sends its Origin: `http` or `https`, `://`, a
+/// host with an optional port, and nothing after (a trailing `/` is dropped). Anything
+/// else could never match a request, so it is refused rather than kept.
+fn origin_arg(value: &str) -> Result<String, String> {
+    let trimmed = value.strip_suffix('/').unwrap_or(value);
+    let authority = trimmed
+        .strip_prefix("https://")
+        .or_else(|| trimmed.strip_prefix("http://"));
+    match authority {
+        Some(a) if !a.is_empty() && !a.contains(['/', '?', '#', '@', ' ']) => Ok(trimmed.into()),
+        _ => Err(format!(
+            "`{value}` is not an origin: give scheme://host[:port], such as \
+             https://app.example.com"
+        )),
     }
 }
 

@@ -195,11 +195,23 @@ fn help_version_and_usage_errors() {
         &["check-config"],
         &["profile", "add", "x"],
         &["stdio", "--nope"],
+        // An origin that no browser sends could never match: refused, not kept.
+        &["http", "--allow-origin", "app.example.com"],
+        &["http", "--allow-origin", "https://app.example.com/path"],
     ] {
         let out = mcp_terminal().args(args).output().unwrap();
         assert_eq!(out.status.code(), Some(2), "{args:?}");
         assert_eq!(stdout_of(&out), "", "{args:?}");
     }
+    let refused = mcp_terminal()
+        .args(["http", "--allow-origin", "app.example.com"])
+        .output()
+        .unwrap();
+    assert!(
+        stderr_of(&refused).contains("is not an origin: give scheme://host[:port]"),
+        "{}",
+        stderr_of(&refused)
+    );
 }
 
 /// Each of these makes a program or a shell run code of the client's choosing; a profile
