@@ -214,6 +214,37 @@ fn help_version_and_usage_errors() {
     );
 }
 
+/// A profile whose program is not here is no config error (the config may be for another
+/// machine), but check-config says that starting it would fail.
+#[test]
+fn check_config_notes_a_program_that_is_not_here() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = config_with(dir.path(), false, |c| {
+        set(
+            c,
+            "/commands/gone",
+            json!({"argv": ["/no/such/program", "x"]}),
+        );
+        set(c, "/commands/folder", json!({"argv": ["/tmp"]}));
+    });
+    let out = mcp_terminal()
+        .args(["check-config", "--config"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr_of(&out));
+    let summary = stdout_of(&out);
+    for (program, id) in [("/no/such/program", "gone"), ("/tmp", "folder")] {
+        assert!(
+            summary.contains(&format!(
+                "note: `{program}` is not an executable file here; starting `{id}` fails"
+            )),
+            "{summary}"
+        );
+    }
+    assert_eq!(summary.matches("note:").count(), 2, "{summary}");
+}
+
 /// Each of these makes a program or a shell run code of the client's choosing; a profile
 /// that lets the client set one is refused.
 #[test]

@@ -265,7 +265,23 @@ impl Config {
                 "  {id:<16} {kind:<10} {}{env}{secrets}\n",
                 p.argv.join(" ")
             ));
+            // Not an error: the config may be made for another machine, or the program
+            // installed later. But an owner checking it here should know.
+            if !runnable(Path::new(&p.argv[0])) {
+                out.push_str(&format!(
+                    "    note: `{}` is not an executable file here; starting `{id}` fails \
+                     with SPAWN_FAILED\n",
+                    p.argv[0]
+                ));
+            }
         }
         out
     }
+}
+
+/// Whether `program` is a regular file this user may execute.
+fn runnable(program: &Path) -> bool {
+    use nix::unistd::{AccessFlags, access};
+    std::fs::metadata(program).is_ok_and(|m| m.is_file())
+        && access(program, AccessFlags::X_OK).is_ok()
 }
