@@ -79,9 +79,9 @@ pub const READ_CHUNK_BYTES: usize = 64 * 1024;
 pub const SECRET_NAME_MAX_CHARS: usize = 64;
 pub const SECRET_MIN_BYTES: usize = 4;
 pub const SECRET_MAX_BYTES: usize = 4096;
-/// What a terminal reading lines keeps of its input not read yet (Linux's N_TTY buffer,
-/// less one byte): a line typed past it is cut, the rest dropped.
-pub const TERMINAL_LINE_MAX_BYTES: usize = 4095;
+/// The longest line, with its end, a terminal reading lines keeps (Linux's N_TTY buffer):
+/// what is typed past 4,095 bytes of a line is dropped.
+pub const TERMINAL_LINE_MAX_BYTES: usize = 4096;
 /// In a session whose profile allows secrets, a partial line of output is held back until
 /// its newline, until no more of it came for `REDACT_HOLD_QUIET`, or for `REDACT_HOLD_MAX`
 /// in all, whichever is first (a value printed in pieces each at most 50 ms apart is

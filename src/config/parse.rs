@@ -425,6 +425,16 @@ fn parse_profile(id: &str, value: &Value) -> Result<Profile, String> {
             allowed_secrets.push(name.to_owned());
         }
     }
+    // A held reader leaves output in the terminal, where the kernel may throw away part of
+    // it (Ctrl-C and Ctrl-Z flush it): a secret's echo cut there is text no redaction
+    // knows.
+    if mode == Mode::Pty && on_full == OnFull::Pause && !allowed_secrets.is_empty() {
+        return Err(format!(
+            "`{base}.allowed_secrets`: a terminal profile with `on_full: \"pause\"` cannot \
+             be allowed secrets (output held in the terminal can be cut by the kernel, echo \
+             of a secret included); use `on_full: \"evict\"` or run it on pipes"
+        ));
+    }
     let record = match f.get("record") {
         None => true,
         Some(Value::Bool(b)) => *b,
@@ -682,6 +692,23 @@ mod tests {
             .map(|i| (format!("c{i}"), json!({"argv": ["/bin/true"]})))
             .collect();
         assert!(err(json!({"commands": many})).contains("at most 128 profiles"));
+    }
+
+    #[test]
+    fn a_held_terminal_is_allowed_no_secrets() {
+        let secrets = json!({"a": {"env": "PATH"}});
+        let profile = |mode: &str| {
+            json!({"secrets": secrets, "commands": {"p": {"argv": ["/bin/cat"], "mode": mode,
+                "on_full": "pause", "allowed_secrets": ["a"]}}})
+        };
+        let error = parse_config(&with(profile("pty")), &root()).unwrap_err();
+        assert!(
+            error.starts_with(
+                "`commands.p.allowed_secrets`: a terminal profile with `on_full: \"pause\"`"
+            ),
+            "{error}"
+        );
+        assert!(parse_config(&with(profile("pipe")), &root()).is_ok());
     }
 
     #[test]

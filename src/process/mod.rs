@@ -11,7 +11,7 @@ mod spawn;
 pub mod waiting;
 
 pub use guardian::{Guardian, LazyGuardian, new_instance, run_guardian, session_tag, sweep};
-pub use pty::{LineControls, PtyChild, PtyMaster, spawn_pty};
+pub use pty::{LineControls, PtyChild, PtyMaster, WholeLine, spawn_pty};
 pub use reaper::{Exit, ExitReceiver, Reaper};
 pub use spawn::{
     MARKS_FD, OpenCwd, PipeChild, STDERR_COPY_FD, STDOUT_COPY_FD, SpawnError, SpawnSpec, can_enter,

@@ -27,6 +27,14 @@ pub struct LineControls {
     pub flushing: [u8; 3],
 }
 
+/// How to type a line whole (`PtyMaster::whole_line`): `clear` before it, `enter` after.
+pub struct WholeLine {
+    pub clear: Vec<u8>,
+    pub enter: &'static str,
+    /// The terminal reads lines, so the line must fit `TERMINAL_LINE_MAX_BYTES`.
+    pub canonical: bool,
+}
+
 /// The server's end of a session's terminal.
 pub struct PtyMaster {
     fd: AsyncFd<OwnedFd>,
@@ -194,11 +202,46 @@ impl PtyMaster {
         })
     }
 
-    /// Whether the terminal reads lines (canonical mode), where the kernel keeps at most
-    /// `TERMINAL_LINE_MAX_BYTES` of what was typed and not read, and drops the rest.
-    pub fn reads_lines(&self) -> bool {
-        use nix::sys::termios::{LocalFlags, tcgetattr};
-        tcgetattr(self.fd.get_ref()).is_ok_and(|t| t.local_flags.contains(LocalFlags::ICANON))
+    /// How to type a line that must reach the program whole (a secret), as the terminal is
+    /// set now. Reading lines (canonical mode), the kernel keeps at most a line of
+    /// `TERMINAL_LINE_MAX_BYTES` and drops what is typed past it, so the line is first
+    /// cleared with its kill character, twice (a first one taken literally after a pending
+    /// "next character literally", Ctrl-V, the second clears), and ended with the byte the
+    /// terminal takes as a line end, so that the line is read at once and nothing typed
+    /// later can edit it. Reading keys (raw mode), nothing is cut: no clearing, Enter as a
+    /// keyboard sends it. Why it cannot be done, otherwise.
+    pub fn whole_line(&self) -> Result<WholeLine, &'static str> {
+        use nix::sys::termios::{InputFlags, LocalFlags, SpecialCharacterIndices, tcgetattr};
+        let Ok(t) = tcgetattr(self.fd.get_ref()) else {
+            return Err("its terminal settings cannot be read");
+        };
+        if !t.local_flags.contains(LocalFlags::ICANON) {
+            return Ok(WholeLine {
+                clear: Vec::new(),
+                enter: "\r",
+                canonical: false,
+            });
+        }
+        let kill = t.control_chars[SpecialCharacterIndices::VKILL as usize];
+        if kill == 0 {
+            return Err(
+                "its terminal has no line-kill character, so the line it would be typed on cannot be cleared first",
+            );
+        }
+        let enter = if t.input_flags.contains(InputFlags::ICRNL)
+            && !t.input_flags.contains(InputFlags::IGNCR)
+        {
+            "\r"
+        } else if !t.input_flags.contains(InputFlags::INLCR) {
+            "\n"
+        } else {
+            return Err("its terminal takes neither Enter nor newline as the end of a line");
+        };
+        Ok(WholeLine {
+            clear: vec![kill, kill],
+            enter,
+            canonical: true,
+        })
     }
 
     /// Whether the terminal echoes what is typed.

@@ -20,7 +20,7 @@ use super::sink::Feed;
 use crate::config::Mode;
 use crate::errors::{ErrorCode, ToolError};
 use crate::limits::{EXEC_TYPING_TIMEOUT, TERMINAL_LINE_MAX_BYTES, WRITE_DRAIN_TIMEOUT};
-use crate::process::{LineControls, PtyMaster};
+use crate::process::{LineControls, PtyMaster, WholeLine};
 
 /// Whether a session takes input, and where it goes. `partial_line`: what was written ends
 /// in the middle of a line (on a terminal: its line discipline may hold typed text not yet
@@ -195,12 +195,37 @@ impl Session {
         cancel: &CancellationToken,
     ) -> Result<(usize, bool), ToolError> {
         self.check_writable()?;
-        let enter = match self.mode {
-            Mode::Pipe => "\n",
-            Mode::Pty => "\r",
+        // On a terminal the value must reach the program whole: a line the kernel cut
+        // would be text no redaction knows (see `PtyMaster::whole_line`).
+        let line = match (self.mode, self.terminal()) {
+            (Mode::Pty, Some(terminal)) => terminal.whole_line().map_err(|why| {
+                ToolError::new(
+                    ErrorCode::SecretNotAllowed,
+                    format!(
+                        "the secret `{name}` cannot be typed into this terminal as the program \
+                         has set it: {why}; nothing was written"
+                    ),
+                )
+            })?,
+            _ => WholeLine {
+                clear: Vec::new(),
+                enter: "\n",
+                canonical: false,
+            },
         };
-        let bytes = [value, enter].concat();
-        if bytes.len() > max_input_bytes {
+        let typed = value.len() + line.enter.len();
+        if line.canonical && typed > TERMINAL_LINE_MAX_BYTES {
+            return Err(ToolError::new(
+                ErrorCode::InputTooLarge,
+                format!(
+                    "the secret `{name}` with Enter is longer than the \
+                     {TERMINAL_LINE_MAX_BYTES} bytes of a line a terminal keeps, so the \
+                     terminal would cut it; nothing was written: the owner can shorten it, or \
+                     run the program on pipes"
+                ),
+            ));
+        }
+        if typed > max_input_bytes {
             return Err(ToolError::new(
                 ErrorCode::InputTooLarge,
                 format!(
@@ -210,10 +235,11 @@ impl Session {
                 ),
             ));
         }
+        let bytes = [&line.clear, value.as_bytes(), line.enter.as_bytes()].concat();
         let closed = self
-            .send_as(bytes.as_bytes(), close, cancel, Typed::Secret(name))
+            .send_as(&bytes, close, cancel, Typed::Secret(name))
             .await?;
-        Ok((bytes.len(), closed))
+        Ok((typed, closed))
     }
 
     /// Send bytes to the program's input; with `close`, end the input after them: close
@@ -255,9 +281,6 @@ impl Session {
             if let Some(seq) = running {
                 return Err(Session::typed_ahead(seq));
             }
-        }
-        if let (Typed::Secret(name), Mode::Pty) = (typed, self.mode) {
-            self.check_secret_fits(name, bytes.len())?;
         }
         let ends_before = self.inspect(|s| s.shell_ends());
         // Another write, or the session's end, may have closed stdin meanwhile.
@@ -359,68 +382,6 @@ impl Session {
             }
             result.map(|()| s.input.is_closed())
         })
-    }
-
-    /// A secret typed into a terminal that reads lines must fit whole in the line it
-    /// begins: the kernel keeps `TERMINAL_LINE_MAX_BYTES` of what was typed and not read,
-    /// and drops the rest. Typed after other text on the line, behind lines the program has
-    /// not read, or longer than that, the value would reach the program and its echo cut
-    /// short, where no redaction knows it (an agent could then learn it a character at a
-    /// time). Looked at while this write has its turn, so nothing else is typed meanwhile.
-    fn check_secret_fits(&self, name: &str, typed: usize) -> Result<(), ToolError> {
-        let Some(terminal) = self.terminal() else {
-            return Ok(());
-        };
-        if !terminal.reads_lines() {
-            return Ok(());
-        }
-        if typed > TERMINAL_LINE_MAX_BYTES {
-            return Err(ToolError::new(
-                ErrorCode::InputTooLarge,
-                format!(
-                    "the secret `{name}` with Enter is longer than the \
-                     {TERMINAL_LINE_MAX_BYTES} bytes a terminal keeps of a line, so the \
-                     terminal would cut it; nothing was written: the owner can shorten it, or \
-                     run the program on pipes"
-                ),
-            ));
-        }
-        let partial = self.inspect(|s| {
-            matches!(
-                s.input,
-                Input::Pty {
-                    partial_line: true,
-                    ..
-                }
-            )
-        });
-        if partial {
-            return Err(ToolError::new(
-                ErrorCode::SessionBusy,
-                format!(
-                    "the terminal's line already holds typed text, and the secret `{name}` \
-                     is typed only at the start of an empty line (after it, the terminal \
-                     could cut the value); nothing was written: end the line (terminal_keys \
-                     [\"Enter\"]) or clear it ([\"C-u\"]) first"
-                ),
-            ));
-        }
-        if self
-            .input_file
-            .as_ref()
-            .is_some_and(super::waiting::pending_input)
-        {
-            return Err(ToolError::new(
-                ErrorCode::SessionBusy,
-                format!(
-                    "the program has not read all its earlier input yet, and the secret \
-                     `{name}` is typed only when it has (behind unread lines the terminal \
-                     could cut the value); nothing was written: wait until it reads \
-                     (terminal_wait with until_input) and write it again"
-                ),
-            ));
-        }
-        Ok(())
     }
 
     /// Record `command` as typed, with Enter (it was typed in unrecorded pieces).

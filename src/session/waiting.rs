@@ -36,7 +36,7 @@ pub struct Waiting {
 /// Whether `input` holds bytes nobody read yet: a terminal's input queue (looked at
 /// through a descriptor opened for the moment, which does not make it anyone's controlling
 /// terminal), or a pipe's contents.
-pub(super) fn pending_input(input: &InputFile) -> bool {
+fn pending_input(input: &InputFile) -> bool {
     use std::os::fd::AsFd;
     use std::os::unix::fs::OpenOptionsExt;
     let path = match input {
