@@ -451,8 +451,13 @@ fn make_config(output: Option<&Path>, root: Option<&Path>, shells: bool) -> Resu
         std::fs::create_dir_all(parent)
             .map_err(|e| format!("cannot create `{}`: {e}", parent.display()))?;
     }
-    std::fs::write(output, text)
-        .map_err(|e| format!("cannot write `{}`: {e}", output.display()))?;
+    // Made new, so a file that appeared since the look above is not overwritten either.
+    let written = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(output)
+        .and_then(|mut file| std::io::Write::write_all(&mut file, text.as_bytes()));
+    written.map_err(|e| format!("cannot write `{}`: {e}", output.display()))?;
     eprintln!("wrote {}", output.display());
     Ok(())
 }

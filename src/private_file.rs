@@ -138,7 +138,7 @@ pub fn open_append(path: &Path) -> Result<File, Refusal> {
 /// (for appending, not created) and checked as it would be, and for an absent one the
 /// directory it would be made in must let the server's user create it.
 pub fn check_append(path: &Path) -> Result<(), Refusal> {
-    use nix::unistd::{AccessFlags, access};
+    use nix::unistd::{AccessFlags, eaccess};
     use std::os::unix::fs::FileTypeExt;
     match opened(path, OpenOptions::new().append(true)) {
         Ok(file) => {
@@ -153,7 +153,13 @@ pub fn check_append(path: &Path) -> Result<(), Refusal> {
                 Some(dir) if !dir.as_os_str().is_empty() => dir,
                 _ => Path::new("."),
             };
-            access(dir, AccessFlags::W_OK | AccessFlags::X_OK)
+            if !dir.is_dir() {
+                return Err(Refusal::Unopenable(io::Error::from_raw_os_error(
+                    libc::ENOTDIR,
+                )));
+            }
+            // As the server would create it: with the effective user's rights.
+            eaccess(dir, AccessFlags::W_OK | AccessFlags::X_OK)
                 .map_err(|e| Refusal::Unopenable(e.into()))
         }
         Err(refusal) => Err(refusal),

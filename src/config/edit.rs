@@ -163,7 +163,7 @@ impl ConfigFile {
             .unwrap_or_default();
         let temp = self
             .path
-            .with_file_name(format!(".{name}.{}.tmp", std::process::id()));
+            .with_file_name(format!(".{name}.{:016x}.tmp", rand::random::<u64>()));
         let written = std::fs::OpenOptions::new()
             .write(true)
             .create_new(true)

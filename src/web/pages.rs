@@ -482,7 +482,14 @@ fn line_breaks(text: &str) -> std::borrow::Cow<'_, str> {
 
 fn tail_html(entries: &[Entry], out: &mut String) {
     out.push_str("<pre class=\"tail\">");
+    // A `\r\n` split between two reads is still one line end.
+    let mut after_cr = false;
     for entry in entries {
+        let text = match entry.text.strip_prefix('\n') {
+            Some(rest) if after_cr => rest,
+            _ => &entry.text,
+        };
+        after_cr = entry.text.ends_with('\r');
         let class = match entry.stream {
             Stream::Stdout => "stdout",
             Stream::Stderr => "stderr",
@@ -490,7 +497,7 @@ fn tail_html(entries: &[Entry], out: &mut String) {
         let _ = write!(
             out,
             "<span class=\"{class}\">{}</span>",
-            escape(&line_breaks(&entry.text))
+            escape(&line_breaks(text))
         );
     }
     out.push_str("</pre>");
@@ -524,6 +531,17 @@ mod tests {
         assert!(
             out.contains("one\n10%\n50%\n") && !out.contains('\u{FFFD}'),
             "{out}"
+        );
+        let mut split = String::new();
+        let piece = |text: &str| Entry {
+            cursor: 0,
+            stream: Stream::Stdout,
+            text: text.into(),
+        };
+        tail_html(&[piece("a\r"), piece("\nb")], &mut split);
+        assert!(
+            split.contains("a\n</span><span class=\"stdout\">b"),
+            "{split}"
         );
     }
 
