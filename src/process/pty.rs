@@ -202,37 +202,83 @@ impl PtyMaster {
         })
     }
 
-    /// How to type a line that must reach the program whole (a secret), as the terminal is
-    /// set now. Reading lines (canonical mode), the kernel keeps at most a line of
+    /// How to type `value` so that it reaches the program, and the terminal's echo of it,
+    /// whole and unchanged (a secret: redaction knows only the whole value), as the terminal
+    /// is set now. Reading lines (canonical mode), the kernel keeps at most a line of
     /// `TERMINAL_LINE_MAX_BYTES` and drops what is typed past it, so the line is first
     /// cleared with its kill character, twice (a first one taken literally after a pending
     /// "next character literally", Ctrl-V, the second clears), and ended with the byte the
     /// terminal takes as a line end, so that the line is read at once and nothing typed
     /// later can edit it. Reading keys (raw mode), nothing is cut: no clearing, Enter as a
-    /// keyboard sends it. Why it cannot be done, otherwise.
-    pub fn whole_line(&self) -> Result<WholeLine, &'static str> {
-        use nix::sys::termios::{InputFlags, LocalFlags, SpecialCharacterIndices, tcgetattr};
+    /// keyboard sends it. A value the terminal would act on or change (a control character,
+    /// a character the program made special, case or bit mapping) is not typed: why, then.
+    pub fn whole_line(&self, value: &str) -> Result<WholeLine, &'static str> {
+        use nix::sys::termios::{
+            InputFlags, LocalFlags, OutputFlags, SpecialCharacterIndices as C, tcgetattr,
+        };
         let Ok(t) = tcgetattr(self.fd.get_ref()) else {
             return Err("its terminal settings cannot be read");
         };
-        if !t.local_flags.contains(LocalFlags::ICANON) {
+        let (input, local) = (t.input_flags, t.local_flags);
+        let canonical = local.contains(LocalFlags::ICANON);
+        if value.bytes().any(|b| (b < 0x20 && b != b'\t') || b == 0x7f) {
+            return Err(
+                "the value holds a control character, which a terminal acts on or echoes changed",
+            );
+        }
+        let mut special = Vec::new();
+        if local.contains(LocalFlags::ISIG) {
+            special.extend([C::VINTR, C::VQUIT, C::VSUSP]);
+        }
+        if input.contains(InputFlags::IXON) {
+            special.extend([C::VSTART, C::VSTOP]);
+        }
+        if canonical {
+            special.extend([C::VERASE, C::VKILL, C::VEOF, C::VEOL, C::VEOL2]);
+            if local.contains(LocalFlags::IEXTEN) {
+                special.extend([C::VWERASE, C::VREPRINT, C::VLNEXT]);
+            }
+        }
+        let special: Vec<u8> = special
+            .into_iter()
+            .map(|c| t.control_chars[c as usize])
+            .filter(|b| *b != 0)
+            .collect();
+        if value.bytes().any(|b| special.contains(&b)) {
+            return Err(
+                "the program made a character of the value special on its terminal (stty), which would act on it",
+            );
+        }
+        let mapped = (input.contains(InputFlags::IUCLC) && value.chars().any(char::is_uppercase))
+            || (input.contains(InputFlags::ISTRIP) && !value.is_ascii())
+            || (t
+                .output_flags
+                .contains(OutputFlags::OPOST | OutputFlags::OLCUC)
+                && value.chars().any(char::is_lowercase))
+            || (t.output_flags.contains(OutputFlags::OPOST)
+                && t.output_flags & OutputFlags::TABDLY == OutputFlags::TAB3
+                && value.contains('\t'));
+        if mapped {
+            return Err(
+                "its terminal is set to change the case, the bits or the tabs of what is typed or echoed",
+            );
+        }
+        if !canonical {
             return Ok(WholeLine {
                 clear: Vec::new(),
                 enter: "\r",
-                canonical: false,
+                canonical,
             });
         }
-        let kill = t.control_chars[SpecialCharacterIndices::VKILL as usize];
+        let kill = t.control_chars[C::VKILL as usize];
         if kill == 0 {
             return Err(
                 "its terminal has no line-kill character, so the line it would be typed on cannot be cleared first",
             );
         }
-        let enter = if t.input_flags.contains(InputFlags::ICRNL)
-            && !t.input_flags.contains(InputFlags::IGNCR)
-        {
+        let enter = if input.contains(InputFlags::ICRNL) && !input.contains(InputFlags::IGNCR) {
             "\r"
-        } else if !t.input_flags.contains(InputFlags::INLCR) {
+        } else if !input.contains(InputFlags::INLCR) {
             "\n"
         } else {
             return Err("its terminal takes neither Enter nor newline as the end of a line");
@@ -240,7 +286,7 @@ impl PtyMaster {
         Ok(WholeLine {
             clear: vec![kill, kill],
             enter,
-            canonical: true,
+            canonical,
         })
     }
 

@@ -198,7 +198,7 @@ impl Session {
         // On a terminal the value must reach the program whole: a line the kernel cut
         // would be text no redaction knows (see `PtyMaster::whole_line`).
         let line = match (self.mode, self.terminal()) {
-            (Mode::Pty, Some(terminal)) => terminal.whole_line().map_err(|why| {
+            (Mode::Pty, Some(terminal)) => terminal.whole_line(value).map_err(|why| {
                 ToolError::new(
                     ErrorCode::SecretNotAllowed,
                     format!(
