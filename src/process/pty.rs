@@ -202,16 +202,22 @@ impl PtyMaster {
         })
     }
 
-    /// How to type `value` so that it reaches the program, and the terminal's echo of it,
-    /// whole and unchanged (a secret: redaction knows only the whole value), as the terminal
-    /// is set now. Reading lines (canonical mode), the kernel keeps at most a line of
-    /// `TERMINAL_LINE_MAX_BYTES` and drops what is typed past it, so the line is first
-    /// cleared with its kill character, twice (a first one taken literally after a pending
-    /// "next character literally", Ctrl-V, the second clears), and ended with the byte the
-    /// terminal takes as a line end, so that the line is read at once and nothing typed
-    /// later can edit it. Reading keys (raw mode), nothing is cut: no clearing, Enter as a
-    /// keyboard sends it. A value the terminal would act on or change (a control character,
-    /// a character the program made special, case or bit mapping) is not typed: why, then.
+    /// How to type `value` (a secret: redaction knows only the whole value) so that the
+    /// program reads it whole and unchanged, as the terminal is set now; why not, else.
+    ///
+    /// Only where the terminal does not echo (a password prompt): an echo is output the
+    /// kernel may split between a program's lines when input waits for room, or drop when
+    /// output is stopped (Ctrl-S), and either leaves pieces of the value no redaction knows.
+    /// Only with the terminal's special characters all control characters or disabled and
+    /// its line handling standard, so that none of the value's bytes (never a control
+    /// character) is acted on, the line's kill character only kills and its line end only
+    /// ends it: the program may set any of them (stty), and each has been used to cut or
+    /// edit a value. Reading lines (canonical mode), where the kernel keeps at most a line
+    /// of `TERMINAL_LINE_MAX_BYTES` and drops what is typed past it, the line is first
+    /// cleared with the kill character, twice (a first one taken literally after a pending
+    /// Ctrl-V, the second clears), and ended with the byte the terminal takes as a line end,
+    /// so the line is read at once and nothing typed later can edit it. Reading keys (raw
+    /// mode), nothing is cut: no clearing, Enter as a keyboard sends it.
     pub fn whole_line(&self, value: &str) -> Result<WholeLine, &'static str> {
         use nix::sys::termios::{
             InputFlags, LocalFlags, OutputFlags, SpecialCharacterIndices as C, tcgetattr,
@@ -219,74 +225,66 @@ impl PtyMaster {
         let Ok(t) = tcgetattr(self.fd.get_ref()) else {
             return Err("its terminal settings cannot be read");
         };
-        let (input, local) = (t.input_flags, t.local_flags);
-        let canonical = local.contains(LocalFlags::ICANON);
-        if value.bytes().any(|b| (b < 0x20 && b != b'\t') || b == 0x7f) {
-            return Err(
-                "the value holds a control character, which a terminal acts on or echoes changed",
-            );
+        let (input, local, output) = (t.input_flags, t.local_flags, t.output_flags);
+        if local.contains(LocalFlags::ECHO) {
+            return Err("its terminal echoes what is typed (a secret is typed at a prompt that hides input: input_hidden true; run a program that asks with echo on through pipes)");
         }
-        let mut special = Vec::new();
-        if local.contains(LocalFlags::ISIG) {
-            special.extend([C::VINTR, C::VQUIT, C::VSUSP]);
+        let is_control = |b: u8| b < 0x20 || b == 0x7f;
+        if value.bytes().any(|b| is_control(b) && b != b'\t') {
+            return Err("the value holds a control character, which a terminal acts on");
         }
-        if input.contains(InputFlags::IXON) {
-            special.extend([C::VSTART, C::VSTOP]);
-        }
-        if canonical {
-            special.extend([C::VERASE, C::VKILL, C::VEOF, C::VEOL, C::VEOL2]);
-            if local.contains(LocalFlags::IEXTEN) {
-                special.extend([C::VWERASE, C::VREPRINT, C::VLNEXT]);
-            }
-        }
-        let special: Vec<u8> = special
-            .into_iter()
-            .map(|c| t.control_chars[c as usize])
-            .filter(|b| *b != 0)
-            .collect();
-        if value.bytes().any(|b| special.contains(&b)) {
-            return Err(
-                "the program made a character of the value special on its terminal (stty), which would act on it",
-            );
+        let roles = [
+            C::VINTR,
+            C::VQUIT,
+            C::VERASE,
+            C::VKILL,
+            C::VEOF,
+            C::VEOL,
+            C::VEOL2,
+            C::VSTART,
+            C::VSTOP,
+            C::VSUSP,
+            C::VREPRINT,
+            C::VWERASE,
+            C::VLNEXT,
+        ];
+        let chars: Vec<u8> = roles.iter().map(|c| t.control_chars[*c as usize]).collect();
+        let kill = t.control_chars[C::VKILL as usize];
+        let nonstandard = local.contains(LocalFlags::EXTPROC)
+            || chars.iter().any(|b| *b != 0 && !is_control(*b))
+            || chars.iter().any(|b| *b == b'\r' || *b == b'\n')
+            || (kill != 0 && chars.iter().filter(|b| **b == kill).count() > 1)
+            || input.intersects(InputFlags::IGNCR | InputFlags::INLCR);
+        if nonstandard {
+            return Err("the program set its terminal's special characters or line handling out of the ordinary (stty), and such settings have been used to cut or edit a value");
         }
         let mapped = (input.contains(InputFlags::IUCLC) && value.chars().any(char::is_uppercase))
             || (input.contains(InputFlags::ISTRIP) && !value.is_ascii())
-            || (t
-                .output_flags
-                .contains(OutputFlags::OPOST | OutputFlags::OLCUC)
+            || (output.contains(OutputFlags::OPOST | OutputFlags::OLCUC)
                 && value.chars().any(char::is_lowercase))
-            || (t.output_flags.contains(OutputFlags::OPOST)
-                && t.output_flags & OutputFlags::TABDLY == OutputFlags::TAB3
+            || (output.contains(OutputFlags::OPOST)
+                && output & OutputFlags::TABDLY == OutputFlags::TAB3
                 && value.contains('\t'));
         if mapped {
-            return Err(
-                "its terminal is set to change the case, the bits or the tabs of what is typed or echoed",
-            );
+            return Err("its terminal is set to change the case, the bits or the tabs of what is typed or printed");
         }
-        if !canonical {
+        if !local.contains(LocalFlags::ICANON) {
             return Ok(WholeLine {
                 clear: Vec::new(),
                 enter: "\r",
-                canonical,
+                canonical: false,
             });
         }
-        let kill = t.control_chars[C::VKILL as usize];
         if kill == 0 {
             return Err(
                 "its terminal has no line-kill character, so the line it would be typed on cannot be cleared first",
             );
         }
-        let enter = if input.contains(InputFlags::ICRNL) && !input.contains(InputFlags::IGNCR) {
-            "\r"
-        } else if !input.contains(InputFlags::INLCR) {
-            "\n"
-        } else {
-            return Err("its terminal takes neither Enter nor newline as the end of a line");
-        };
+        let enter = if input.contains(InputFlags::ICRNL) { "\r" } else { "\n" };
         Ok(WholeLine {
             clear: vec![kill, kill],
             enter,
-            canonical,
+            canonical: true,
         })
     }
 
