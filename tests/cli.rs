@@ -40,6 +40,17 @@ fn stdio_refused(mut cmd: Command, args: &[&std::ffi::OsStr]) -> String {
     stderr_of(&out)
 }
 
+/// `check-config --config PATH`, expected to pass; its summary.
+fn checked_summary(path: &Path) -> String {
+    let out = mcp_terminal()
+        .args(["check-config", "--config"])
+        .arg(path)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr_of(&out));
+    stdout_of(&out)
+}
+
 /// Set the value at a JSON pointer, creating the last key if needed.
 fn set(config: &mut Value, pointer: &str, value: Value) {
     let (parent, key) = pointer.rsplit_once('/').unwrap();
@@ -100,13 +111,7 @@ fn make_config_writes_every_field_with_absolute_paths_and_checks_clean() {
     }
     assert_eq!(commands["pty-tui"]["mode"], "pty");
 
-    let checked = mcp_terminal()
-        .args(["check-config", "--config"])
-        .arg(&path)
-        .output()
-        .unwrap();
-    assert!(checked.status.success(), "{}", stderr_of(&checked));
-    let summary = stdout_of(&checked);
+    let summary = checked_summary(&path);
     assert!(
         summary.contains(&format!("allowed_roots: {}", root.display())),
         "{summary}"
@@ -227,13 +232,7 @@ fn check_config_notes_a_program_that_is_not_here() {
         );
         set(c, "/commands/folder", json!({"argv": ["/tmp"]}));
     });
-    let out = mcp_terminal()
-        .args(["check-config", "--config"])
-        .arg(&path)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", stderr_of(&out));
-    let summary = stdout_of(&out);
+    let summary = checked_summary(&path);
     for (program, id) in [("/no/such/program", "gone"), ("/tmp", "folder")] {
         assert!(
             summary.contains(&format!(
@@ -300,13 +299,7 @@ fn check_config_shows_which_profiles_are_shells_and_every_option_has_help() {
         .arg(dir.path())
         .assert()
         .success();
-    let checked = mcp_terminal()
-        .args(["check-config", "--config"])
-        .arg(&path)
-        .output()
-        .unwrap();
-    assert!(checked.status.success(), "{}", stderr_of(&checked));
-    let summary = stdout_of(&checked);
+    let summary = checked_summary(&path);
     let line = |id: &str| {
         summary
             .lines()
@@ -681,13 +674,17 @@ fn profile_edits_keep_a_symlinked_config_and_lose_nothing_at_once() {
     for mut add in adds {
         assert!(add.wait().unwrap().success());
     }
-    assert!(
-        std::fs::symlink_metadata(&link)
-            .unwrap()
-            .file_type()
-            .is_symlink()
-    );
-    let config: Value = serde_json::from_str(&std::fs::read_to_string(&real).unwrap()).unwrap();
+    // The link is still a link, and the file it names has every edit.
+    let edited = || {
+        assert!(
+            std::fs::symlink_metadata(&link)
+                .unwrap()
+                .file_type()
+                .is_symlink()
+        );
+        serde_json::from_str::<Value>(&std::fs::read_to_string(&real).unwrap()).unwrap()
+    };
+    let config = edited();
     for i in 0..8 {
         assert!(
             config["commands"].get(format!("p{i}")).is_some(),
@@ -700,13 +697,7 @@ fn profile_edits_keep_a_symlinked_config_and_lose_nothing_at_once() {
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", stderr_of(&out));
-    assert!(
-        std::fs::symlink_metadata(&link)
-            .unwrap()
-            .file_type()
-            .is_symlink()
-    );
-    let config: Value = serde_json::from_str(&std::fs::read_to_string(&real).unwrap()).unwrap();
+    let config = edited();
     assert!(config["commands"].get("p3").is_none());
     assert!(config["commands"].get("p4").is_some());
 }

@@ -227,7 +227,9 @@ impl PtyMaster {
         };
         let (input, local, output) = (t.input_flags, t.local_flags, t.output_flags);
         if local.contains(LocalFlags::ECHO) {
-            return Err("its terminal echoes what is typed (a secret is typed at a prompt that hides input: input_hidden true; run a program that asks with echo on through pipes)");
+            return Err(
+                "its terminal echoes what is typed (a secret is typed at a prompt that hides input: input_hidden true; run a program that asks with echo on through pipes)",
+            );
         }
         let is_control = |b: u8| b < 0x20 || b == 0x7f;
         if value.bytes().any(|b| is_control(b) && b != b'\t') {
@@ -256,7 +258,9 @@ impl PtyMaster {
             || (kill != 0 && chars.iter().filter(|b| **b == kill).count() > 1)
             || input.intersects(InputFlags::IGNCR | InputFlags::INLCR);
         if nonstandard {
-            return Err("the program set its terminal's special characters or line handling out of the ordinary (stty), and such settings have been used to cut or edit a value");
+            return Err(
+                "the program set its terminal's special characters or line handling out of the ordinary (stty), and such settings have been used to cut or edit a value",
+            );
         }
         let mapped = (input.contains(InputFlags::IUCLC) && value.chars().any(char::is_uppercase))
             || (input.contains(InputFlags::ISTRIP) && !value.is_ascii())
@@ -266,7 +270,9 @@ impl PtyMaster {
                 && output & OutputFlags::TABDLY == OutputFlags::TAB3
                 && value.contains('\t'));
         if mapped {
-            return Err("its terminal is set to change the case, the bits or the tabs of what is typed or printed");
+            return Err(
+                "its terminal is set to change the case, the bits or the tabs of what is typed or printed",
+            );
         }
         if !local.contains(LocalFlags::ICANON) {
             return Ok(WholeLine {
@@ -280,7 +286,11 @@ impl PtyMaster {
                 "its terminal has no line-kill character, so the line it would be typed on cannot be cleared first",
             );
         }
-        let enter = if input.contains(InputFlags::ICRNL) { "\r" } else { "\n" };
+        let enter = if input.contains(InputFlags::ICRNL) {
+            "\r"
+        } else {
+            "\n"
+        };
         Ok(WholeLine {
             clear: vec![kill, kill],
             enter,
