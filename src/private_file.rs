@@ -117,21 +117,28 @@ pub fn read(path: &Path, max: usize) -> Result<Vec<u8>, Refusal> {
 /// character device (`/dev/null`, `/dev/full`) is taken as it is: only root makes one, and
 /// it keeps nothing.
 pub fn open_append(path: &Path) -> Result<File, Refusal> {
-    use std::os::unix::fs::FileTypeExt;
     let file = opened(
         path,
         OpenOptions::new().append(true).create(true).mode(0o600),
     )?;
-    let kind = file.metadata().map_err(Refusal::Unreadable)?.file_type();
-    if kind.is_char_device() {
-        return Ok(file);
-    }
-    let meta = owned(&file)?;
-    if meta.mode() & 0o077 != 0 {
+    if let Some(meta) = appendable(&file)?
+        && meta.mode() & 0o077 != 0
+    {
         let private = std::fs::Permissions::from_mode(meta.mode() & 0o700);
         file.set_permissions(private).map_err(Refusal::Unopenable)?;
     }
     Ok(file)
+}
+
+/// An opened log taken as it is (a character device: `None`), or a regular file of the
+/// server's user (its metadata).
+fn appendable(file: &File) -> Result<Option<std::fs::Metadata>, Refusal> {
+    use std::os::unix::fs::FileTypeExt;
+    let kind = file.metadata().map_err(Refusal::Unreadable)?.file_type();
+    if kind.is_char_device() {
+        return Ok(None);
+    }
+    owned(file).map(Some)
 }
 
 /// Whether `open_append` would take `path`, changing nothing: an existing file is opened
@@ -139,15 +146,8 @@ pub fn open_append(path: &Path) -> Result<File, Refusal> {
 /// directory it would be made in must let the server's user create it.
 pub fn check_append(path: &Path) -> Result<(), Refusal> {
     use nix::unistd::{AccessFlags, eaccess};
-    use std::os::unix::fs::FileTypeExt;
     match opened(path, OpenOptions::new().append(true)) {
-        Ok(file) => {
-            let kind = file.metadata().map_err(Refusal::Unreadable)?.file_type();
-            if !kind.is_char_device() {
-                owned(&file)?;
-            }
-            Ok(())
-        }
+        Ok(file) => appendable(&file).map(drop),
         Err(Refusal::Missing) => {
             let dir = match path.parent() {
                 Some(dir) if !dir.as_os_str().is_empty() => dir,

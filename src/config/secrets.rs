@@ -103,24 +103,18 @@ pub fn parse_secrets(
                 Source::Env(var) => env == EnvSecrets::Elsewhere && std::env::var_os(var).is_none(),
                 Source::File(_) => false,
             };
-            if elsewhere {
-                let value = SecretValue(String::new());
-                return Ok((
-                    name.clone(),
-                    Secret {
-                        source,
-                        value,
-                        here: false,
-                    },
-                ));
-            }
-            let value = read_value(&source).map_err(|why| format!("`{base}`: {why}"))?;
+            let value = if elsewhere {
+                SecretValue(String::new())
+            } else {
+                read_value(&source).map_err(|why| format!("`{base}`: {why}"))?
+            };
+            let here = !elsewhere;
             Ok((
                 name.clone(),
                 Secret {
                     source,
                     value,
-                    here: true,
+                    here,
                 },
             ))
         })

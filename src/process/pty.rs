@@ -231,8 +231,7 @@ impl PtyMaster {
                 "its terminal echoes what is typed (a secret is typed at a prompt that hides input: input_hidden true; run a program that asks with echo on through pipes)",
             );
         }
-        let is_control = |b: u8| b < 0x20 || b == 0x7f;
-        if value.bytes().any(|b| is_control(b) && b != b'\t') {
+        if value.bytes().any(|b| b.is_ascii_control() && b != b'\t') {
             return Err("the value holds a control character, which a terminal acts on");
         }
         let roles = [
@@ -253,7 +252,7 @@ impl PtyMaster {
         let chars: Vec<u8> = roles.iter().map(|c| t.control_chars[*c as usize]).collect();
         let kill = t.control_chars[C::VKILL as usize];
         let nonstandard = local.contains(LocalFlags::EXTPROC)
-            || chars.iter().any(|b| *b != 0 && !is_control(*b))
+            || chars.iter().any(|b| *b != 0 && !b.is_ascii_control())
             || chars.iter().any(|b| *b == b'\r' || *b == b'\n')
             || (kill != 0 && chars.iter().filter(|b| **b == kill).count() > 1)
             || input.intersects(InputFlags::IGNCR | InputFlags::INLCR);
