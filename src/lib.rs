@@ -9,6 +9,7 @@ pub mod config;
 mod errors;
 pub mod framing;
 pub mod hangup;
+pub mod heap;
 pub mod http;
 mod json;
 pub mod limits;

@@ -11,7 +11,7 @@ use rmcp::ServiceExt;
 use tokio::signal::unix::{SignalKind, signal};
 
 use mcp_terminal::{
-    access, audit, config, hangup, http, limits, process, session, stdio, tools, web,
+    access, audit, config, hangup, heap, http, limits, process, session, stdio, tools, web,
 };
 
 use config::Config;
@@ -473,6 +473,7 @@ fn serve(config: Config, transport: Serve) -> Result<(), String> {
     // SAFETY: no thread but this one exists yet: the runtime, the logger's writer and the
     // guardian all start below.
     unsafe { config::remove_from_environment(&config.secrets) };
+    heap::keep_answer_buffers();
     init_logging();
     // A log that cannot be opened is a config error, reported before anything starts.
     let audit = open_audit(&config)?;
