@@ -282,7 +282,7 @@ async fn request_bodies_over_1_mib_get_413() {
 }
 
 #[tokio::test]
-async fn at_most_64_mcp_sessions_are_open_and_closing_one_answers_200_and_frees_a_place() {
+async fn at_most_64_mcp_sessions_are_open_and_closing_one_answers_200_and_frees_a_place_once() {
     let server = Server::start(&["--listen", "127.0.0.1:0"], LOG);
     let mut ids = Vec::new();
     for _ in 0..64 {
@@ -305,6 +305,18 @@ async fn at_most_64_mcp_sessions_are_open_and_closing_one_answers_200_and_frees_
     // Python SDK) take anything but 200 or 204 for a failed termination.
     assert_eq!(closed.status(), StatusCode::OK);
     assert!(server.open_session().await.is_ok(), "a place was freed");
+    // Closed, it is no longer there: a second DELETE, like one of an id never issued, is
+    // answered 404 Not Found, as the protocol answers any request naming such a session.
+    for id in [ids[0].as_str(), "never-issued"] {
+        let again = reqwest::Client::new()
+            .delete(server.url())
+            .bearer_auth(&server.token)
+            .header("Mcp-Session-Id", id)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(again.status(), StatusCode::NOT_FOUND, "{id}");
+    }
 }
 
 #[tokio::test]

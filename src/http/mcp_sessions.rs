@@ -7,7 +7,9 @@
 //! of the server but a full house, so `full_is_503` turns exactly that refusal into 503.
 //! rmcp answers a session's `DELETE` with 202 Accepted although the session is closed by
 //! then; clients expect 200 (the Python SDK logs a 202 as a failed termination), so
-//! `closed_is_200` says what happened.
+//! `closed_is_200` says what happened. rmcp answers 202 too for a session that is no
+//! longer open (closed, expired, never opened), where the protocol answers 404 Not Found;
+//! `closed_is_200` answers that.
 
 use std::cell::Cell;
 use std::time::Duration;
@@ -32,6 +34,8 @@ tokio::task_local! {
     /// rmcp awaits `create_session` inside the request's own future, so the flag set there
     /// is the one `full_is_503` reads: no other request's refusal can be mistaken for it.
     static REFUSED_FULL: Cell<bool>;
+    /// Whether the session a `DELETE` named was not open.
+    static NOT_OPEN: Cell<bool>;
 }
 
 /// `/mcp`: the request whose new MCP session was refused for the cap gets 503 Service
@@ -54,11 +58,27 @@ pub async fn full_is_503(request: Request, next: Next) -> Response {
         .into_response()
 }
 
-/// `DELETE /mcp`: the session is closed when rmcp answers, so 202 Accepted becomes 200 OK.
+/// `DELETE /mcp`: the session is closed when rmcp answers, so 202 Accepted becomes 200 OK;
+/// or it was not open, and the answer is 404 Not Found.
 pub async fn closed_is_200(request: Request, next: Next) -> Response {
-    let delete = request.method() == Method::DELETE;
-    let mut response = next.run(request).await;
-    if delete && response.status() == StatusCode::ACCEPTED {
+    if request.method() != Method::DELETE {
+        return next.run(request).await;
+    }
+    let (mut response, not_open) = NOT_OPEN
+        .scope(Cell::new(false), async {
+            let response = next.run(request).await;
+            (response, NOT_OPEN.with(Cell::get))
+        })
+        .await;
+    if response.status() == StatusCode::ACCEPTED {
+        if not_open {
+            return (
+                StatusCode::NOT_FOUND,
+                "Not Found: no MCP session with this Mcp-Session-Id is open (it was closed, \
+                 expired, or never opened).\n",
+            )
+                .into_response();
+        }
         *response.status_mut() = StatusCode::OK;
     }
     response
@@ -136,6 +156,11 @@ impl SessionManager for CappedSessions {
     }
 
     async fn close_session(&self, id: &SessionId) -> Result<(), Self::Error> {
+        if !self.inner.has_session(id).await? {
+            // Outside a `DELETE` (rmcp's own cleanup) there is no answer to correct.
+            let _ = NOT_OPEN.try_with(|not_open| not_open.set(true));
+            return Ok(());
+        }
         Ok(self.inner.close_session(id).await?)
     }
 
