@@ -368,9 +368,16 @@ fn profile(action: ProfileAction) -> Result<(), String> {
             file.save()?;
             println!(
                 "approved `{id}`: {} (in {})",
-                fixed.join(" "),
+                config::shown_argv(&fixed),
                 path.display()
             );
+            if let Some(n) = file.demo_written() {
+                println!(
+                    "the config had no `commands`, which approves the {n} demo profiles: they \
+                     are now written out in it beside `{id}` (withdraw any with \
+                     `mcp-terminal profile remove ID`)"
+                );
+            }
             if shell {
                 println!(
                     "`{id}` is a shell: a client may run any command line in it with terminal_exec"
@@ -383,7 +390,8 @@ fn profile(action: ProfileAction) -> Result<(), String> {
             let loaded = config::ConfigFile::open(&path)?.validate()?;
             for (id, p) in &loaded.commands {
                 let shell = if p.shell.is_some() { " shell" } else { "" };
-                println!("{id}\t{}{shell}\t{}", p.mode.as_str(), p.argv.join(" "));
+                let argv = config::shown_argv(&p.argv);
+                println!("{id}\t{}{shell}\t{argv}", p.mode.as_str());
             }
             Ok(())
         }
@@ -393,6 +401,12 @@ fn profile(action: ProfileAction) -> Result<(), String> {
             file.remove(&id)?;
             file.save()?;
             println!("withdrew `{id}` (from {})", path.display());
+            if let Some(n) = file.demo_written() {
+                println!(
+                    "the config had no `commands`, which approves the {n} demo profiles: the \
+                     others are now written out in it"
+                );
+            }
             Ok(())
         }
     }

@@ -2,7 +2,86 @@
 //! (never `true`, `"5"` or `2.0`), and every failure names the field and the rule.
 //! Used by the owner config (paths like `commands.stream.argv`) and by tool arguments.
 
+use std::fmt;
+
+use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Value};
+
+/// JSON text as a value, refusing an object that gives a key twice: `serde_json` keeps the
+/// last, so a config with two `commands` would lose the first without a word. The error
+/// names the key, its line and column.
+pub fn parse_unique(text: &str) -> Result<Value, serde_json::Error> {
+    serde_json::from_str::<Unique>(text).map(|unique| unique.0)
+}
+
+/// A value whose objects, at every depth, hold each key once.
+struct Unique(Value);
+
+impl<'de> Deserialize<'de> for Unique {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_any(UniqueVisitor).map(Unique)
+    }
+}
+
+struct UniqueVisitor;
+
+impl<'de> Visitor<'de> for UniqueVisitor {
+    type Value = Value;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("any JSON value")
+    }
+
+    fn visit_bool<E>(self, v: bool) -> Result<Value, E> {
+        Ok(Value::Bool(v))
+    }
+
+    fn visit_i64<E>(self, v: i64) -> Result<Value, E> {
+        Ok(v.into())
+    }
+
+    fn visit_u64<E>(self, v: u64) -> Result<Value, E> {
+        Ok(v.into())
+    }
+
+    fn visit_f64<E>(self, v: f64) -> Result<Value, E> {
+        Ok(v.into())
+    }
+
+    fn visit_str<E>(self, v: &str) -> Result<Value, E> {
+        Ok(v.into())
+    }
+
+    fn visit_string<E>(self, v: String) -> Result<Value, E> {
+        Ok(v.into())
+    }
+
+    fn visit_unit<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        let mut items = Vec::new();
+        while let Some(Unique(item)) = seq.next_element()? {
+            items.push(item);
+        }
+        Ok(Value::Array(items))
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+        let mut object = Map::new();
+        while let Some(key) = map.next_key::<String>()? {
+            if object.contains_key(&key) {
+                return Err(de::Error::custom(format_args!(
+                    "the key `{key}` is given twice in one object"
+                )));
+            }
+            let Unique(value) = map.next_value()?;
+            object.insert(key, value);
+        }
+        Ok(Value::Object(object))
+    }
+}
 
 /// The value as an integer in `min..=max`, refusing booleans, strings and floats.
 pub fn uint_in(value: &Value, min: u64, max: u64) -> Option<u64> {
@@ -156,6 +235,26 @@ pub fn describe(value: &Value) -> String {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn a_key_given_twice_is_refused_at_any_depth_and_the_rest_reads_as_serde_json_does() {
+        let text = r#"{"a": [1, -2, 18446744073709551615, 1e300, 2.5, 1.0, null, true,
+            "\u00e9\ud83d\ude00\n", {"b": {}, "c": []}], "d": {"a": 1}}"#;
+        let plain: Value = serde_json::from_str(text).unwrap();
+        assert_eq!(parse_unique(text).unwrap(), plain);
+        for twice in [
+            r#"{"a": 1, "a": 1}"#,
+            r#"{"x": [{"k": 1, "j": 2, "k": 3}]}"#,
+            r#"{"x": {"y": {"\u006b": 1, "k": 2}}}"#,
+        ] {
+            let err = parse_unique(twice).unwrap_err().to_string();
+            assert!(
+                err.contains("is given twice in one object at line 1"),
+                "{twice}: {err}"
+            );
+        }
+        assert!(parse_unique(r#"{"a": 1} x"#).is_err(), "trailing text");
+    }
 
     #[test]
     fn integers_are_strict() {

@@ -702,6 +702,95 @@ fn profile_edits_keep_a_symlinked_config_and_lose_nothing_at_once() {
     assert!(config["commands"].get("p4").is_some());
 }
 
+/// A config that gives a key twice is refused, naming the key: serde_json would keep the
+/// last, and the first `commands` would be lost without a word.
+#[test]
+fn a_config_giving_a_key_twice_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("config.json");
+    let root = dir.path().display();
+    let twice = format!(
+        r#"{{"allowed_roots": ["{root}"],
+            "commands": {{"a": {{"argv": ["/bin/true"]}}}},
+            "commands": {{"b": {{"argv": ["/bin/true"], "argv": ["/bin/false"]}}}}}}"#
+    );
+    std::fs::write(&path, twice).unwrap();
+    for args in [
+        &["check-config"][..],
+        &["profile", "list"],
+        &["profile", "remove", "b"],
+    ] {
+        let out = mcp_terminal()
+            .args(args)
+            .arg("--config")
+            .arg(&path)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let err = stderr_of(&out);
+        assert!(err.contains("`commands` is given twice"), "{args:?}: {err}");
+    }
+    assert!(
+        stdio_refused(mcp_terminal(), &["--config".as_ref(), path.as_os_str()])
+            .contains("`commands` is given twice")
+    );
+}
+
+/// A config without `commands` (or with `null`) approves the demo profiles. An edit writes
+/// them out and changes only the profile it names, saying so; `profile list` and
+/// `check-config` show each command line as a shell reads it back.
+#[test]
+fn profile_edits_of_a_config_without_commands_change_only_what_they_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().display().to_string();
+    for commands in [None, Some(Value::Null)] {
+        let path = dir.path().join("config.json");
+        let mut config = json!({ "allowed_roots": [root] });
+        if let Some(commands) = commands.clone() {
+            config["commands"] = commands;
+        }
+        std::fs::write(&path, config.to_string()).unwrap();
+        let demo = checked_summary(&path);
+        assert!(demo.contains("commands (15)"), "{demo}");
+        let run = |args: &[&str]| {
+            let out = mcp_terminal()
+                .args(["profile", args[0], "--config"])
+                .arg(&path)
+                .args(&args[1..])
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "{args:?}: {}", stderr_of(&out));
+            stdout_of(&out)
+        };
+        let added = run(&["add", "two", "--", "/bin/echo", "a b", "it's"]);
+        assert!(added.contains("approves the 15 demo profiles"), "{added}");
+        assert!(added.contains(r#"/bin/echo 'a b' "it's""#), "{added}");
+        let list = run(&["list"]);
+        assert_eq!(list.lines().count(), 16, "{commands:?}: {list}");
+        assert!(
+            list.contains("two\tpipe\t/bin/echo 'a b' \"it's\"\n"),
+            "{list}"
+        );
+        assert!(list.contains("\nflood\tpipe\t"), "{list}");
+        assert!(checked_summary(&path).contains("commands (16)"));
+        // Once written out, a later edit has nothing more to say about them.
+        let removed = run(&["remove", "flood"]);
+        assert!(!removed.contains("demo"), "{removed}");
+        assert_eq!(run(&["list"]).lines().count(), 15);
+
+        // Withdrawing a demo profile from a config without `commands` keeps the others.
+        std::fs::write(&path, config.to_string()).unwrap();
+        let removed = run(&["remove", "flood"]);
+        assert!(
+            removed.contains("the others are now written out"),
+            "{removed}"
+        );
+        let list = run(&["list"]);
+        assert_eq!(list.lines().count(), 14, "{list}");
+        assert!(!list.contains("flood"), "{list}");
+    }
+}
+
 /// The audit log is appended to only as a regular file of the server's user: not through a
 /// symlink (whose target would get the lines), not a FIFO (whose open would block), and an
 /// existing file that others could read is made private.

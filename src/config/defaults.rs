@@ -151,6 +151,15 @@ fn shell_env() -> BTreeMap<String, String> {
     env
 }
 
+/// The demo profiles as a config's `commands` writes them: what a config without
+/// `commands` approves.
+pub fn demo_commands() -> serde_json::Map<String, serde_json::Value> {
+    demo_profiles()
+        .iter()
+        .map(|(id, p)| (id.clone(), p.to_json()))
+        .collect()
+}
+
 /// The default config with `root` (canonical) as the only allowed root and default cwd.
 pub fn default_config(root: &Path) -> Config {
     Config {

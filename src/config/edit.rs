@@ -44,6 +44,8 @@ pub struct ConfigFile {
     /// The file itself, through any symlinks.
     path: PathBuf,
     document: Map<String, Value>,
+    /// The demo profiles the file approved by having no `commands`, now written out.
+    demo_written: Option<usize>,
     /// Held until the edit is written (or dropped).
     _lock: Flock<File>,
 }
@@ -73,10 +75,11 @@ impl ConfigFile {
         let mut lock = locked(&target).map_err(cannot_read)?;
         let mut text = String::new();
         lock.read_to_string(&mut text).map_err(cannot_read)?;
-        match serde_json::from_str(&text) {
+        match crate::strict::parse_unique(&text) {
             Ok(Value::Object(document)) => Ok(ConfigFile {
                 path: target,
                 document,
+                demo_written: None,
                 _lock: lock,
             }),
             Ok(_) => Err(format!("config `{}` is not a JSON object", path.display())),
@@ -97,11 +100,15 @@ impl ConfigFile {
     }
 
     fn commands(&mut self) -> Result<&mut Map<String, Value>, String> {
-        match self
-            .document
-            .entry("commands")
-            .or_insert_with(|| Value::Object(Map::new()))
-        {
+        let commands = self.document.entry("commands").or_insert(Value::Null);
+        // Without `commands` (or with `null`) a config approves the demo profiles: an edit
+        // writes them out, so that it changes only the profile it names.
+        if commands.is_null() {
+            let demo = super::defaults::demo_commands();
+            self.demo_written = Some(demo.len());
+            *commands = Value::Object(demo);
+        }
+        match commands {
             Value::Object(commands) => Ok(commands),
             _ => Err("`commands`: must be an object".into()),
         }
@@ -145,6 +152,12 @@ impl ConfigFile {
             ));
         }
         Ok(())
+    }
+
+    /// How many demo profiles this edit wrote out, which the file approved by having no
+    /// `commands`.
+    pub fn demo_written(&self) -> Option<usize> {
+        self.demo_written
     }
 
     /// Validate the edited config, then replace the file atomically, keeping its mode.

@@ -167,6 +167,13 @@ impl Profile {
     }
 }
 
+/// A command line as a shell would read it back: `echo 'a b' c`, not `echo a b c`.
+pub fn shown_argv<S: AsRef<str>>(argv: &[S]) -> String {
+    // Only NUL cannot be quoted, and no argv holds one (the config refuses it).
+    shlex::try_join(argv.iter().map(AsRef::as_ref))
+        .unwrap_or_else(|_| argv.iter().map(AsRef::as_ref).collect::<Vec<_>>().join(" "))
+}
+
 impl Config {
     /// The config as the owner would write it, every field present.
     pub fn to_json(&self) -> Value {
@@ -209,7 +216,7 @@ impl Config {
     pub fn load_as(path: &Path, env: EnvSecrets) -> Result<Config, String> {
         let text = std::fs::read_to_string(path)
             .map_err(|e| format!("cannot read config `{}`: {e}", path.display()))?;
-        let value: Value = serde_json::from_str(&text)
+        let value = crate::strict::parse_unique(&text)
             .map_err(|e| format!("config `{}` is not valid JSON: {e}", path.display()))?;
         let cwd = std::env::current_dir()
             .map_err(|e| format!("cannot read the current directory: {e}"))?;
@@ -263,7 +270,7 @@ impl Config {
             };
             out.push_str(&format!(
                 "  {id:<16} {kind:<10} {}{env}{secrets}\n",
-                p.argv.join(" ")
+                shown_argv(&p.argv)
             ));
             // Not an error: the config may be made for another machine, or the program
             // installed later. But an owner checking it here should know.
