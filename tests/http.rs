@@ -20,6 +20,7 @@ use support::http_server::{BIN, HttpServer as Server, initialize};
 use support::stderr::{PATIENCE, Stderr, stderr_of};
 use support::view::{
     Chromium, LIVE_TEXT, SIGN_IN, browser, code_of, recording_config, sign_in, sign_in_url, view,
+    view_place,
 };
 
 /// Every server here logs at trace level: the most a log could give away.
@@ -430,22 +431,32 @@ async fn live_view_sign_in_is_a_one_time_code_that_buys_a_cookie_not_the_token()
 
     let response = browser().get(&url).send().await.unwrap();
     assert_eq!(response.status(), StatusCode::SEE_OTHER);
-    assert_eq!(response.headers()["location"], "/ui/");
+    // The view's own place: a random path, the cookie's, which another port's page cannot
+    // name (a browser sends a host's cookies to all its ports).
+    let place = response.headers()["location"].to_str().unwrap().to_string();
+    let segment = place
+        .strip_prefix("/ui/")
+        .and_then(|p| p.strip_suffix('/'))
+        .unwrap_or_default();
+    assert_eq!(segment.len(), 32, "{place}");
+    assert!(segment.bytes().all(|b| b.is_ascii_hexdigit()), "{place}");
     let set_cookie = response.headers()["set-cookie"]
         .to_str()
         .unwrap()
         .to_string();
     let attributes: Vec<&str> = set_cookie.split(';').map(str::trim).collect();
-    for attribute in ["HttpOnly", "SameSite=Strict", "Path=/ui"] {
+    let path = format!("Path={place}");
+    for attribute in ["HttpOnly", "SameSite=Strict", &path] {
         assert!(attributes.contains(&attribute), "{set_cookie}");
     }
     assert!(!set_cookie.contains(&server.token[..16]), "{set_cookie}");
     assert!(!set_cookie.contains(&code_of(&url)), "{set_cookie}");
     let cookie = attributes[0].to_string();
 
-    let (status, headers, body) = view(&base, "/ui/", &cookie).await;
+    let (status, headers, body) = view(&base, &place, &cookie).await;
     assert_eq!(status, StatusCode::OK, "{body}");
     assert!(body.contains("<h1>Sessions</h1>"), "{body}");
+    assert!(body.contains(&format!("<base href=\"{place}\">")), "{body}");
     let policy = headers["content-security-policy"].to_str().unwrap();
     assert!(policy.starts_with("default-src 'self'"), "{policy}");
     assert_eq!(headers["x-content-type-options"], "nosniff");
@@ -625,15 +636,12 @@ async fn live_view_shows_hostile_output_as_text_with_stderr_apart_and_the_record
     assert!(!page.contains("warn<b>"), "{page}");
 
     let (_, _, list) = view(&base, "/ui/", &cookie).await;
-    assert!(
-        list.contains(&format!("href=\"/ui/sessions/{sid}\"")),
-        "{list}"
-    );
+    assert!(list.contains(&format!("href=\"sessions/{sid}\"")), "{list}");
     assert!(list.contains("RUNNING"), "{list}");
 
     let name = started["structuredContent"]["recording"].as_str().unwrap();
     assert!(
-        page.contains(&format!("href=\"/ui/recordings/{name}\"")),
+        page.contains(&format!("href=\"recordings/{name}\"")),
         "{page}"
     );
     let (status, headers, cast) = view(&base, &format!("/ui/recordings/{name}"), &cookie).await;
@@ -792,9 +800,10 @@ async fn live_view_in_chromium_follows_a_pty_screen_and_pipe_output() {
          && document.querySelector('#live pre.screen').textContent.includes('counter: 0')",
         LIVE_TEXT,
     );
+    let place = view_place(&mut chromium, &page);
     assert_eq!(
         chromium.eval(&page, "location.pathname + location.search"),
-        json!(format!("/ui/sessions/{tui}"))
+        json!(format!("{place}sessions/{tui}"))
     );
     // pty-tui hides its cursor (`ESC [?25l`), and so does the page.
     assert_eq!(
@@ -825,7 +834,7 @@ async fn live_view_in_chromium_follows_a_pty_screen_and_pipe_output() {
     std::fs::write(&shot, &png).unwrap();
 
     // The list shows a session started after it was opened, then its page the output.
-    let list = chromium.open(&format!("{}/ui/", server.base));
+    let list = chromium.open(&format!("{}{place}", server.base));
     chromium.until(
         &list,
         "document.getElementById('state').textContent === 'live'",
@@ -839,7 +848,7 @@ async fn live_view_in_chromium_follows_a_pty_screen_and_pipe_output() {
         &format!("document.querySelector('tr[data-session=\"{stream}\"]') !== null"),
         LIVE_TEXT,
     );
-    let page = chromium.open(&format!("{}/ui/sessions/{stream}", server.base));
+    let page = chromium.open(&format!("{}{place}sessions/{stream}", server.base));
     chromium.until(
         &page,
         "[...document.querySelectorAll('#live .stdout')].some(e => e.textContent.includes('5')) \

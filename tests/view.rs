@@ -17,7 +17,7 @@ mod support;
 use support::config::config_with;
 use support::http_server::{BIN, HttpServer as Server};
 use support::stderr::{PATIENCE, Stderr};
-use support::view::{Chromium, LIVE_TEXT, browser, sign_in_url};
+use support::view::{Chromium, LIVE_TEXT, browser, sign_in_url, view_place};
 
 const LOG: &str = "info";
 
@@ -420,7 +420,8 @@ async fn a_shell_page_lists_what_ran_and_every_page_how_its_session_started_and_
         assert!(refused.text().await.unwrap().contains("needs `from`"));
     }
 
-    let list = chromium.open(&format!("{}/ui/", server.base));
+    let place = view_place(&mut chromium, &page);
+    let list = chromium.open(&format!("{}{place}", server.base));
     chromium.until(
         &list,
         &format!(
@@ -430,7 +431,7 @@ async fn a_shell_page_lists_what_ran_and_every_page_how_its_session_started_and_
         LIVE_TEXT,
     );
     save_screenshot(&mut chromium, &list, "live-view-list.png");
-    let ended = chromium.open(&format!("{}/ui/sessions/{long}", server.base));
+    let ended = chromium.open(&format!("{}{place}sessions/{long}", server.base));
     chromium.until(
         &ended,
         "document.querySelector('#live .reason').textContent.startsWith('timeout') \
@@ -524,7 +525,7 @@ async fn the_view_keeps_its_configured_address_moves_on_when_taken_and_web_url_s
         chromium.until(
             &page,
             "document.getElementById('state').textContent === 'live' \
-             && location.pathname === '/ui/'",
+             && /^\\/ui\\/[0-9a-f]{32}\\/$/.test(location.pathname)",
             "document.body.textContent",
         );
     }
@@ -596,7 +597,8 @@ async fn a_pipe_page_follows_its_newest_output_unless_the_owner_scrolled_up() {
         }
     };
     exec("seq 1 300").await;
-    let page = chromium.open(&format!("{}/ui/sessions/{sh}", server.base));
+    let place = view_place(&mut chromium, &page);
+    let page = chromium.open(&format!("{}{place}sessions/{sh}", server.base));
     let last_text = "document.querySelector('#live pre.tail').textContent";
     chromium.until(
         &page,
@@ -840,11 +842,10 @@ async fn a_recording_plays_in_the_page_through_the_servers_emulator() {
         LIVE_TEXT,
     );
     let href = chromium.eval(&page, "document.querySelector('#live a.play').href");
-    assert!(
-        href.as_str()
-            .unwrap()
-            .ends_with(&format!("/ui/recordings/{name}/play"))
-    );
+    assert!(href.as_str().unwrap().ends_with(&format!(
+        "{}recordings/{name}/play",
+        view_place(&mut chromium, &page)
+    )));
     let player = chromium.open(href.as_str().unwrap());
     chromium.until(
         &player,
@@ -970,7 +971,8 @@ async fn a_program_waiting_for_input_has_a_badge_on_the_list_and_its_page() {
     );
     // Signed in by the list: the session page opens on the browser's cookie.
     let base = url.split("/ui/?").next().unwrap();
-    let page = chromium.open(&format!("{base}/ui/sessions/{sid}"));
+    let place = view_place(&mut chromium, &list);
+    let page = chromium.open(&format!("{base}{place}sessions/{sid}"));
     let on_page = "(document.querySelector('#live .facts .badge.waiting') || {}).textContent";
     chromium.until(
         &page,
@@ -997,4 +999,74 @@ async fn a_program_waiting_for_input_has_a_badge_on_the_list_and_its_page() {
         LIVE_TEXT,
     );
     chromium.until(&list, &format!("{badge} === undefined"), LIVE_TEXT);
+}
+
+/// A page served on another port of this machine (anyone may listen on one) that has the
+/// browser fetch `/ui/…` from it: a browser sends a host's cookies to all its ports, so a
+/// cookie scoped to `/ui` went with that fetch, and the cookie opened the view (and with
+/// `--web-control`, a shell). The cookie's path is the view's random place now: the fetch
+/// carries no cookie. Two views signed in in one browser keep their own cookies too.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_view_cookie_goes_to_no_other_port_and_two_views_keep_their_own() {
+    use std::io::{BufRead, BufReader, Write};
+    let Some(mut chromium) = Chromium::launch() else {
+        return;
+    };
+    let (first, second) = (server(&[], |_, _| {}), server(&[], |_, _| {}));
+    let mut places = Vec::new();
+    for server in [&first, &second] {
+        let (url, _) = sign_in_url(&server.stderr);
+        let page = chromium.open(&url);
+        chromium.until(
+            &page,
+            "document.getElementById('state').textContent === 'live'",
+            "document.body.textContent",
+        );
+        places.push(view_place(&mut chromium, &page));
+    }
+    assert_ne!(places[0], places[1]);
+    // The first view, opened again after the second sign-in, is still signed in.
+    let again = chromium.open(&format!("{}{}", first.base, places[0]));
+    chromium.until(
+        &again,
+        "document.getElementById('state').textContent === 'live'",
+        "document.body.textContent",
+    );
+
+    // The other port: its page fetches `/ui/x` from itself; each request's head is kept.
+    let other = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = other.local_addr().unwrap().port();
+    let (heads, seen) = std::sync::mpsc::channel::<String>();
+    std::thread::spawn(move || {
+        for stream in other.incoming() {
+            let Ok(mut stream) = stream else { return };
+            let mut head = String::new();
+            let mut reader = BufReader::new(stream.try_clone().unwrap());
+            while reader.read_line(&mut head).is_ok_and(|n| n > 2) {}
+            let body = "<!doctype html><script>fetch('/ui/x', {credentials: 'include'})</script>";
+            let _ = write!(
+                stream,
+                "HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nContent-Length: {}\r\n\
+                 Connection: close\r\n\r\n{body}",
+                body.len()
+            );
+            if heads.send(head).is_err() {
+                return;
+            }
+        }
+    });
+    chromium.open(&format!("http://127.0.0.1:{port}/"));
+    let deadline = Instant::now() + PATIENCE;
+    let fetched = loop {
+        let head = seen
+            .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+            .expect("the other port's page fetched /ui/x");
+        if head.starts_with("GET /ui/x ") {
+            break head;
+        }
+    };
+    assert!(
+        !fetched.to_ascii_lowercase().contains("\ncookie:"),
+        "the view's cookie went to another port:\n{fetched}"
+    );
 }

@@ -106,7 +106,8 @@ pub const SCRIPT: &str = r#""use strict";
   const result = document.getElementById("control-result");
   let sent = 0;
   const post = function (action, payload) {
-    return fetch("/ui/sessions/" + encodeURIComponent(session) + "/" + action, {
+    // Relative to the page's base, the view's own path.
+    return fetch("sessions/" + encodeURIComponent(session) + "/" + action, {
       method: "POST",
       credentials: "same-origin",
       headers: { "Content-Type": "application/json", "X-CSRF-Token": csrf },

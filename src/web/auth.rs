@@ -2,7 +2,12 @@
 //!
 //! Sign-in: the server prints `/ui/?code=…` with a one-time code (spent by its first use,
 //! void after `WEB_SIGN_IN_CODE_TTL`). A request presenting a live code gets a cookie and a
-//! 303 to the same path without the query. The code opens only the view, never `/mcp`; the
+//! 303 to the same page in the view's own place, `/ui/PLACE/`, without the query.
+//!
+//! The place is a random path segment made when the server starts, and the cookie's
+//! `Path`: a browser sends a cookie to every port of its host, so a page served on another
+//! port of this machine could have the browser send it `/ui/` cookies, but it cannot name a
+//! place it does not know. (Two views on one machine keep their own cookies the same way.) The code opens only the view, never `/mcp`; the
 //! cookie it buys holds the view credential, a random value made when the server starts
 //! (compared in constant time), so neither a code left in a browser's history nor a cookie
 //! that leaks gives access to `/mcp`, and every cookie ends with the server. A bearer token
@@ -29,6 +34,8 @@ const COOKIE: &str = "mcp_terminal_view";
 /// that buy it.
 pub struct SignIn {
     credential: String,
+    /// The path segment the view lives under, `/ui/PLACE/`, for browsers.
+    place: String,
     codes: Mutex<Vec<Code>>,
 }
 
@@ -45,6 +52,7 @@ impl SignIn {
     pub fn new() -> Self {
         SignIn {
             credential: random_hex(32),
+            place: random_hex(16),
             codes: Mutex::new(Vec::new()),
         }
     }
@@ -95,9 +103,26 @@ impl SignIn {
 
     fn set_cookie(&self) -> String {
         format!(
-            "{COOKIE}={}; HttpOnly; SameSite=Strict; Path=/ui",
-            self.credential
+            "{COOKIE}={}; HttpOnly; SameSite=Strict; Path={}",
+            self.credential,
+            self.base()
         )
+    }
+
+    /// The view's own path, `/ui/PLACE/`: every page a browser is sent to is under it.
+    pub fn base(&self) -> String {
+        format!("/ui/{}/", self.place)
+    }
+
+    /// `path` (under `/ui`) in the view's place: `/ui/sessions/x` is `/ui/PLACE/sessions/x`.
+    fn placed(&self, path: &str) -> String {
+        let rest = path.strip_prefix("/ui").unwrap_or_default();
+        let rest = rest.strip_prefix('/').unwrap_or(rest);
+        let rest = rest
+            .strip_prefix(self.place.as_str())
+            .filter(|r| r.is_empty() || r.starts_with('/'))
+            .map_or(rest, |r| r.trim_start_matches('/'));
+        format!("{}{rest}", self.base())
     }
 }
 
@@ -149,8 +174,8 @@ pub async fn require_viewer(
             return unauthorized(true);
         }
         crate::access::listener::prove(&request);
-        let path = request.uri().path();
-        let location = HeaderValue::from_str(path).unwrap_or(HeaderValue::from_static("/ui/"));
+        let placed = view.sign_in.placed(request.uri().path());
+        let location = HeaderValue::from_str(&placed).unwrap_or(HeaderValue::from_static("/ui/"));
         return (
             StatusCode::SEE_OTHER,
             [
@@ -218,7 +243,7 @@ pub async fn page_headers(request: Request, next: Next) -> Response {
     let fixed = [
         (
             header::CONTENT_SECURITY_POLICY,
-            "default-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'",
+            "default-src 'self'; base-uri 'self'; form-action 'none'; frame-ancestors 'none'",
         ),
         (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
         (header::X_FRAME_OPTIONS, "DENY"),
@@ -247,6 +272,30 @@ mod tests {
         assert!(!other.cookie_ok(&headers));
         let cookie = sign_in.set_cookie();
         assert!(cookie.contains("HttpOnly") && cookie.contains("SameSite=Strict"));
+        assert!(
+            cookie.ends_with(&format!("; Path=/ui/{}/", sign_in.place)),
+            "{cookie}"
+        );
+        assert_eq!(sign_in.place.len(), 32);
+        assert_ne!(sign_in.place, other.place, "each run has its own place");
+    }
+
+    #[test]
+    fn a_signed_in_page_is_the_same_page_in_the_place() {
+        let sign_in = SignIn::new();
+        let base = sign_in.base();
+        for (path, rest) in [
+            ("/ui/", ""),
+            ("/ui", ""),
+            ("/ui/sessions/x", "sessions/x"),
+            ("/ui/sessions/x/", "sessions/x/"),
+        ] {
+            assert_eq!(sign_in.placed(path), format!("{base}{rest}"), "{path}");
+            let in_place = format!("{base}{rest}");
+            assert_eq!(sign_in.placed(&in_place), in_place, "{in_place}");
+        }
+        let near = format!("/ui/{}x/y", sign_in.place);
+        assert_eq!(sign_in.placed(&near), format!("{base}{}x/y", sign_in.place));
     }
 
     #[test]

@@ -115,12 +115,12 @@ fn row(session: &Session, c: &Command, until: Option<u64>, out: &mut String) {
     let from = c.submitted;
     let output = match until {
         Some(to) => format!(
-            "<a class=\"range\" href=\"/ui/sessions/{id}/output?from={from}&amp;to={to}\">\
+            "<a class=\"range\" href=\"sessions/{id}/output?from={from}&amp;to={to}\">\
              chars {from}–{to}</a>",
             id = escape(&session.id),
         ),
         None => format!(
-            "<a class=\"range\" href=\"/ui/sessions/{id}/output?from={from}\">from char {from}</a>",
+            "<a class=\"range\" href=\"sessions/{id}/output?from={from}\">from char {from}</a>",
             id = escape(&session.id),
         ),
     };

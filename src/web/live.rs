@@ -74,7 +74,7 @@ pub async fn session_events(State(view): State<Arc<View>>, Path(id): Path<String
     let Some(session) = view.sessions.find(&id) else {
         return (
             StatusCode::NOT_FOUND,
-            pages::not_found(&format!("No session {id}.")),
+            pages::not_found(&view.base(), &format!("No session {id}.")),
         )
             .into_response();
     };
@@ -124,6 +124,6 @@ pub async fn session_events(State(view): State<Arc<View>>, Path(id): Path<String
 fn gone() -> Event {
     Event::default().event("gone").data(
         "<h1>Session gone</h1><p>The session was forgotten or its retention ended.</p>\
-         <p><a href=\"/ui/\">All sessions</a></p>",
+         <p><a href=\"./\">All sessions</a></p>",
     )
 }

@@ -77,6 +77,12 @@ impl View {
         })
     }
 
+    /// The view's own path, `/ui/PLACE/`: where browsers are sent, and what every page's
+    /// links are relative to.
+    pub fn base(&self) -> String {
+        self.sign_in.base()
+    }
+
     /// Where the recording `name` is, if it is one the server made for a retained session
     /// (no other name reaches the file system).
     fn recording_path(&self, name: &str) -> Option<std::path::PathBuf> {
@@ -116,20 +122,14 @@ pub fn router(view: Arc<View>) -> Router {
         .route_layer(from_fn_with_state(view.clone(), auth::note_viewer))
         .route_layer(from_fn(auth::page_headers))
         .with_state(view.clone());
-    let guarded = Router::new()
-        .route("/ui", get(|| async { Redirect::to("/ui/") }))
-        .route("/ui/", get(index))
-        .route("/ui/events", get(live::list_events))
-        .route("/ui/sessions/{id}", get(session))
-        .route("/ui/sessions/{id}/events", get(live::session_events))
-        .route("/ui/sessions/{id}/output", get(output))
-        .route("/ui/sessions/{id}/input", post(control::input))
-        .route("/ui/sessions/{id}/terminate", post(control::terminate))
-        .route("/ui/recordings/{name}", get(recording))
-        .route("/ui/recordings/{name}/play", get(player::page))
-        .route("/ui/recordings/{name}/frames", get(player::frames))
+    // Browsers are sent to the view's own place (see `auth`); scripts with the bearer token
+    // may use `/ui/` itself.
+    let base = view.base();
+    let guarded = pages(&base)
+        .merge(pages("/ui/"))
+        .route(base.trim_end_matches('/'), get(in_place))
+        .route("/ui", get(in_place))
         .route("/ui/sign-in-url", get(fresh_sign_in_url))
-        .route("/ui/{*rest}", any(unknown))
         // Route layers: paths outside `/ui` (the MCP endpoint's fallback) are not touched.
         .route_layer(from_fn_with_state(view.clone(), auth::require_viewer))
         .route_layer(from_fn_with_state(view.clone(), auth::only_reads))
@@ -138,8 +138,29 @@ pub fn router(view: Arc<View>) -> Router {
     guarded.merge(public)
 }
 
+/// The view's pages under `prefix` (ending in `/`).
+fn pages(prefix: &str) -> Router<Arc<View>> {
+    let at = |path: &str| format!("{prefix}{path}");
+    Router::new()
+        .route(&at(""), get(index))
+        .route(&at("events"), get(live::list_events))
+        .route(&at("sessions/{id}"), get(session))
+        .route(&at("sessions/{id}/events"), get(live::session_events))
+        .route(&at("sessions/{id}/output"), get(output))
+        .route(&at("sessions/{id}/input"), post(control::input))
+        .route(&at("sessions/{id}/terminate"), post(control::terminate))
+        .route(&at("recordings/{name}"), get(recording))
+        .route(&at("recordings/{name}/play"), get(player::page))
+        .route(&at("recordings/{name}/frames"), get(player::frames))
+        .route(&at("{*rest}"), any(unknown))
+}
+
+async fn in_place(State(view): State<Arc<View>>) -> Redirect {
+    Redirect::to(&view.base())
+}
+
 async fn index(State(view): State<Arc<View>>) -> Html<String> {
-    Html(pages::list_page(&view.sessions.retained()))
+    Html(pages::list_page(&view.base(), &view.sessions.retained()))
 }
 
 async fn session(State(view): State<Arc<View>>, Path(id): Path<String>) -> Response {
@@ -151,11 +172,16 @@ async fn session(State(view): State<Arc<View>>, Path(id): Path<String>) -> Respo
                 .settings
                 .control
                 .then(|| view.page_tokens.issue(&session.id));
-            Html(pages::session_page(&session, token.as_deref())).into_response()
+            Html(pages::session_page(
+                &view.base(),
+                &session,
+                token.as_deref(),
+            ))
+            .into_response()
         }
         None => (
             StatusCode::NOT_FOUND,
-            pages::not_found(&format!("No session {id} is retained.")),
+            pages::not_found(&view.base(), &format!("No session {id} is retained.")),
         )
             .into_response(),
     }
@@ -176,6 +202,7 @@ async fn output(
             return (
                 StatusCode::BAD_REQUEST,
                 pages::refusal(
+                    &view.base(),
                     "Bad request",
                     "The output range needs `from` (a cursor) and optionally `to` (a cursor \
                      not before it).",
@@ -185,10 +212,10 @@ async fn output(
         }
     };
     match view.sessions.find(&id) {
-        Some(session) => Html(pages::output_page(&session, from, to)).into_response(),
+        Some(session) => Html(pages::output_page(&view.base(), &session, from, to)).into_response(),
         None => (
             StatusCode::NOT_FOUND,
-            pages::not_found(&format!("No session {id} is retained.")),
+            pages::not_found(&view.base(), &format!("No session {id} is retained.")),
         )
             .into_response(),
     }
@@ -199,7 +226,10 @@ async fn recording(State(view): State<Arc<View>>, Path(name): Path<String>) -> R
     let Some(path) = view.recording_path(&name) else {
         return (
             StatusCode::NOT_FOUND,
-            pages::not_found(&format!("No recording {name} of a retained session.")),
+            pages::not_found(
+                &view.base(),
+                &format!("No recording {name} of a retained session."),
+            ),
         )
             .into_response();
     };
@@ -221,7 +251,10 @@ async fn recording(State(view): State<Arc<View>>, Path(name): Path<String>) -> R
         }
         Err(e) => (
             StatusCode::NOT_FOUND,
-            pages::not_found(&format!("The recording {name} cannot be read: {e}.")),
+            pages::not_found(
+                &view.base(),
+                &format!("The recording {name} cannot be read: {e}."),
+            ),
         )
             .into_response(),
     }
@@ -263,10 +296,10 @@ async fn script() -> impl IntoResponse {
     )
 }
 
-async fn unknown() -> Response {
+async fn unknown(State(view): State<Arc<View>>) -> Response {
     (
         StatusCode::NOT_FOUND,
-        pages::not_found("There is no such page in the live view."),
+        pages::not_found(&view.base(), "There is no such page in the live view."),
     )
         .into_response()
 }

@@ -27,12 +27,15 @@ pub fn escape(text: &str) -> String {
 }
 
 /// A whole page: `live` is replaced by each update from `events`; `after` follows it and
-/// is never replaced (the owner's controls keep what is typed in them).
-fn page(title: &str, events: Option<&str>, live: &str) -> String {
-    page_with(title, events, live, "", "")
+/// is never replaced (the owner's controls keep what is typed in them). Links are relative
+/// to `base`, the view's own path (`View::base`): the style sheet, script and icon, which
+/// anyone may fetch, are the only absolute ones.
+fn page(base: &str, title: &str, events: Option<&str>, live: &str) -> String {
+    page_with(base, title, events, live, "", "")
 }
 
 fn page_with(
+    base: &str,
     title: &str,
     events: Option<&str>,
     live: &str,
@@ -45,13 +48,15 @@ fn page_with(
     format!(
         "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
          <meta name=\"viewport\" content=\"width=device-width\">\
-         <title>{}</title><link rel=\"icon\" href=\"/favicon.ico\" type=\"image/svg+xml\">\
+         <title>{}</title><base href=\"{}\">\
+         <link rel=\"icon\" href=\"/favicon.ico\" type=\"image/svg+xml\">\
          <link rel=\"stylesheet\" href=\"/ui/style.css\"></head>\
-         <body{events}{body_data}><header><a href=\"/ui/\">mcp-terminal</a> · live view \
+         <body{events}{body_data}><header><a href=\"./\">mcp-terminal</a> · live view \
          <span id=\"state\" class=\"state\"></span></header>\
          <main><div id=\"live\">{live}</div>{after}</main>\
          <script src=\"/ui/app.js\"></script></body></html>\n",
-        escape(title)
+        escape(title),
+        escape(base)
     )
 }
 
@@ -69,6 +74,7 @@ pub fn sign_in_needed(spent_code: bool) -> axum::response::Html<String> {
         String::new()
     };
     axum::response::Html(page(
+        "/ui/",
         "mcp-terminal: sign in",
         None,
         &format!(
@@ -81,40 +87,43 @@ pub fn sign_in_needed(spent_code: bool) -> axum::response::Html<String> {
              standard error (<code>mcp-terminal: live view: \
              http://127.0.0.1:PORT/ui/?code=…</code>), within {minutes} minutes of its \
              start.</li></ol><p>A code works once: it signs this browser in with a cookie that \
-             lasts until the server stops. Scripts may send <code>Authorization: Bearer \
+             lasts until the server stops, and sends it to the view's own address: \
+             <code>/ui/</code> and a random part, which is in your browser's history. Scripts may send <code>Authorization: Bearer \
              &lt;token&gt;</code> instead, with the token from the server's token file.</p>\
              </div>"
         ),
     ))
 }
 
-pub fn not_found(what: &str) -> axum::response::Html<String> {
-    refusal("Not found", what)
+pub fn not_found(base: &str, what: &str) -> axum::response::Html<String> {
+    refusal(base, "Not found", what)
 }
 
 /// A page saying why a request was refused (`heading`, then `what` in words).
-pub fn refusal(heading: &str, what: &str) -> axum::response::Html<String> {
+pub fn refusal(base: &str, heading: &str, what: &str) -> axum::response::Html<String> {
     axum::response::Html(page(
+        base,
         &format!("mcp-terminal: {}", heading.to_lowercase()),
         None,
         &format!(
-            "<h1>{}</h1><p>{}</p><p><a href=\"/ui/\">All sessions</a></p>",
+            "<h1>{}</h1><p>{}</p><p><a href=\"./\">All sessions</a></p>",
             escape(heading),
             escape(what)
         ),
     ))
 }
 
-pub fn list_page(sessions: &[std::sync::Arc<Session>]) -> String {
+pub fn list_page(base: &str, sessions: &[std::sync::Arc<Session>]) -> String {
     page(
+        base,
         "mcp-terminal: sessions",
-        Some("/ui/events"),
+        Some("events"),
         &list(sessions),
     )
 }
 
 /// A session's page; `control` is the page's token when the owner may act on it.
-pub fn session_page(session: &Session, control: Option<&str>) -> String {
+pub fn session_page(base: &str, session: &Session, control: Option<&str>) -> String {
     let (data, after) = match control {
         Some(token) => (
             format!(" data-csrf=\"{}\"", escape(token)),
@@ -123,8 +132,9 @@ pub fn session_page(session: &Session, control: Option<&str>) -> String {
         None => (String::new(), String::new()),
     };
     page_with(
+        base,
         &format!("mcp-terminal: {} {}", session.command_id, session.id),
-        Some(&format!("/ui/sessions/{}/events", session.id)),
+        Some(&format!("sessions/{}/events", session.id)),
         &session_view(session),
         &format!(" data-session=\"{}\"{data}", escape(&session.id)),
         &after,
@@ -208,8 +218,8 @@ fn waiting_badge(s: &Snapshot) -> String {
 fn recording_link(s: &Snapshot) -> String {
     match &s.recording {
         Some(name) => format!(
-            "<a class=\"play\" href=\"/ui/recordings/{0}/play\">▶ play</a> \
-             <a class=\"recording\" href=\"/ui/recordings/{0}\">{0}</a>",
+            "<a class=\"play\" href=\"recordings/{0}/play\">▶ play</a> \
+             <a class=\"recording\" href=\"recordings/{0}\">{0}</a>",
             escape(name)
         ),
         None => String::new(),
@@ -217,7 +227,7 @@ fn recording_link(s: &Snapshot) -> String {
 }
 
 /// The player of recording `name`: its first frame, the controls, and the download.
-pub fn player_page(name: &str, duration: f64, first: &StyledScreen) -> String {
+pub fn player_page(base: &str, name: &str, duration: f64, first: &StyledScreen) -> String {
     let name = escape(name);
     let mut screen = String::new();
     screen_fragment(first, &mut screen);
@@ -227,16 +237,17 @@ pub fn player_page(name: &str, duration: f64, first: &StyledScreen) -> String {
          value=\"0\"> <span id=\"time\">0.0</span> / {duration:.1} s \
          <label>speed <select id=\"speed\"><option>0.5</option><option selected>1</option>\
          <option>2</option><option>4</option><option>8</option></select></label> \
-         <a href=\"/ui/recordings/{name}\" download>download .cast</a></div>"
+         <a href=\"recordings/{name}\" download>download .cast</a></div>"
     );
     let live = format!(
         "<h1>Recording <span class=\"id\">{name}</span></h1><div id=\"frame\">{screen}</div>"
     );
     page_with(
+        base,
         &format!("mcp-terminal: recording {name}"),
         None,
         &live,
-        &format!(" data-player=\"/ui/recordings/{name}/frames\" data-duration=\"{duration:.3}\""),
+        &format!(" data-player=\"recordings/{name}/frames\" data-duration=\"{duration:.3}\""),
         &after,
     )
 }
@@ -257,7 +268,7 @@ pub fn list(sessions: &[std::sync::Arc<Session>]) -> String {
         let s = session.snapshot();
         let _ = write!(
             out,
-            "<tr data-session=\"{id}\"><td><a href=\"/ui/sessions/{id}\">{id}</a></td>\
+            "<tr data-session=\"{id}\"><td><a href=\"sessions/{id}\">{id}</a></td>\
              <td>{command}</td><td>{mode}</td><td><span class=\"status {status}\">{status}</span>\
              {waiting}</td><td>{ending}</td><td>{age}</td><td>{output} chars</td>\
              <td>{recording}</td></tr>",
@@ -322,8 +333,8 @@ pub fn session_view(session: &Session) -> String {
 }
 
 /// The output of a session between two cursors, on a page of its own.
-pub fn output_page(session: &Session, from: u64, to: u64) -> String {
-    let base = session.snapshot().base_cursor;
+pub fn output_page(base: &str, session: &Session, from: u64, to: u64) -> String {
+    let held_from = session.snapshot().base_cursor;
     let entries = session.output_range(from, to);
     let shown = if to == u64::MAX {
         format!("from char {from}")
@@ -332,19 +343,24 @@ pub fn output_page(session: &Session, from: u64, to: u64) -> String {
     };
     let mut live = format!(
         "<h1>{command} <span class=\"id\">{id}</span></h1><p class=\"facts\">Output {shown}. \
-         <a href=\"/ui/sessions/{id}\">Back to the session</a></p>",
+         <a href=\"sessions/{id}\">Back to the session</a></p>",
         command = escape(&session.command_id),
         id = escape(&session.id),
     );
-    if from < base {
+    if from < held_from {
         let _ = write!(
             live,
-            "<p class=\"note\">The output before char {base} was evicted from the buffer; \
+            "<p class=\"note\">The output before char {held_from} was evicted from the buffer; \
              what is still held is shown.</p>"
         );
     }
     tail_html(&entries, &mut live);
-    page(&format!("mcp-terminal: {} output", session.id), None, &live)
+    page(
+        base,
+        &format!("mcp-terminal: {} output", session.id),
+        None,
+        &live,
+    )
 }
 
 /// A screen in a box of class `class`; `cursor`: show the cursor (not once it ended).

@@ -24,20 +24,21 @@ use crate::limits::WEB_UPDATE_EVERY;
 /// The longest the player goes without a frame while playing (its clock moves on).
 const TICK: Duration = Duration::from_millis(500);
 
-fn not_found(what: String) -> Response {
-    (StatusCode::NOT_FOUND, pages::not_found(&what)).into_response()
+fn not_found(view: &View, what: String) -> Response {
+    (StatusCode::NOT_FOUND, pages::not_found(&view.base(), &what)).into_response()
 }
 
 /// The parsed recording `name`, if it is one of a retained session's.
 async fn load(view: &View, name: &str) -> Result<Cast, Response> {
     let Some(path) = view.recording_path(name) else {
-        return Err(not_found(format!(
-            "No recording {name} of a retained session."
-        )));
+        return Err(not_found(
+            view,
+            format!("No recording {name} of a retained session."),
+        ));
     };
     let text = tokio::fs::read(&path)
         .await
-        .map_err(|e| not_found(format!("The recording {name} cannot be read: {e}.")))?;
+        .map_err(|e| not_found(view, format!("The recording {name} cannot be read: {e}.")))?;
     let parsed = tokio::task::spawn_blocking(move || Cast::parse(&String::from_utf8_lossy(&text)))
         .await
         .unwrap_or_else(|_| Err("the recording could not be parsed".into()));
@@ -45,6 +46,7 @@ async fn load(view: &View, name: &str) -> Result<Cast, Response> {
         (
             StatusCode::UNPROCESSABLE_ENTITY,
             pages::refusal(
+                &view.base(),
                 "Cannot play",
                 &format!("The recording {name} cannot be played: {why}."),
             ),
@@ -58,6 +60,7 @@ pub async fn page(State(view): State<Arc<View>>, Path(name): Path<String>) -> Re
         Ok(cast) => {
             let mut replay = Replay::new(cast);
             Html(pages::player_page(
+                &view.base(),
                 &name,
                 replay.duration(),
                 &replay.frame(),

@@ -226,5 +226,16 @@ impl Drop for Chromium {
     }
 }
 
+/// The view's own place, `/ui/PLACE/`, from a signed-in page's address.
+pub fn view_place(chromium: &mut Chromium, page: &str) -> String {
+    let place = chromium.eval(
+        page,
+        "location.pathname.split('/').slice(0, 3).join('/') + '/'",
+    );
+    let place = place.as_str().unwrap().to_string();
+    assert!(place.starts_with("/ui/") && place.len() == 37, "{place}");
+    place
+}
+
 /// The text of the live part of the page.
 pub const LIVE_TEXT: &str = "document.getElementById('live').textContent";
