@@ -21,9 +21,9 @@ pub enum Shape {
 
 /// Tab stops of a rendered line.
 const TAB: usize = 8;
-/// The cells a tab printed at the end of a line moves over: the tab itself is kept as text
-/// (its cell holds `\t`), these are not.
-const TAB_FILL: char = '\0';
+/// A cell that is not text: one a tab printed at the end of a line moves over (the tab
+/// itself is kept as text, its cell holds `\t`), or the right half of a wide character.
+const FILL: char = '\0';
 
 pub struct Shaper {
     shape: Shape,
@@ -36,7 +36,8 @@ pub struct Shaper {
 }
 
 /// The line being built. Raw and stripped lines are text; a rendered line is a row of cells
-/// with a column, as on a terminal (one cell per code point).
+/// with a column, as on a terminal: a wide character (CJK, most emoji) takes two cells, as
+/// the terminal's screen has it, and any other code point one.
 #[derive(Default)]
 struct Line {
     text: String,
@@ -51,20 +52,37 @@ struct Line {
 
 impl Line {
     fn end_rendered(&mut self) {
-        let mut text: String = self.cells.drain(..).filter(|c| *c != TAB_FILL).collect();
+        let mut text: String = self.cells.drain(..).filter(|c| *c != FILL).collect();
         text.push('\n');
         self.done.push((self.start.take().unwrap_or(self.at), text));
         self.col = 0;
     }
 
     fn put(&mut self, c: char) {
-        if self.col < self.cells.len() {
-            self.cells[self.col] = c;
-        } else {
-            self.cells.resize(self.col, ' ');
-            self.cells.push(c);
+        use unicode_width::UnicodeWidthChar;
+        let width = if c.width() == Some(2) { 2 } else { 1 };
+        let (from, to) = (self.col, self.col + width);
+        if self.cells.len() < to {
+            self.cells.resize(to, ' ');
         }
-        self.col += 1;
+        // A wide character partly overwritten is gone whole, as on a terminal: its other
+        // half, outside what is written now, becomes a blank.
+        if from > 0 && self.cells[from] == FILL && Line::wide(self.cells[from - 1]) {
+            self.cells[from - 1] = ' ';
+        }
+        if Line::wide(self.cells[to - 1]) && self.cells.get(to) == Some(&FILL) {
+            self.cells[to] = ' ';
+        }
+        self.cells[from] = c;
+        if width == 2 {
+            self.cells[from + 1] = FILL;
+        }
+        self.col = to;
+    }
+
+    fn wide(c: char) -> bool {
+        use unicode_width::UnicodeWidthChar;
+        c.width() == Some(2)
     }
 
     fn param(params: &vte::Params, default: usize) -> usize {
@@ -90,7 +108,7 @@ impl vte::Perform for Line {
                 if self.col >= self.cells.len() {
                     self.cells.resize(self.col, ' ');
                     self.cells.push('\t');
-                    self.cells.resize(stop, TAB_FILL);
+                    self.cells.resize(stop, FILL);
                 }
                 self.col = stop;
             }
@@ -154,12 +172,7 @@ impl Shaper {
                     // terminal's margin: what it would write lies no further.
                     self.line.col = self.line.col.min(self.max_line);
                     if self.line.cells.len() >= self.max_line {
-                        let text = self
-                            .line
-                            .cells
-                            .drain(..)
-                            .filter(|c| *c != TAB_FILL)
-                            .collect();
+                        let text = self.line.cells.drain(..).filter(|c| *c != FILL).collect();
                         self.line.col = 0;
                         let start = self.line.start.take().unwrap_or(at);
                         self.line.done.push((start, text));
@@ -256,7 +269,7 @@ impl Shaper {
         match self.shape {
             Shape::Raw | Shape::Strip => Some((self.line_start?, self.line.text.clone())),
             Shape::Render => {
-                let text: String = self.line.cells.iter().filter(|c| **c != TAB_FILL).collect();
+                let text: String = self.line.cells.iter().filter(|c| **c != FILL).collect();
                 Some((self.line.start?, text)).filter(|(_, t)| !t.is_empty())
             }
         }
@@ -272,12 +285,7 @@ impl Shaper {
             Shape::Render => {
                 let start = self.line.start.take()?;
                 self.line.col = 0;
-                let text: String = self
-                    .line
-                    .cells
-                    .drain(..)
-                    .filter(|c| *c != TAB_FILL)
-                    .collect();
+                let text: String = self.line.cells.drain(..).filter(|c| *c != FILL).collect();
                 (!text.is_empty()).then_some((start, text))
             }
         }
@@ -349,6 +357,32 @@ mod tests {
     }
 
     #[test]
+    fn a_wide_character_takes_two_cells_and_goes_whole_when_overwritten() {
+        let lines = shaped(
+            Shape::Render,
+            &[
+                "日本語\rab\n",
+                "处理文件...\rdone\n",
+                "😀😀\rX\n",
+                "日本\r\x1b[1Cx\n",
+                "ab\r日\n",
+                "a😀b\x08\x08\x08c\n",
+            ],
+        );
+        assert_eq!(
+            texts(&lines),
+            [
+                "ab本語\n",
+                "done文件...\n",
+                "X 😀\n",
+                " x本\n",
+                "日\n",
+                "ac b\n"
+            ]
+        );
+    }
+
+    #[test]
     fn stripping_keeps_text_and_line_starts_across_pieces() {
         let lines = shaped(
             Shape::Strip,
@@ -398,7 +432,7 @@ mod tests {
             parser.advance(&mut built, c.encode_utf8(&mut utf8).as_bytes());
             built.col = built.col.min(max_line);
             if built.cells.len() >= max_line {
-                let text = built.cells.drain(..).filter(|c| *c != TAB_FILL).collect();
+                let text = built.cells.drain(..).filter(|c| *c != FILL).collect();
                 built.col = 0;
                 built.done.push((built.start.take().unwrap_or(at), text));
             }
@@ -407,7 +441,7 @@ mod tests {
         if shape == Shape::Strip {
             lines.extend(start.map(|start| (start, built.text)));
         } else {
-            let text: String = built.cells.drain(..).filter(|c| *c != TAB_FILL).collect();
+            let text: String = built.cells.drain(..).filter(|c| *c != FILL).collect();
             lines.extend(
                 built
                     .start
