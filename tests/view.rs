@@ -538,6 +538,46 @@ async fn the_view_keeps_its_configured_address_moves_on_when_taken_and_web_url_s
     assert_eq!(none.status.code(), Some(2));
     let message = String::from_utf8_lossy(&none.stderr);
     assert!(message.contains("does not answer"), "{message}");
+
+    // The file outlives the server: another user listening on its port now is not sent the
+    // token. (Listening as another user needs root; elsewhere this part is skipped.)
+    if !nix::unistd::geteuid().is_root() {
+        eprintln!("skipped: a listener of another user needs root");
+        return;
+    }
+    use std::io::BufRead;
+    use std::os::unix::process::CommandExt;
+    let mut other = std::process::Command::new("python3")
+        .args([
+            "-c",
+            "import socket, sys\n\
+             s = socket.socket(); s.bind(('127.0.0.1', 0)); s.listen()\n\
+             print(s.getsockname()[1], flush=True); sys.stdin.read()",
+        ])
+        .uid(65534)
+        .gid(65534)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut port = String::new();
+    std::io::BufReader::new(other.stdout.take().unwrap())
+        .read_line(&mut port)
+        .unwrap();
+    std::fs::write(
+        &file,
+        format!("http://127.0.0.1:{}/ui/?code=spent\n", port.trim()),
+    )
+    .unwrap();
+    let stale = web_url(&root, &config);
+    drop(other.stdin.take());
+    other.wait().unwrap();
+    assert_eq!(stale.status.code(), Some(2));
+    let message = String::from_utf8_lossy(&stale.stderr);
+    assert!(
+        message.contains("another user's program (uid 65534)") && message.contains("not sent"),
+        "{message}"
+    );
 }
 
 #[test]

@@ -171,6 +171,25 @@ pub fn fetch_sign_in_url(file: &Path, token_file: Option<PathBuf>) -> Result<Str
         .map_err(refused)?
         .next()
         .ok_or_else(|| format!("{host} is not an address"))?;
+    // The file outlives its server: another user may listen on that port now, and would be
+    // sent the token. Only a listener of this user is asked.
+    match listener_owner(address) {
+        Some(uid) if uid == nix::unistd::geteuid().as_raw() => {}
+        Some(uid) => {
+            return Err(format!(
+                "{host} is served by another user's program (uid {uid}), not by your server: \
+                 the address in {} is stale (start the server with --web again); the token \
+                 was not sent",
+                file.display()
+            ));
+        }
+        None => {
+            return Err(format!(
+                "the live view at {host} does not answer (nothing on this machine listens \
+                 there); is the server running?"
+            ));
+        }
+    }
     let mut stream =
         TcpStream::connect_timeout(&address, Duration::from_secs(5)).map_err(refused)?;
     stream
@@ -195,5 +214,70 @@ pub fn fetch_sign_in_url(file: &Path, token_file: Option<PathBuf>) -> Result<Str
             "the server at {host} answered {}",
             head.lines().next().unwrap_or("nothing")
         )),
+    }
+}
+
+/// The user id of the socket listening on `address` on this machine, from the kernel's
+/// table of TCP sockets (`/proc/net/tcp`, `/proc/net/tcp6`): `None` when none listens.
+fn listener_owner(address: std::net::SocketAddr) -> Option<u32> {
+    let (table, local) = match address {
+        std::net::SocketAddr::V4(a) => (
+            "/proc/net/tcp",
+            // The address as the kernel writes it: its 32-bit word in host order, in hex.
+            format!(
+                "{:08X}:{:04X}",
+                u32::from_ne_bytes(a.ip().octets()),
+                a.port()
+            ),
+        ),
+        std::net::SocketAddr::V6(a) => {
+            let words: String = a
+                .ip()
+                .octets()
+                .chunks(4)
+                .map(|w| format!("{:08X}", u32::from_ne_bytes([w[0], w[1], w[2], w[3]])))
+                .collect();
+            ("/proc/net/tcp6", format!("{words}:{:04X}", a.port()))
+        }
+    };
+    listening_uid(&std::fs::read_to_string(table).ok()?, &local)
+}
+
+/// In a `/proc/net/tcp` table, the uid of the listening socket (state `0A`) at `local`.
+fn listening_uid(table: &str, local: &str) -> Option<u32> {
+    table.lines().skip(1).find_map(|line| {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        let listening = fields.get(1) == Some(&local) && fields.get(3) == Some(&"0A");
+        listening.then(|| fields.get(7)?.parse().ok()).flatten()
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_listener_is_found_with_its_owner_and_only_while_it_listens() {
+        let uid = nix::unistd::geteuid().as_raw();
+        let v4 = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let at = v4.local_addr().unwrap();
+        assert_eq!(listener_owner(at), Some(uid));
+        // A connection to it is no listener.
+        let _client = std::net::TcpStream::connect(at).unwrap();
+        if let Ok(v6) = std::net::TcpListener::bind("[::1]:0") {
+            assert_eq!(listener_owner(v6.local_addr().unwrap()), Some(uid));
+        }
+        drop(v4);
+        assert_eq!(listener_owner(at), None);
+    }
+
+    #[test]
+    fn the_table_is_read_by_address_and_state() {
+        let table = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n\
+            \x20  0: 0100007F:1F90 00000000:0000 0A 00000000:00000000 00:00000000 00000000  1001        0 1 1\n\
+            \x20  1: 0100007F:1F91 0100007F:1F90 01 00000000:00000000 00:00000000 00000000  1002        0 2 1\n";
+        assert_eq!(listening_uid(table, "0100007F:1F90"), Some(1001));
+        assert_eq!(listening_uid(table, "0100007F:1F91"), None, "not listening");
+        assert_eq!(listening_uid(table, "0100007F:0050"), None);
     }
 }
