@@ -21,6 +21,9 @@ pub struct Redactor {
     markers: Vec<String>,
     /// The partial line held back.
     pending: String,
+    /// A carriage return ends a line too (typed input, where Enter is `\r`): values hold
+    /// none either.
+    cr_ends_lines: bool,
 }
 
 impl Redactor {
@@ -41,7 +44,27 @@ impl Redactor {
                 .map(|(name, _)| format!("[secret:{name}]"))
                 .collect(),
             pending: String::new(),
+            cr_ends_lines: false,
         })
+    }
+
+    /// A redactor of typed input (what a recording shows of it): a line ends at `\r` or
+    /// `\n`, as Enter types either.
+    pub fn for_input(secrets: &[(String, String)]) -> Option<Redactor> {
+        Redactor::new(secrets).map(|r| Redactor {
+            cr_ends_lines: true,
+            ..r
+        })
+    }
+
+    /// `text`, whole, with every value replaced by its marker.
+    pub fn replaced<'a>(&self, text: &'a str) -> std::borrow::Cow<'a, str> {
+        if self.automaton.find(text).is_none() {
+            return std::borrow::Cow::Borrowed(text);
+        }
+        let mut out = String::with_capacity(text.len());
+        self.replace(text, &mut out);
+        std::borrow::Cow::Owned(out)
     }
 
     /// Whether a partial line is held back.
@@ -61,7 +84,12 @@ impl Redactor {
             self.flush(out);
             return;
         }
-        if let Some(newline) = text.rfind('\n') {
+        let line_end = if self.cr_ends_lines {
+            text.rfind(['\n', '\r'])
+        } else {
+            text.rfind('\n')
+        };
+        if let Some(newline) = line_end {
             let decided = self.pending.len() - (text.len() - newline - 1);
             self.replace(&self.pending[..decided], out);
             self.pending.drain(..decided);
@@ -151,6 +179,30 @@ mod tests {
             assert_eq!(out, "", "{candidate}");
             assert!(r.holding(), "{candidate}");
         }
+    }
+
+    #[test]
+    fn typed_input_ends_its_lines_at_enter_and_a_whole_text_is_replaced_at_once() {
+        let s = secrets(&["hunter2"]);
+        let mut r = Redactor::for_input(&s).unwrap();
+        let mut out = String::new();
+        r.push("hun", &mut out);
+        assert_eq!(out, "");
+        r.push("ter2\rls", &mut out);
+        assert_eq!(out, "[secret:S0]\r", "released at Enter");
+        r.push("\n", &mut out);
+        assert_eq!(out, "[secret:S0]\rls\n");
+        assert!(!r.holding());
+        // Output keeps its lines: a carriage return alone releases nothing.
+        let mut r = Redactor::new(&s).unwrap();
+        let mut out = String::new();
+        r.push("hunter2\r", &mut out);
+        assert_eq!(out, "");
+        assert_eq!(r.replaced("mysql -phunter2 db"), "mysql -p[secret:S0] db");
+        assert!(matches!(
+            r.replaced("plain"),
+            std::borrow::Cow::Borrowed("plain")
+        ));
     }
 
     #[test]

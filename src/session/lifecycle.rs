@@ -85,6 +85,9 @@ pub fn launch(new: NewSession, spawned: Spawned) -> Arc<Session> {
             },
         )
     });
+    if let Some(recording) = &recording {
+        recording.redact_input(&new.redact);
+    }
     let mut marks = None;
     let (pid, exit, mode, input, terminal, screen, sources) = match spawned {
         Spawned::Pipes(child) => {
@@ -164,6 +167,7 @@ pub fn launch(new: NewSession, spawned: Spawned) -> Arc<Session> {
             recording,
             sink,
             controls,
+            typed: Redactor::new(&new.redact),
         },
     ));
     if let Some((shape, max_bytes)) = new.capture {

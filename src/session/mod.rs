@@ -50,7 +50,7 @@ pub use wait::{Streams, WaitRequest};
 pub use waiting::{Foreground, Waiting};
 
 use crate::config::Mode;
-use crate::output::Screen;
+use crate::output::{Redactor, Screen};
 use crate::process::waiting::InputFile;
 use crate::process::{PtyMaster, SessionGroups, procfs};
 use capture::Captures;
@@ -104,6 +104,9 @@ pub struct Session {
     named_at: Mutex<Instant>,
     /// The asciicast recording, when the owner records this profile.
     recording: Option<Arc<Recording>>,
+    /// The secrets the profile allows, to keep out of what is kept of typed text (command
+    /// lines in the history and the audit log), as the output keeps them out.
+    typed: Option<Redactor>,
     /// The process groups to signal, found once when termination first needs them.
     groups: tokio::sync::OnceCell<SessionGroups>,
     /// Declared last, so dropped after everything above.
@@ -137,6 +140,7 @@ struct Parts {
     recording: Option<Arc<Recording>>,
     sink: Option<Sink>,
     controls: [Option<mpsc::UnboundedSender<Control>>; 2],
+    typed: Option<Redactor>,
 }
 
 /// How long session state locks were held, over every session of this server: each step
@@ -236,6 +240,7 @@ impl Session {
             exec: tokio::sync::Mutex::default(),
             named_at: Mutex::new(Instant::now()),
             recording: parts.recording,
+            typed: parts.typed,
             groups: tokio::sync::OnceCell::new(),
             _returns_memory: ReturnMemory,
         }
@@ -260,8 +265,18 @@ impl Session {
             recording: None,
             sink: None,
             controls: [None, None],
+            typed: None,
         };
         Session::new(identity, state, parts)
+    }
+
+    /// Typed `text` as it may be kept: every secret value the profile allows replaced by
+    /// its marker.
+    pub fn redact_typed<'a>(&self, text: &'a str) -> std::borrow::Cow<'a, str> {
+        match &self.typed {
+            Some(redactor) => redactor.replaced(text),
+            None => std::borrow::Cow::Borrowed(text),
+        }
     }
 
     /// Apply a change to the state and wake every waiter.

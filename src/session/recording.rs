@@ -2,6 +2,11 @@
 //! event — `[seconds, "o", text]` output (already redacted), `"i"` input, `"r"` a resize,
 //! `"m"` a marker (a secret's name in place of its value, the end of the session).
 //!
+//! Input is redacted here, as output is before it is stored: a value typed as text (by the
+//! owner from the live view, or in a command line) is recorded as `[secret:NAME]`, also when
+//! it arrives in pieces. Input is held until Enter (or the end), whatever it holds, and
+//! recorded a line at a time.
+//!
 //! Events are buffered; the session's sink thread (`sink.rs`), which writes them, flushes at
 //! most `RECORDING_FLUSH_EVERY` after the first unflushed one and at the end, so a killed
 //! server leaves a valid file up to its last flush. A file is capped at
@@ -18,6 +23,7 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 use serde_json::json;
 
 use crate::limits::RECORDING_MAX_BYTES;
+use crate::output::Redactor;
 
 /// What the header says of the session.
 pub struct Header<'a> {
@@ -35,6 +41,8 @@ pub struct Recording {
     path: PathBuf,
     started: Instant,
     file: Mutex<Writer>,
+    /// The secrets to keep out of the input events, with the input line held back.
+    typed: Mutex<Option<Redactor>>,
 }
 
 struct Writer {
@@ -115,7 +123,13 @@ impl Recording {
                 bytes,
                 dirty: false,
             }),
+            typed: Mutex::new(None),
         })
+    }
+
+    /// Keep these `(name, value)` secrets out of the input it records.
+    pub fn redact_input(&self, secrets: &[(String, String)]) {
+        *self.typed.lock().unwrap_or_else(|e| e.into_inner()) = Redactor::for_input(secrets);
     }
 
     /// The file name (in `recordings_dir`).
@@ -128,7 +142,22 @@ impl Recording {
     }
 
     pub fn input(&self, bytes: &[u8]) {
-        self.event("i", &String::from_utf8_lossy(bytes));
+        let text = String::from_utf8_lossy(bytes);
+        let mut typed = self.typed.lock().unwrap_or_else(|e| e.into_inner());
+        match typed.as_mut() {
+            Some(redactor) => {
+                let mut lines = String::new();
+                redactor.push(&text, &mut lines);
+                drop(typed);
+                if !lines.is_empty() {
+                    self.event("i", &lines);
+                }
+            }
+            None => {
+                drop(typed);
+                self.event("i", &text);
+            }
+        }
     }
 
     /// A secret was typed: its name stands in for the value.
@@ -142,6 +171,18 @@ impl Recording {
 
     /// The closing marker (`exit 0`, `signal SIGKILL`); nothing is recorded after it.
     pub fn close(&self, marker: &str) {
+        let mut held = String::new();
+        if let Some(redactor) = self
+            .typed
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_mut()
+        {
+            redactor.flush(&mut held);
+        }
+        if !held.is_empty() {
+            self.event("i", &held);
+        }
         self.event("m", marker);
         let mut w = self.lock();
         if let Some(mut out) = w.out.take() {
@@ -242,6 +283,30 @@ mod tests {
             .lines()
             .map(|l| serde_json::from_str(l).unwrap())
             .collect()
+    }
+
+    #[test]
+    fn typed_values_are_recorded_as_markers_a_line_at_a_time() {
+        let dir = tempfile::tempdir().unwrap();
+        let argv = vec!["/bin/sh".to_owned()];
+        let r = Recording::create(dir.path(), &header(&argv, SystemTime::now())).unwrap();
+        r.redact_input(&[("pw".to_owned(), "hunter2".to_owned())]);
+        r.input(b"hun");
+        r.input(b"ter2\r");
+        r.input(b"say hunter2 and wait");
+        r.close("exit 0");
+        let events: Vec<_> = lines(&dir.path().join(r.name()))[1..]
+            .iter()
+            .map(|e| (e[1].clone(), e[2].clone()))
+            .collect();
+        assert_eq!(
+            events,
+            [
+                ("i".into(), "[secret:pw]\r".into()),
+                ("i".into(), "say [secret:pw] and wait".into()),
+                ("m".into(), "exit 0".into()),
+            ]
+        );
     }
 
     #[test]

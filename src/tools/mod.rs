@@ -91,7 +91,13 @@ impl TerminalServer {
         match tool {
             "terminal_exec" => {
                 if let Some(command) = text("command") {
-                    details.insert("command".into(), command.into());
+                    // The line as typed, less any secret value the session's profile allows.
+                    let session = session_id.as_deref().and_then(|id| self.sessions.find(id));
+                    let command = match &session {
+                        Some(session) => session.redact_typed(command),
+                        None => command.into(),
+                    };
+                    details.insert("command".into(), command.as_ref().into());
                 }
             }
             "terminal_write" => {

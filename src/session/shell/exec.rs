@@ -254,7 +254,9 @@ impl Session {
                 captures.arm(Stream::Stderr, shape, request.max_bytes, false);
             }
         }
-        let seq = self.update(|s| s.shell_submit(command));
+        // The history (the live view, the snapshot) keeps no secret value.
+        let kept = self.redact_typed(command);
+        let seq = self.update(|s| s.shell_submit(&kept));
         let typed = match (typing, self.mode) {
             (Typing::Readline, _) => {
                 let text = readline_text(command);
