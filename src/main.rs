@@ -413,20 +413,44 @@ fn profile(action: ProfileAction) -> Result<(), String> {
 }
 
 /// An `--allow-origin` value as a browser sends its Origin: `http` or `https`, `://`, a
-/// host with an optional port, and nothing after (a trailing `/` is dropped). Anything
-/// else could never match a request, so it is refused rather than kept.
+/// host with an optional port (1–65535), and nothing after (a trailing `/` is dropped).
+/// It is kept as a browser writes it: scheme and host in lower case, and no port where it
+/// is the scheme's own (a browser sends `https://app.example.com`, never `…:443`).
+/// Anything else could never match a request, so it is refused rather than kept.
 fn origin_arg(value: &str) -> Result<String, String> {
-    let trimmed = value.strip_suffix('/').unwrap_or(value);
-    let authority = trimmed
-        .strip_prefix("https://")
-        .or_else(|| trimmed.strip_prefix("http://"));
-    match authority {
-        Some(a) if !a.is_empty() && !a.contains(['/', '?', '#', '@', ' ']) => Ok(trimmed.into()),
-        _ => Err(format!(
+    let refused = || {
+        format!(
             "`{value}` is not an origin: give scheme://host[:port], such as \
              https://app.example.com"
-        )),
+        )
+    };
+    let trimmed = value.strip_suffix('/').unwrap_or(value);
+    let (scheme, authority) = trimmed.split_once("://").ok_or_else(refused)?;
+    let scheme = scheme.to_ascii_lowercase();
+    let own_port = match scheme.as_str() {
+        "http" => 80,
+        "https" => 443,
+        _ => return Err(refused()),
+    };
+    if authority.contains(['/', '?', '#', '@', ' ']) {
+        return Err(refused());
     }
+    // A port follows the last `:`, unless that is inside an IPv6 address's brackets.
+    let (host, port) = match authority.rsplit_once(':') {
+        Some((host, port)) if !port.contains(']') => {
+            let port: u16 = port.parse().ok().filter(|p| *p > 0).ok_or_else(refused)?;
+            (host, Some(port).filter(|p| *p != own_port))
+        }
+        _ => (authority, None),
+    };
+    if host.is_empty() {
+        return Err(refused());
+    }
+    let host = host.to_ascii_lowercase();
+    Ok(match port {
+        Some(port) => format!("{scheme}://{host}:{port}"),
+        None => format!("{scheme}://{host}"),
+    })
 }
 
 fn make_config(output: Option<&Path>, root: Option<&Path>, shells: bool) -> Result<(), String> {

@@ -203,6 +203,9 @@ fn help_version_and_usage_errors() {
         // An origin that no browser sends could never match: refused, not kept.
         &["http", "--allow-origin", "app.example.com"],
         &["http", "--allow-origin", "https://app.example.com/path"],
+        &["http", "--allow-origin", "https://app.example.com:99999"],
+        &["http", "--allow-origin", "https://app.example.com:"],
+        &["http", "--allow-origin", "ftp://app.example.com"],
     ] {
         let out = mcp_terminal().args(args).output().unwrap();
         assert_eq!(out.status.code(), Some(2), "{args:?}");

@@ -199,6 +199,12 @@ async fn foreign_origins_and_hosts_are_refused_with_403() {
             "127.0.0.1:0",
             "--allow-origin",
             "https://app.example",
+            // As a browser sends it: the scheme's own port is never written, and the host
+            // is in lower case.
+            "--allow-origin",
+            "HTTPS://Other.Example:443",
+            "--allow-origin",
+            "http://[::1]:8080",
         ],
         LOG,
     );
@@ -226,7 +232,12 @@ async fn foreign_origins_and_hosts_are_refused_with_403() {
         response.send().await.unwrap().status(),
         StatusCode::FORBIDDEN
     );
-    for origin in [&server.base, "http://localhost:1234", "https://app.example"] {
+    for origin in [
+        &server.base,
+        "http://localhost:1234",
+        "https://app.example",
+        "https://other.example",
+    ] {
         let response = server
             .authed(&initialize(1))
             .header("Origin", origin)
