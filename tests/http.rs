@@ -191,6 +191,139 @@ async fn mcp_needs_the_bearer_token_and_the_refusal_does_not_echo_it() {
     );
 }
 
+/// A page of an allowed origin may call /mcp from a browser: its preflight is answered
+/// without the token, and the answers let that origin read them and the session id. No
+/// other origin is told anything.
+#[tokio::test]
+async fn an_allowed_origin_gets_cors_and_no_other_does() {
+    let server = Server::start(
+        &[
+            "--listen",
+            "127.0.0.1:0",
+            "--allow-origin",
+            "https://app.example",
+        ],
+        LOG,
+    );
+    let preflight = |origin: &str| {
+        reqwest::Client::new()
+            .request(reqwest::Method::OPTIONS, server.url())
+            .header("Origin", origin)
+            .header("Access-Control-Request-Method", "POST")
+            .header(
+                "Access-Control-Request-Headers",
+                "authorization,content-type,mcp-protocol-version",
+            )
+            .send()
+    };
+    let allowed = preflight("https://app.example").await.unwrap();
+    assert!(allowed.status().is_success(), "{}", allowed.status());
+    let headers = allowed.headers();
+    assert_eq!(
+        headers["access-control-allow-origin"],
+        "https://app.example"
+    );
+    let asked = headers["access-control-allow-headers"]
+        .to_str()
+        .unwrap()
+        .to_ascii_lowercase();
+    for name in ["authorization", "content-type", "mcp-protocol-version"] {
+        assert!(asked.contains(name), "{asked}");
+    }
+    assert!(
+        headers["access-control-allow-methods"]
+            .to_str()
+            .unwrap()
+            .contains("POST")
+    );
+    let answered = server
+        .authed(&initialize(1))
+        .header("Origin", "https://app.example")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answered.status(), StatusCode::OK);
+    assert_eq!(
+        answered.headers()["access-control-allow-origin"],
+        "https://app.example"
+    );
+    let exposed = answered.headers()["access-control-expose-headers"]
+        .to_str()
+        .unwrap()
+        .to_ascii_lowercase();
+    assert!(exposed.contains("mcp-session-id"), "{exposed}");
+    // The token is still needed for everything but the preflight.
+    let tokenless = server
+        .post(&initialize(1))
+        .header("Origin", "https://app.example")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(tokenless.status(), StatusCode::UNAUTHORIZED);
+
+    let foreign = preflight("https://evil.example").await.unwrap();
+    assert_eq!(foreign.status(), StatusCode::FORBIDDEN);
+    assert!(
+        foreign
+            .headers()
+            .get("access-control-allow-origin")
+            .is_none()
+    );
+    let local = preflight("http://localhost:1234").await.unwrap();
+    assert!(local.headers().get("access-control-allow-origin").is_none());
+}
+
+/// The same in a real browser: a page of an allowed origin initializes an MCP session over
+/// `fetch` and reads its `Mcp-Session-Id`.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_browser_page_of_an_allowed_origin_calls_mcp() {
+    use std::io::{BufRead, BufReader, Write};
+    let Some(mut chromium) = Chromium::launch() else {
+        return;
+    };
+    let pages = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let origin = format!("http://127.0.0.1:{}", pages.local_addr().unwrap().port());
+    let server = Server::start(&["--listen", "127.0.0.1:0", "--allow-origin", &origin], LOG);
+    let script = format!(
+        "fetch({url}, {{method: 'POST', body: {body}, headers: {{\
+         'Authorization': 'Bearer ' + {token}, 'Content-Type': 'application/json', \
+         'Accept': 'application/json, text/event-stream'}}}})\
+         .then(r => {{ document.title = r.status + ' ' + \
+         (r.headers.get('mcp-session-id') ? 'with a session id' : 'without'); }})\
+         .catch(e => {{ document.title = 'failed: ' + e; }});",
+        url = json!(server.url()),
+        body = json!(initialize(1).to_string()),
+        token = json!(server.token),
+    );
+    std::thread::spawn(move || {
+        for stream in pages.incoming() {
+            let Ok(mut stream) = stream else { return };
+            let mut reader = BufReader::new(stream.try_clone().unwrap());
+            let mut line = String::new();
+            while reader.read_line(&mut line).is_ok_and(|n| n > 2) {
+                line.clear();
+            }
+            let body = format!("<!doctype html><title>loading</title><script>{script}</script>");
+            let _ = write!(
+                stream,
+                "HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nContent-Length: {}\r\n\
+                 Connection: close\r\n\r\n{body}",
+                body.len()
+            );
+        }
+    });
+    let page = chromium.open(&format!("{origin}/"));
+    chromium.until(
+        &page,
+        "document.title !== 'loading' && document.title !== ''",
+        "document.title",
+    );
+    assert_eq!(
+        chromium.eval(&page, "document.title"),
+        json!("200 with a session id")
+    );
+}
+
 #[tokio::test]
 async fn foreign_origins_and_hosts_are_refused_with_403() {
     let server = Server::start(

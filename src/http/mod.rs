@@ -57,6 +57,8 @@ pub struct Prepared {
     web_control: bool,
     web_url_file: Option<PathBuf>,
     connections: listener::Limits,
+    /// The `--allow-origin` values: pages there may call /mcp from a browser (CORS).
+    allow_origins: Vec<String>,
 }
 
 /// Check the address and load (or create) the token; errors are usage errors (exit 2).
@@ -72,6 +74,7 @@ pub fn prepare(options: Options) -> Result<Prepared, String> {
         web_control: options.web_control,
         web_url_file: options.web_url_file,
         connections: options.connections,
+        allow_origins: options.allow_origins,
     })
 }
 
@@ -177,6 +180,32 @@ fn audit_fields(context: &RequestContext<RoleServer>) -> Map<String, Value> {
     fields
 }
 
+/// CORS for the origins the owner allowed (`--allow-origin`), so that a page there (an MCP
+/// client in a browser) may call `/mcp`: its preflight is answered without the token, and
+/// answers say the origin may read them and the `Mcp-Session-Id` header. Any other origin
+/// gets no CORS header (`guard::browser_rules` refuses it anyway).
+fn cors(origins: &[String]) -> tower_http::cors::CorsLayer {
+    use axum::http::{HeaderName, HeaderValue, Method, header};
+    use tower_http::cors::{AllowOrigin, CorsLayer};
+    let origins = origins.iter().filter_map(|o| HeaderValue::from_str(o).ok());
+    CorsLayer::new()
+        .allow_origin(AllowOrigin::list(origins))
+        .allow_methods([Method::GET, Method::POST, Method::DELETE])
+        .allow_headers([
+            header::AUTHORIZATION,
+            header::CONTENT_TYPE,
+            header::ACCEPT,
+            HeaderName::from_static("mcp-session-id"),
+            HeaderName::from_static("mcp-protocol-version"),
+            HeaderName::from_static("last-event-id"),
+        ])
+        .expose_headers([
+            HeaderName::from_static("mcp-session-id"),
+            header::WWW_AUTHENTICATE,
+        ])
+        .max_age(Duration::from_secs(600))
+}
+
 fn router(
     server: TerminalServer,
     view: Option<Arc<crate::web::View>>,
@@ -205,7 +234,9 @@ fn router(
             in_flight::cap,
         ))
         // Outside the body limit: an unauthenticated client learns nothing, not even a 413.
-        .route_layer(from_fn_with_state(access.clone(), guard::require_bearer));
+        .route_layer(from_fn_with_state(access.clone(), guard::require_bearer))
+        // Outside the token: a browser asks first (a preflight) without it.
+        .route_layer(cors(&prepared.allow_origins));
     if let Some(view) = view {
         router = router.merge(crate::web::router(view));
     }
