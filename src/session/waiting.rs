@@ -62,6 +62,34 @@ impl Session {
         }
     }
 
+    /// On a terminal whose shell is at its prompt: why a command typed now would not be
+    /// the next thing the shell runs. Input typed with terminal_write and not read yet goes
+    /// first (type-ahead, or an answer's extra line), and a program in the foreground (a
+    /// line the shell read that way) runs before the shell reads again; the command's
+    /// result would then be theirs.
+    pub fn shell_elsewhere(&self) -> Option<String> {
+        if self.mode != Mode::Pty {
+            return None;
+        }
+        if self.input_file.as_ref().is_some_and(pending_input) {
+            return Some(
+                "input typed with terminal_write or terminal_keys waits in the terminal, and \
+                 the shell reads it before any new command"
+                    .to_owned(),
+            );
+        }
+        let foreground = self.foreground()?;
+        (foreground.pid != self.pid).then(|| {
+            let name = foreground
+                .name
+                .map_or_else(String::new, |name| format!(" (`{name}`)"));
+            format!(
+                "a program started with terminal_write or terminal_keys runs in the shell's \
+                 foreground{name}"
+            )
+        })
+    }
+
     /// The program in the foreground.
     pub fn foreground(&self) -> Option<Foreground> {
         let pgid = self.foreground_group()?;

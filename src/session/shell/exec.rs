@@ -240,6 +240,15 @@ impl Session {
         if let Some(busy) = busy {
             return Err(self.busy(busy));
         }
+        if let Some(why) = self.shell_elsewhere() {
+            return Err(ToolError::new(
+                ErrorCode::SessionBusy,
+                format!(
+                    "{why}: wait for its prompt (terminal_wait with `until_input: true`), or \
+                     send C-c with terminal_keys, before running a command"
+                ),
+            ));
+        }
         let typing = typing.unwrap_or(Typing::Wrapper);
         // Between a command's end and its next prompt, readline has not set the terminal up
         // for itself yet: a paste then would meet the line discipline's line limit.
