@@ -34,7 +34,7 @@ pub fn install_line(nonce: &str) -> String {
     format!(
         "__mt_n={nonce}; if [ -n \"${{BASH_VERSION-}}\" ]; then \
          __mt_d() {{ local s=$?; printf '{OSC}%s;D;%s{BEL}' \"$__mt_n\" \"$s\" >/dev/tty; return $s; }}; \
-         PROMPT_COMMAND=\"__mt_d${{PROMPT_COMMAND:+;$PROMPT_COMMAND}}\"; \
+         PROMPT_COMMAND=\"{{ __mt_d; }} 2>/dev/null${{PROMPT_COMMAND:+;$PROMPT_COMMAND}}\"; \
          PS0='\\e]6973;'\"$__mt_n\"';C\\a'\"${{PS0-}}\"; set +H; unset HISTFILE; \
          history -d -1 2>/dev/null; \
          if shopt -oq emacs || shopt -oq vi; then set -o emacs; \
@@ -98,6 +98,13 @@ fn printf_format(command: &str) -> String {
 /// so no program it starts holds them, and restored after it); the end mark with its status on the marks
 /// pipe (`MARKS_FD`), which no output can fill or delay (on the stdout copy, should that
 /// descriptor have been closed). `prepare`: the first command of the shell.
+///
+/// The shell's trace (`set -x`) shows the command alone: the wrapper turns it off around
+/// itself, in `case` bodies whose stderr is /dev/null (a shell writes the trace of a simple
+/// command before its own redirections, and of a compound's body to the compound's
+/// stderr), notes it in `__mt_x`, and turns it on again inside the `eval`. The line begins
+/// with a simple command: after a syntax error in `eval`, bash fails to parse a line that
+/// begins with `case` or `{`.
 pub fn pipe_wrapper(command: &str, nonce: &str, prepare: bool) -> String {
     let mut text = String::new();
     if prepare {
@@ -106,13 +113,15 @@ pub fn pipe_wrapper(command: &str, nonce: &str, prepare: bool) -> String {
     }
     let start = print_mark(nonce, "C", "", "");
     let end = print_mark(nonce, "D", ";%s", " \"$__mt_s\"");
-    // Not `{ ...; }`: after a syntax error in `eval`, bash fails to parse a line that
-    // begins with `{`. Stderr is redirected first so a closed descriptor says nothing.
+    // Stderr is redirected first so a closed descriptor says nothing.
     let _ = writeln!(
         text,
         "{start} 2>/dev/null >&{STDOUT_COPY_FD}; {start} 2>/dev/null >&{STDERR_COPY_FD}; \
-         command eval \"{}\" </dev/null {STDERR_COPY_FD}>&- {STDOUT_COPY_FD}>&- {MARKS_FD}>&-; \
-         __mt_s=$?; \
+         case $- in *x*) __mt_x=1; set +x;; esac 2>/dev/null; \
+         command eval \"${{__mt_x:+set -x; }}{}\" \
+         </dev/null {STDERR_COPY_FD}>&- {STDOUT_COPY_FD}>&- {MARKS_FD}>&-; \
+         case $? in *) __mt_s=$?; case $- in *x*) __mt_x=1;; *) __mt_x=;; esac; set +x;; \
+         esac 2>/dev/null; \
          {end} 2>/dev/null >&{MARKS_FD} || {end} 2>/dev/null >&{STDOUT_COPY_FD}",
         double_quoted(command)
     );
