@@ -202,8 +202,12 @@ impl Sessions {
                 }
             }
         };
+        // A one-shot run (`capture`) of a shell profile is the program as it is: no command
+        // is typed into it, so no integration is installed (typed into a terminal, it would
+        // meet the run's input).
+        let integrated = profile.shell.is_some() && request.capture.is_none();
         let spec = SpawnSpec {
-            marks: profile.shell.is_some() && profile.mode == Mode::Pipe,
+            marks: integrated && profile.mode == Mode::Pipe,
             argv: profile.argv.clone(),
             env: env.into_iter().collect(),
             cwd: Box::new(open_cwd),
@@ -266,7 +270,7 @@ impl Sessions {
                 pause: profile.on_full == OnFull::Pause,
                 timeout: timeout_ms.map(Duration::from_millis),
                 idle_timeout: profile.idle_timeout_ms.map(Duration::from_millis),
-                shell: profile.shell.is_some(),
+                shell: integrated,
                 capture: request.capture,
                 origin,
                 redact: profile

@@ -1,6 +1,12 @@
 //! The end of a one-shot run (`terminal_run`): feed stdin and close it, wait for the final
 //! state, and return the head and tail of each stream, captured as they arrived (so the
 //! buffer may evict freely, and `on_full: "pause"` never holds a run).
+//!
+//! On a terminal, input is typed when the program reads: a program sets its terminal up
+//! as it starts (a REPL's line editing, a shell's readline), which can drop what was typed
+//! before or read it otherwise (an end of input typed to the line discipline reaches a
+//! program that then turned it off as a NUL). So stdin is typed once the program waits for
+//! input, and the end of input (Ctrl-D) once it waits again.
 
 use std::time::Duration;
 
@@ -10,7 +16,8 @@ use tokio_util::sync::CancellationToken;
 
 use super::Session;
 use super::state::{Reason, Snapshot, State};
-use crate::limits::{DRAIN_DEADLINE, GRACE_DEFAULT_MS, KILL_CONFIRM};
+use crate::config::Mode;
+use crate::limits::{AWAIT_POLL, DRAIN_DEADLINE, GRACE_DEFAULT_MS, KILL_CONFIRM};
 use crate::output::{Omitted, Stream};
 
 #[derive(Debug, Serialize)]
@@ -40,7 +47,17 @@ impl Session {
     ) -> RunResult {
         // A program that exits without reading its input is not an error of the run; what
         // happened shows in the result.
-        let _ = self.send(stdin.as_bytes(), true, cancel).await;
+        if self.mode == Mode::Pty {
+            let deadline = Instant::now() + timeout;
+            if !stdin.is_empty() && self.until_reading(deadline, cancel).await {
+                let _ = self.send(stdin.as_bytes(), false, cancel).await;
+            }
+            if self.until_reading(deadline, cancel).await {
+                let _ = self.send(b"", true, cancel).await;
+            }
+        } else {
+            let _ = self.send(stdin.as_bytes(), true, cancel).await;
+        }
         // The timeout's termination: grace, kill confirmation and the drain deadline.
         let bound =
             timeout + Duration::from_millis(GRACE_DEFAULT_MS) + KILL_CONFIRM + DRAIN_DEADLINE * 2;
@@ -66,6 +83,30 @@ impl Session {
             stdout: stdout.text,
             stderr: stderr.text,
             session,
+        }
+    }
+
+    /// On a terminal: wait until its program reads it (awaiting input, confirmed). Whether
+    /// to type now: false once the run ended, the deadline passed or the call was
+    /// cancelled; true too when it cannot be known here.
+    async fn until_reading(&self, deadline: Instant, cancel: &CancellationToken) -> bool {
+        loop {
+            if self.status().is_final() || Instant::now() >= deadline || cancel.is_cancelled() {
+                return false;
+            }
+            let quiet = Instant::from_std(self.quiet_at());
+            let look_at = if Instant::now() < quiet {
+                quiet
+            } else {
+                match self.awaiting_confirmed().await {
+                    Some(true) | None => return true,
+                    Some(false) => Instant::now() + AWAIT_POLL,
+                }
+            };
+            tokio::select! {
+                () = tokio::time::sleep_until(look_at.min(deadline)) => {}
+                () = cancel.cancelled() => return false,
+            }
         }
     }
 }
