@@ -18,7 +18,10 @@
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 
-use rmcp::model::{ClientJsonRpcMessage, ClientNotification, JsonRpcMessage, RequestId};
+use rmcp::model::{
+    CallToolRequestParams, ClientJsonRpcMessage, ClientNotification, ClientRequest, JsonRpcMessage,
+    RequestId,
+};
 use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
 use tokio::sync::{Notify, mpsc, oneshot};
 
@@ -165,7 +168,11 @@ impl<R: AsyncRead + Unpin> Guard<R> {
         let error = match serde_json::from_str::<ClientJsonRpcMessage>(text) {
             Ok(JsonRpcMessage::Request(request)) => {
                 let id = request.id.clone();
-                return Verdict::Admit(id, JsonRpcMessage::Request(request));
+                let message = JsonRpcMessage::Request(request);
+                return match invalid_params(&message) {
+                    Some(answer) => Verdict::Answer(answer),
+                    None => Verdict::Admit(id, message),
+                };
             }
             Ok(message) => {
                 if let JsonRpcMessage::Notification(notification) = &message
@@ -206,13 +213,65 @@ impl<R: AsyncRead + Unpin> Guard<R> {
     }
 }
 
+/// The requests MCP defines that a client sends this server.
+const MCP_METHODS: [&str; 13] = [
+    "initialize",
+    "ping",
+    "tools/list",
+    "tools/call",
+    "resources/list",
+    "resources/templates/list",
+    "resources/read",
+    "resources/subscribe",
+    "resources/unsubscribe",
+    "prompts/list",
+    "prompts/get",
+    "completion/complete",
+    "logging/setLevel",
+];
+
+/// The answer to a request of a method MCP defines whose params are not as it defines them
+/// (`tools/call` with `arguments` that is not an object): rmcp reads it as a request of a
+/// method of its own, which the service answers "method not found" with the method as
+/// its message. It is "Invalid params", saying why. Both transports ask this.
+pub fn invalid_params(message: &ClientJsonRpcMessage) -> Option<Vec<u8>> {
+    let JsonRpcMessage::Request(request) = message else {
+        return None;
+    };
+    let ClientRequest::CustomRequest(custom) = &request.request else {
+        return None;
+    };
+    let method = custom.method.as_str();
+    if !MCP_METHODS.contains(&method) {
+        return None;
+    }
+    let params = custom.params.clone().unwrap_or_default();
+    let why = match method {
+        "tools/call" => serde_json::from_value::<CallToolRequestParams>(params)
+            .err()
+            .map(|e| format!(" ({e}; `name` is a string and `arguments` an object)")),
+        _ => None,
+    };
+    let message = format!(
+        "Invalid params: the params of `{method}` are not as MCP defines them{}",
+        why.unwrap_or_default()
+    );
+    tracing::warn!("refused a request: {message}");
+    Some(error_frame(id_value(&request.id), -32602, &message))
+}
+
 fn refuse_unparsed(why: &str) -> Verdict {
+    Verdict::Answer(parse_error(why))
+}
+
+/// The answer to a message that is not JSON: "Parse error", saying why, with `id: null`.
+pub fn parse_error(why: &str) -> Vec<u8> {
     tracing::warn!("refused a message: {why}");
-    Verdict::Answer(error_frame(
+    error_frame(
         serde_json::Value::Null,
         -32700,
         &format!("Parse error: {why}"),
-    ))
+    )
 }
 
 /// A request id as JSON text: how `InFlight` knows it.
@@ -389,6 +448,38 @@ mod tests {
         ] {
             assert!(matches!(judged(passed), Verdict::Deliver(_)), "{passed}");
         }
+    }
+
+    /// A request of a method MCP defines with params that are not as it defines them is
+    /// "Invalid params" with its id, not the service's "method not found"; a method of
+    /// nobody's is still the service's to answer.
+    #[test]
+    fn mistyped_params_of_a_known_method_are_invalid_params() {
+        for (text, says) in [
+            (
+                r#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"terminal_list","arguments":"x"}}"#,
+                "`arguments` an object",
+            ),
+            (
+                r#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":3}}"#,
+                "`name` is a string",
+            ),
+            (
+                r#"{"jsonrpc":"2.0","id":7,"method":"resources/read","params":{}}"#,
+                "the params of `resources/read`",
+            ),
+        ] {
+            let Verdict::Answer(bytes) = judged(text) else {
+                panic!("{text}: not answered here");
+            };
+            let refusal = answer(bytes);
+            assert_eq!(refusal["id"], json!(7), "{refusal}");
+            assert_eq!(refusal["error"]["code"], json!(-32602), "{refusal}");
+            let message = refusal["error"]["message"].as_str().unwrap();
+            assert!(message.contains(says), "{message}");
+        }
+        let unknown = r#"{"jsonrpc":"2.0","id":7,"method":"no/such","params":{"a":1}}"#;
+        assert!(matches!(judged(unknown), Verdict::Admit(..)));
     }
 
     /// What the service cannot read is answered here: with its id when one can be read

@@ -395,6 +395,48 @@ async fn foreign_origins_and_hosts_are_refused_with_403() {
     assert_eq!(response.unwrap().status(), StatusCode::OK);
 }
 
+/// What the service cannot read is answered as on stdio: a body that is not JSON with 400
+/// and a JSON-RPC "Parse error" (not 415 to `application/json`), params of a known method
+/// that are not as MCP defines them with "Invalid params" naming why.
+#[tokio::test]
+async fn unreadable_bodies_are_answered_as_on_stdio() {
+    let server = Server::start(&["--listen", "127.0.0.1:0"], LOG);
+    let id = server.open_session().await.unwrap();
+    let garbage = server
+        .post(&json!({}))
+        .bearer_auth(&server.token)
+        .header("Mcp-Session-Id", &id)
+        .body("{not json")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(garbage.status(), StatusCode::BAD_REQUEST);
+    let answer: Value = garbage.json().await.unwrap();
+    assert_eq!(answer["error"]["code"], json!(-32700), "{answer}");
+    assert_eq!(answer["id"], Value::Null, "{answer}");
+    let mistyped = server
+        .authed(&json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call",
+            "params": {"name": "terminal_list", "arguments": "x"}}))
+        .header("Mcp-Session-Id", &id)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(mistyped.status(), StatusCode::OK);
+    let answer: Value = mistyped.json().await.unwrap();
+    assert_eq!(answer["id"], json!(7), "{answer}");
+    assert_eq!(answer["error"]["code"], json!(-32602), "{answer}");
+    let message = answer["error"]["message"].as_str().unwrap();
+    assert!(message.contains("`arguments` an object"), "{message}");
+    // Without the token nothing is read.
+    let tokenless = server
+        .post(&json!({}))
+        .body("{not json")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(tokenless.status(), StatusCode::UNAUTHORIZED);
+}
+
 #[tokio::test]
 async fn request_bodies_over_1_mib_get_413() {
     let server = Server::start(&["--listen", "127.0.0.1:0"], LOG);

@@ -6,6 +6,7 @@
 //! MCP session from one shared `Sessions`, and on SIGTERM/SIGINT ends every terminal
 //! session (reason `shutdown`), then every MCP session, and returns.
 
+mod bodies;
 mod in_flight;
 mod mcp_sessions;
 
@@ -227,6 +228,7 @@ fn router(
     let access = prepared.access.clone();
     let mut router = Router::new()
         .route_service("/mcp", mcp)
+        .route_layer(axum::middleware::from_fn(bodies::answer_unreadable))
         .route_layer(axum::middleware::from_fn(mcp_sessions::full_is_503))
         .route_layer(axum::middleware::from_fn(mcp_sessions::closed_is_200))
         .route_layer(from_fn_with_state(
