@@ -427,6 +427,15 @@ async fn unreadable_bodies_are_answered_as_on_stdio() {
     assert_eq!(answer["error"]["code"], json!(-32602), "{answer}");
     let message = answer["error"]["message"].as_str().unwrap();
     assert!(message.contains("`arguments` an object"), "{message}");
+    // A session that is not open is the client's to open again: 404, as for any request.
+    let stale = server
+        .authed(&json!({"jsonrpc": "2.0", "id": 8, "method": "tools/call",
+            "params": {"name": "terminal_list", "arguments": "x"}}))
+        .header("Mcp-Session-Id", "no-such-session")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(stale.status(), StatusCode::NOT_FOUND);
     // Without the token nothing is read.
     let tokenless = server
         .post(&json!({}))

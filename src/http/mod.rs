@@ -220,15 +220,12 @@ fn router(
         .with_cancellation_token(stop_mcp)
         // Counted as the body streams in, with or without a Content-Length: 413 past it.
         .with_max_request_body_bytes(HTTP_MAX_BODY_BYTES);
-    let mcp = StreamableHttpService::new(
-        move || Ok(server.clone()),
-        Arc::new(CappedSessions::new(prepared.mcp_idle)),
-        config,
-    );
+    let sessions = Arc::new(CappedSessions::new(prepared.mcp_idle));
+    let mcp = StreamableHttpService::new(move || Ok(server.clone()), sessions.clone(), config);
     let access = prepared.access.clone();
     let mut router = Router::new()
         .route_service("/mcp", mcp)
-        .route_layer(axum::middleware::from_fn(bodies::answer_unreadable))
+        .route_layer(from_fn_with_state(sessions, bodies::answer_unreadable))
         .route_layer(axum::middleware::from_fn(mcp_sessions::full_is_503))
         .route_layer(axum::middleware::from_fn(mcp_sessions::closed_is_200))
         .route_layer(from_fn_with_state(

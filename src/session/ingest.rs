@@ -561,6 +561,13 @@ impl Session {
             let at = s.output().end();
             s.shell_mark(mark, at);
         });
+        // Printed by the integration line, which the shell runs itself: its own group is
+        // in the foreground.
+        if let Mark::Installed(_) = mark
+            && let Some(group) = self.terminal().and_then(|t| t.foreground())
+        {
+            let _ = self.shell_group.set(group);
+        }
     }
 
     /// A mark that came on a pipe shell's marks pipe: everything the command wrote before

@@ -83,6 +83,20 @@ impl Sessions {
         Ok(session)
     }
 
+    /// `text` with the value of every configured secret replaced by its marker.
+    pub fn redact_any_secret(&self, text: &str) -> String {
+        let secrets: Vec<(String, String)> = self
+            .config
+            .secrets
+            .iter()
+            .map(|(name, secret)| (name.clone(), secret.value.expose().to_owned()))
+            .collect();
+        match crate::output::Redactor::new(&secrets) {
+            Some(redactor) => redactor.replaced(text).into_owned(),
+            None => text.to_owned(),
+        }
+    }
+
     /// The command id of a retained session, without naming it (no idle-time reset).
     pub fn command_of(&self, session_id: &str) -> Option<String> {
         let table = self.table.lock().unwrap_or_else(|e| e.into_inner());

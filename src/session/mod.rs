@@ -107,6 +107,9 @@ pub struct Session {
     /// The secrets the profile allows, to keep out of what is kept of typed text (command
     /// lines in the history and the audit log), as the output keeps them out.
     typed: Option<Redactor>,
+    /// A terminal shell's own process group, as its integration found it in the foreground
+    /// (the session's program may have started the shell: `sh -c 'bash -i'`, `su`).
+    shell_group: std::sync::OnceLock<i32>,
     /// The process groups to signal, found once when termination first needs them.
     groups: tokio::sync::OnceCell<SessionGroups>,
     /// Declared last, so dropped after everything above.
@@ -241,6 +244,7 @@ impl Session {
             named_at: Mutex::new(Instant::now()),
             recording: parts.recording,
             typed: parts.typed,
+            shell_group: std::sync::OnceLock::new(),
             groups: tokio::sync::OnceCell::new(),
             _returns_memory: ReturnMemory,
         }

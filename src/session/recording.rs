@@ -162,15 +162,28 @@ impl Recording {
 
     /// A secret was typed: its name stands in for the value.
     pub fn secret(&self, name: &str) {
+        self.release_input();
         self.event("m", &format!("secret {name}"));
     }
 
     pub fn resize(&self, rows: u16, cols: u16) {
+        self.release_input();
         self.event("r", &format!("{cols}x{rows}"));
     }
 
     /// The closing marker (`exit 0`, `signal SIGKILL`); nothing is recorded after it.
     pub fn close(&self, marker: &str) {
+        self.release_input();
+        self.event("m", marker);
+        let mut w = self.lock();
+        if let Some(mut out) = w.out.take() {
+            self.finish(&mut out);
+        }
+    }
+
+    /// Record the input held back for its Enter (what came before a secret, a resize or
+    /// the end), with the whole values in it replaced.
+    fn release_input(&self) {
         let mut held = String::new();
         if let Some(redactor) = self
             .typed
@@ -182,11 +195,6 @@ impl Recording {
         }
         if !held.is_empty() {
             self.event("i", &held);
-        }
-        self.event("m", marker);
-        let mut w = self.lock();
-        if let Some(mut out) = w.out.take() {
-            self.finish(&mut out);
         }
     }
 
@@ -293,6 +301,9 @@ mod tests {
         r.redact_input(&[("pw".to_owned(), "hunter2".to_owned())]);
         r.input(b"hun");
         r.input(b"ter2\r");
+        r.input(b"export PW=");
+        r.secret("pw");
+        r.input(b"\r");
         r.input(b"say hunter2 and wait");
         r.close("exit 0");
         let events: Vec<_> = lines(&dir.path().join(r.name()))[1..]
@@ -303,6 +314,9 @@ mod tests {
             events,
             [
                 ("i".into(), "[secret:pw]\r".into()),
+                ("i".into(), "export PW=".into()),
+                ("m".into(), "secret pw".into()),
+                ("i".into(), "\r".into()),
                 ("i".into(), "say [secret:pw] and wait".into()),
                 ("m".into(), "exit 0".into()),
             ]

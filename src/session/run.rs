@@ -17,7 +17,7 @@ use tokio_util::sync::CancellationToken;
 use super::Session;
 use super::state::{Reason, Snapshot, State};
 use crate::config::Mode;
-use crate::limits::{AWAIT_POLL, DRAIN_DEADLINE, GRACE_DEFAULT_MS, KILL_CONFIRM};
+use crate::limits::{AWAIT_POLL, DRAIN_DEADLINE, GRACE_DEFAULT_MS, KILL_CONFIRM, RUN_TYPE_QUIET};
 use crate::output::{Omitted, Stream};
 
 #[derive(Debug, Serialize)]
@@ -86,9 +86,10 @@ impl Session {
         }
     }
 
-    /// On a terminal: wait until its program reads it (awaiting input, confirmed). Whether
-    /// to type now: false once the run ended, the deadline passed or the call was
-    /// cancelled; true too when it cannot be known here.
+    /// On a terminal: wait until its program reads it (awaiting input, confirmed), or has
+    /// been quiet for `RUN_TYPE_QUIET` (it may read in another thread). Whether to type now:
+    /// false once the run ended, the deadline passed or the call was cancelled; true too
+    /// when it cannot be known here.
     async fn until_reading(&self, deadline: Instant, cancel: &CancellationToken) -> bool {
         loop {
             if self.status().is_final() || Instant::now() >= deadline || cancel.is_cancelled() {
@@ -100,6 +101,11 @@ impl Session {
             } else {
                 match self.awaiting_confirmed().await {
                     Some(true) | None => return true,
+                    Some(false)
+                        if self.inspect(|s| s.last_traffic()).elapsed() >= RUN_TYPE_QUIET =>
+                    {
+                        return true;
+                    }
                     Some(false) => Instant::now() + AWAIT_POLL,
                 }
             };

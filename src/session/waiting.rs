@@ -79,7 +79,8 @@ impl Session {
             );
         }
         let foreground = self.foreground()?;
-        (foreground.pid != self.pid).then(|| {
+        let shell = self.shell_group.get().copied().unwrap_or(self.pid);
+        (foreground.pid != shell).then(|| {
             let name = foreground
                 .name
                 .map_or_else(String::new, |name| format!(" (`{name}`)"));

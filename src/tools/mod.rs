@@ -95,7 +95,8 @@ impl TerminalServer {
                     let session = session_id.as_deref().and_then(|id| self.sessions.find(id));
                     let command = match &session {
                         Some(session) => session.redact_typed(command),
-                        None => command.into(),
+                        // Which profile's secrets it would meet is unknown: all of them.
+                        None => self.sessions.redact_any_secret(command).into(),
                     };
                     details.insert("command".into(), command.as_ref().into());
                 }

@@ -217,30 +217,37 @@ pub fn fetch_sign_in_url(file: &Path, token_file: Option<PathBuf>) -> Result<Str
     }
 }
 
-/// The user id of the socket listening on `address` on this machine, from the kernel's
-/// table of TCP sockets (`/proc/net/tcp`, `/proc/net/tcp6`): `None` when none listens.
+/// The user id of the socket listening on `address` on this machine (on it, or on every
+/// address: a server bound to `0.0.0.0` or `[::]` publishes a loopback URL), from the
+/// kernel's tables of TCP sockets (`/proc/net/tcp`, `/proc/net/tcp6`): `None` when none
+/// listens.
 fn listener_owner(address: std::net::SocketAddr) -> Option<u32> {
-    let (table, local) = match address {
-        std::net::SocketAddr::V4(a) => (
-            "/proc/net/tcp",
-            // The address as the kernel writes it: its 32-bit word in host order, in hex.
-            format!(
-                "{:08X}:{:04X}",
-                u32::from_ne_bytes(a.ip().octets()),
-                a.port()
-            ),
-        ),
-        std::net::SocketAddr::V6(a) => {
-            let words: String = a
-                .ip()
-                .octets()
-                .chunks(4)
-                .map(|w| format!("{:08X}", u32::from_ne_bytes([w[0], w[1], w[2], w[3]])))
-                .collect();
-            ("/proc/net/tcp6", format!("{words}:{:04X}", a.port()))
-        }
+    use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
+    let port = address.port();
+    // An address as the kernel writes it: each 32-bit word in host order, in hex.
+    let v4 = |ip: Ipv4Addr| format!("{:08X}:{port:04X}", u32::from_ne_bytes(ip.octets()));
+    let v6 = |ip: Ipv6Addr| {
+        let words: String = ip
+            .octets()
+            .chunks(4)
+            .map(|w| format!("{:08X}", u32::from_ne_bytes([w[0], w[1], w[2], w[3]])))
+            .collect();
+        format!("{words}:{port:04X}")
     };
-    listening_uid(&std::fs::read_to_string(table).ok()?, &local)
+    let places = match address {
+        SocketAddr::V4(a) => vec![
+            ("/proc/net/tcp", v4(*a.ip())),
+            ("/proc/net/tcp", v4(Ipv4Addr::UNSPECIFIED)),
+            ("/proc/net/tcp6", v6(Ipv6Addr::UNSPECIFIED)),
+        ],
+        SocketAddr::V6(a) => vec![
+            ("/proc/net/tcp6", v6(*a.ip())),
+            ("/proc/net/tcp6", v6(Ipv6Addr::UNSPECIFIED)),
+        ],
+    };
+    places
+        .into_iter()
+        .find_map(|(table, local)| listening_uid(&std::fs::read_to_string(table).ok()?, &local))
 }
 
 /// In a `/proc/net/tcp` table, the uid of the listening socket (state `0A`) at `local`.
@@ -269,6 +276,11 @@ mod tests {
         }
         drop(v4);
         assert_eq!(listener_owner(at), None);
+        // A server on every address is found at the loopback address it publishes.
+        let any = std::net::TcpListener::bind("0.0.0.0:0").unwrap();
+        let port = any.local_addr().unwrap().port();
+        let published = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+        assert_eq!(listener_owner(published), Some(uid));
     }
 
     #[test]

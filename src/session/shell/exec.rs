@@ -240,7 +240,19 @@ impl Session {
         if let Some(busy) = busy {
             return Err(self.busy(busy));
         }
-        if let Some(why) = self.shell_elsewhere() {
+        let typing = typing.unwrap_or(Typing::Wrapper);
+        // Between a command's end and its next prompt, readline has not set the terminal up
+        // for itself yet: a paste then would meet the line discipline's line limit.
+        self.wait_until(deadline, |s| {
+            s.status().is_final() || s.shell().is_none_or(|t| t.ready_to_type())
+        })
+        .await;
+        // What runs right after the end mark (a program of the user's PROMPT_COMMAND) has a
+        // moment to finish; a line typed ahead runs for longer.
+        if let Some(why) = self
+            .elsewhere_after(deadline.min(Instant::now() + EXEC_PROMPT_GRACE))
+            .await
+        {
             return Err(ToolError::new(
                 ErrorCode::SessionBusy,
                 format!(
@@ -249,13 +261,6 @@ impl Session {
                 ),
             ));
         }
-        let typing = typing.unwrap_or(Typing::Wrapper);
-        // Between a command's end and its next prompt, readline has not set the terminal up
-        // for itself yet: a paste then would meet the line discipline's line limit.
-        self.wait_until(deadline, |s| {
-            s.status().is_final() || s.shell().is_none_or(|t| t.ready_to_type())
-        })
-        .await;
         {
             let mut captures = self.captures();
             captures.arm(Stream::Stdout, shape, request.max_bytes, false);
@@ -541,6 +546,18 @@ impl Session {
                  command line, so nothing was written. {PIPE_BUSY}"
             ),
         )
+    }
+
+    /// Why the terminal shell is elsewhere (`shell_elsewhere`), still at `until`; looked at
+    /// every `AWAIT_POLL` meanwhile (what it reads from is the kernel's, not an event).
+    async fn elsewhere_after(&self, until: Instant) -> Option<String> {
+        loop {
+            let why = self.shell_elsewhere()?;
+            if Instant::now() >= until || self.status().is_final() {
+                return Some(why);
+            }
+            tokio::time::sleep(AWAIT_POLL).await;
+        }
     }
 
     /// The error for a shell that cannot take a command now.

@@ -102,7 +102,8 @@ fn printf_format(command: &str) -> String {
 /// The shell's trace (`set -x`) shows the command alone: the wrapper turns it off around
 /// itself, in `case` bodies whose stderr is /dev/null (a shell writes the trace of a simple
 /// command before its own redirections, and of a compound's body to the compound's
-/// stderr), notes it in `__mt_x`, and turns it on again inside the `eval`. The line begins
+/// stderr), notes it in `__mt_x`, and turns it on again inside the `eval`, on a line of its
+/// own (so it runs even when the command does not parse). The line begins
 /// with a simple command: after a syntax error in `eval`, bash fails to parse a line that
 /// begins with `case` or `{`.
 pub fn pipe_wrapper(command: &str, nonce: &str, prepare: bool) -> String {
@@ -118,7 +119,8 @@ pub fn pipe_wrapper(command: &str, nonce: &str, prepare: bool) -> String {
         text,
         "{start} 2>/dev/null >&{STDOUT_COPY_FD}; {start} 2>/dev/null >&{STDERR_COPY_FD}; \
          case $- in *x*) __mt_x=1; set +x;; esac 2>/dev/null; \
-         command eval \"${{__mt_x:+set -x; }}{}\" \
+         command eval \"${{__mt_x:+set -x
+}}{}\" \
          </dev/null {STDERR_COPY_FD}>&- {STDOUT_COPY_FD}>&- {MARKS_FD}>&-; \
          case $? in *) __mt_s=$?; case $- in *x*) __mt_x=1;; *) __mt_x=;; esac; set +x;; \
          esac 2>/dev/null; \
