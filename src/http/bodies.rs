@@ -43,15 +43,22 @@ pub async fn answer_unreadable(
             return (StatusCode::BAD_REQUEST, why).into_response();
         }
     };
-    if let Err(e) = serde_json::from_slice::<serde::de::IgnoredAny>(&bytes) {
-        let frame = framing::parse_error(&format!("the body is not valid JSON ({e})"));
-        return json(StatusCode::BAD_REQUEST, frame);
-    }
-    if let Ok(message) = serde_json::from_slice::<ClientJsonRpcMessage>(&bytes)
-        && let Some(frame) = framing::invalid_params(&message)
-        && session_open(&sessions, &parts.headers).await
-    {
-        return json(StatusCode::OK, frame);
+    // Parsed once as rmcp will parse it; only a body it cannot read is looked at again, to
+    // tell JSON that is no MCP message (rmcp's to answer) from text that is no JSON.
+    match serde_json::from_slice::<ClientJsonRpcMessage>(&bytes) {
+        Ok(message) => {
+            if let Some(frame) = framing::invalid_params(&message)
+                && session_open(&sessions, &parts.headers).await
+            {
+                return json(StatusCode::OK, frame);
+            }
+        }
+        Err(_) => {
+            if let Err(e) = serde_json::from_slice::<serde::de::IgnoredAny>(&bytes) {
+                let frame = framing::parse_error(&format!("the body is not valid JSON ({e})"));
+                return json(StatusCode::BAD_REQUEST, frame);
+            }
+        }
     }
     next.run(Request::from_parts(parts, Body::from(bytes)))
         .await

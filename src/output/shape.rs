@@ -51,8 +51,13 @@ struct Line {
 }
 
 impl Line {
+    /// The row's text, emptying it: its cells less those that are not text.
+    fn take_text(&mut self) -> String {
+        self.cells.drain(..).filter(|c| *c != FILL).collect()
+    }
+
     fn end_rendered(&mut self) {
-        let mut text: String = self.cells.drain(..).filter(|c| *c != FILL).collect();
+        let mut text = self.take_text();
         text.push('\n');
         self.done.push((self.start.take().unwrap_or(self.at), text));
         self.col = 0;
@@ -172,7 +177,7 @@ impl Shaper {
                     // terminal's margin: what it would write lies no further.
                     self.line.col = self.line.col.min(self.max_line);
                     if self.line.cells.len() >= self.max_line {
-                        let text = self.line.cells.drain(..).filter(|c| *c != FILL).collect();
+                        let text = self.line.take_text();
                         self.line.col = 0;
                         let start = self.line.start.take().unwrap_or(at);
                         self.line.done.push((start, text));
@@ -285,7 +290,7 @@ impl Shaper {
             Shape::Render => {
                 let start = self.line.start.take()?;
                 self.line.col = 0;
-                let text: String = self.line.cells.drain(..).filter(|c| *c != FILL).collect();
+                let text = self.line.take_text();
                 (!text.is_empty()).then_some((start, text))
             }
         }
@@ -432,7 +437,7 @@ mod tests {
             parser.advance(&mut built, c.encode_utf8(&mut utf8).as_bytes());
             built.col = built.col.min(max_line);
             if built.cells.len() >= max_line {
-                let text = built.cells.drain(..).filter(|c| *c != FILL).collect();
+                let text = built.take_text();
                 built.col = 0;
                 built.done.push((built.start.take().unwrap_or(at), text));
             }
@@ -441,7 +446,7 @@ mod tests {
         if shape == Shape::Strip {
             lines.extend(start.map(|start| (start, built.text)));
         } else {
-            let text: String = built.cells.drain(..).filter(|c| *c != FILL).collect();
+            let text = built.take_text();
             lines.extend(
                 built
                     .start

@@ -78,11 +78,12 @@ impl Session {
                     .to_owned(),
             );
         }
-        let foreground = self.foreground()?;
+        // The group alone is looked at; its program's name is read only to say why.
         let shell = self.shell_group.get().copied().unwrap_or(self.pid);
-        (foreground.pid != shell).then(|| {
-            let name = foreground
-                .name
+        (self.foreground_group()? != shell).then(|| {
+            let name = self
+                .foreground()
+                .and_then(|f| f.name)
                 .map_or_else(String::new, |name| format!(" (`{name}`)"));
             format!(
                 "a program started with terminal_write or terminal_keys runs in the shell's \
