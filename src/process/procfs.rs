@@ -47,6 +47,20 @@ fn parse_stat(text: &str) -> Option<Stat> {
     })
 }
 
+/// The threads of `pid` (`/proc/PID/task`), at most `limit`; `None` if they cannot be listed.
+pub fn task_ids(pid: i32, limit: usize) -> Option<Vec<i32>> {
+    let tasks = fs::read_dir(format!("/proc/{pid}/task")).ok()?;
+    let ids = tasks
+        .flatten()
+        .filter_map(|t| t.file_name().to_str()?.parse().ok());
+    Some(ids.take(limit).collect())
+}
+
+/// `/proc/PID/task/TID/stat` of thread `tid` of `pid`; `None` if it is gone.
+pub fn task_stat(pid: i32, tid: i32) -> Option<Stat> {
+    parse_stat(&read_text(&format!("/proc/{pid}/task/{tid}/stat"))?)
+}
+
 /// The command name in a `stat` text: what is between its first `(` and its last `)`, as
 /// the process set it (`/proc/PID/comm` shows the same name, with `\n` and `\\` escaped).
 fn parse_name(text: &str) -> Option<String> {

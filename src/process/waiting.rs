@@ -1,7 +1,9 @@
 //! Whether a program waits for its input, read from `/proc` without stopping it: the
-//! processes of its process group, none runnable, at least one blocked reading the input (a
-//! terminal, or a pipe) — in `read`, or in `poll`/`select`/`epoll` with the input in the set
-//! it waits on. What each one is doing is `/proc/PID/syscall` (the system call it is blocked
+//! processes of its process group, none of their threads runnable, at least one thread
+//! blocked reading the input (a terminal, or a pipe) — in `read`, or in
+//! `poll`/`select`/`epoll` with the input in the set it waits on. Every thread counts: a
+//! program may read its input in any of them (a tokio program reads stdin on a blocking
+//! thread while its main thread waits on a futex). What each one is doing is `/proc/PID/syscall` (the system call it is blocked
 //! in and its arguments); a `poll`/`select` set is read from `/proc/PID/mem`, an `epoll` set
 //! from `/proc/PID/fdinfo`. All of it needs ptrace-read access, which the server has to its
 //! own descendants; where it is missing (a process that changed user, a kernel without
@@ -42,6 +44,8 @@ impl InputFile {
 pub struct Member {
     pub pid: i32,
     state: char,
+    /// Its threads when it was found; 0 where that could not be read.
+    threads: u32,
 }
 
 /// The processes of group `pgid` among the descendants of `leader` (the leader included,
@@ -67,6 +71,7 @@ pub fn group_members(leader: &procfs::Held, pgid: i32) -> Vec<Member> {
             members.push(Member {
                 pid,
                 state: stat.state,
+                threads: stat.threads,
             });
         }
         let children = match stat {
@@ -86,52 +91,107 @@ const MAX_PROCESSES: usize = 4096;
 /// Entries of a `poll` set (or bytes of a `select` set) read, at most.
 const MAX_SET: usize = 256;
 
-/// Whether the processes `members` wait for `input`: `Some(true)` when none is runnable and
-/// at least one is blocked reading it; `None` when what one of them does cannot be read.
+/// Threads of one process looked at, at most.
+const MAX_THREADS: usize = 1024;
+
+/// Whether the processes `members` wait for `input`: `Some(true)` when none of their
+/// threads is runnable and at least one is blocked reading it; `None` when what one of
+/// them does cannot be read.
 pub fn awaiting(members: &[Member], leader: &procfs::Held, input: &InputFile) -> Option<bool> {
     if members.is_empty() {
         return Some(false);
     }
     let mut reading = false;
-    for &Member { pid, state } in members {
-        match state {
-            // A zombie reads nothing.
-            'Z' | 'X' | 'x' => continue,
-            // Sleeping is the only state in which a process waits for input.
-            'S' => {}
-            _ => return Some(false),
-        }
-        let call = if pid == leader.pid() {
-            leader.syscall()
+    for &Member {
+        pid,
+        state,
+        threads,
+    } in members
+    {
+        let doings = if threads > 1 {
+            // Listed now: threads come and go. A process gone meanwhile reads nothing.
+            let Some(tids) = procfs::task_ids(pid, MAX_THREADS) else {
+                continue;
+            };
+            let doings: Option<Vec<Doing>> = tids
+                .into_iter()
+                .map(|tid| thread_doing(pid, tid, input))
+                .collect();
+            doings?
         } else {
-            fs::read_to_string(format!("/proc/{pid}/syscall")).ok()
+            let call = if pid == leader.pid() {
+                leader.syscall()
+            } else {
+                fs::read_to_string(format!("/proc/{pid}/syscall")).ok()
+            };
+            vec![doing(pid, state, call, input, || {
+                procfs::stat(pid).is_some()
+            })?]
         };
-        let Some(call) = call else {
-            // Gone meanwhile, it reads nothing; there and unreadable, it cannot be known.
-            match procfs::stat(pid) {
-                None => continue,
-                Some(_) => return None,
-            }
-        };
-        match blocked_on(&call)? {
-            Blocked::Running => return Some(false),
-            Blocked::Call(call) => {
-                let this = reads(pid, &call, input)?;
-                if this {
-                    tracing::debug!(
-                        pid,
-                        ?members,
-                        nr = call.nr,
-                        fd = call.args[0],
-                        name = ?procfs::name(pid),
-                        "blocked reading the input"
-                    );
+        for doing in doings {
+            match doing {
+                Doing::Gone => {}
+                Doing::Busy => return Some(false),
+                Doing::Sleeping { reading: this } => {
+                    if this {
+                        tracing::debug!(pid, ?members, name = ?procfs::name(pid), "blocked reading the input");
+                    }
+                    reading |= this;
                 }
-                reading |= this;
             }
         }
     }
     Some(reading)
+}
+
+/// What one thread is doing, as far as waiting for input goes.
+enum Doing {
+    /// Ended (or a zombie): it reads nothing.
+    Gone,
+    /// Runnable, or in a state other than an interruptible sleep.
+    Busy,
+    /// Blocked in a system call: reading the input or not.
+    Sleeping { reading: bool },
+}
+
+/// What thread `tid` of process `pid` is doing; `None` when it cannot be read.
+fn thread_doing(pid: i32, tid: i32, input: &InputFile) -> Option<Doing> {
+    let Some(stat) = procfs::task_stat(pid, tid) else {
+        return Some(Doing::Gone);
+    };
+    let call = fs::read_to_string(format!("/proc/{pid}/task/{tid}/syscall")).ok();
+    doing(pid, stat.state, call, input, || {
+        procfs::task_stat(pid, tid).is_some()
+    })
+}
+
+/// What a thread of `pid` in `state`, blocked in `call` (its `syscall` text), is doing;
+/// `there`: whether it still exists, asked when its call cannot be read.
+fn doing(
+    pid: i32,
+    state: char,
+    call: Option<String>,
+    input: &InputFile,
+    there: impl FnOnce() -> bool,
+) -> Option<Doing> {
+    match state {
+        // A zombie reads nothing.
+        'Z' | 'X' | 'x' => return Some(Doing::Gone),
+        // Sleeping is the only state in which a thread waits for input.
+        'S' => {}
+        _ => return Some(Doing::Busy),
+    }
+    let Some(call) = call else {
+        // Gone meanwhile, it reads nothing; there and unreadable, it cannot be known.
+        return if there() { None } else { Some(Doing::Gone) };
+    };
+    match blocked_on(&call)? {
+        Blocked::Running => Some(Doing::Busy),
+        // Descriptors and memory are the process's, shared by its threads.
+        Blocked::Call(call) => Some(Doing::Sleeping {
+            reading: reads(pid, &call, input)?,
+        }),
+    }
 }
 
 enum Blocked {

@@ -87,7 +87,7 @@ impl Session {
     }
 
     /// On a terminal: wait until its program reads it (awaiting input, confirmed), or has
-    /// been quiet for `RUN_TYPE_QUIET` (it may read in another thread). Whether to type now:
+    /// been quiet for `RUN_TYPE_QUIET` (it may read while another thread is busy). Whether to type now:
     /// false once the run ended, the deadline passed or the call was cancelled; true too
     /// when it cannot be known here.
     async fn until_reading(&self, deadline: Instant, cancel: &CancellationToken) -> bool {
