@@ -171,9 +171,12 @@ pub fn fetch_sign_in_url(file: &Path, token_file: Option<PathBuf>) -> Result<Str
         .map_err(refused)?
         .next()
         .ok_or_else(|| format!("{host} is not an address"))?;
+    let stream = TcpStream::connect_timeout(&address, Duration::from_secs(5)).map_err(refused)?;
     // The file outlives its server: another user may listen on that port now, and would be
-    // sent the token. Only a listener of this user is asked.
-    match listener_owner(address) {
+    // sent the token. It is sent only on a connection this user's program accepted: the
+    // kernel's record of the connection's far end, checked after connecting, so no listener
+    // can take the port between the check and the request.
+    match peer_owner(&stream) {
         Some(uid) if uid == nix::unistd::geteuid().as_raw() => {}
         Some(uid) => {
             return Err(format!(
@@ -185,13 +188,12 @@ pub fn fetch_sign_in_url(file: &Path, token_file: Option<PathBuf>) -> Result<Str
         }
         None => {
             return Err(format!(
-                "the live view at {host} does not answer (nothing on this machine listens \
-                 there); is the server running?"
+                "cannot tell whose program answers at {host} (the connection is not in \
+                 /proc/net/tcp); the token was not sent"
             ));
         }
     }
-    let mut stream =
-        TcpStream::connect_timeout(&address, Duration::from_secs(5)).map_err(refused)?;
+    let mut stream = stream;
     stream
         .set_read_timeout(Some(Duration::from_secs(10)))
         .map_err(refused)?;
@@ -217,45 +219,52 @@ pub fn fetch_sign_in_url(file: &Path, token_file: Option<PathBuf>) -> Result<Str
     }
 }
 
-/// The user id of the socket listening on `address` on this machine (on it, or on every
-/// address: a server bound to `0.0.0.0` or `[::]` publishes a loopback URL), from the
-/// kernel's tables of TCP sockets (`/proc/net/tcp`, `/proc/net/tcp6`): `None` when none
-/// listens.
-fn listener_owner(address: std::net::SocketAddr) -> Option<u32> {
-    use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
-    let port = address.port();
-    // An address as the kernel writes it: each 32-bit word in host order, in hex.
-    let v4 = |ip: Ipv4Addr| format!("{:08X}:{port:04X}", u32::from_ne_bytes(ip.octets()));
-    let v6 = |ip: Ipv6Addr| {
-        let words: String = ip
-            .octets()
-            .chunks(4)
-            .map(|w| format!("{:08X}", u32::from_ne_bytes([w[0], w[1], w[2], w[3]])))
-            .collect();
-        format!("{words}:{port:04X}")
-    };
-    let places = match address {
-        SocketAddr::V4(a) => vec![
-            ("/proc/net/tcp", v4(*a.ip())),
-            ("/proc/net/tcp", v4(Ipv4Addr::UNSPECIFIED)),
-            ("/proc/net/tcp6", v6(Ipv6Addr::UNSPECIFIED)),
-        ],
-        SocketAddr::V6(a) => vec![
-            ("/proc/net/tcp6", v6(*a.ip())),
-            ("/proc/net/tcp6", v6(Ipv6Addr::UNSPECIFIED)),
-        ],
-    };
-    places
-        .into_iter()
-        .find_map(|(table, local)| listening_uid(&std::fs::read_to_string(table).ok()?, &local))
+/// The user id of the socket at the far end of `stream` on this machine (the one its
+/// listener accepted, which is that listener's user's), from the kernel's tables of TCP
+/// sockets (`/proc/net/tcp`, `/proc/net/tcp6`); `None` when it is not there.
+fn peer_owner(stream: &TcpStream) -> Option<u32> {
+    let (ours, theirs) = (stream.local_addr().ok()?, stream.peer_addr().ok()?);
+    // The far end's local address is our peer, its remote address ours. A connection to
+    // an IPv4 address accepted on `[::]` is in the IPv6 table, its addresses v4-mapped.
+    let mut places = vec![(
+        "/proc/net/tcp6",
+        kernel_form(theirs, true),
+        kernel_form(ours, true),
+    )];
+    if theirs.is_ipv4() {
+        places.push((
+            "/proc/net/tcp",
+            kernel_form(theirs, false),
+            kernel_form(ours, false),
+        ));
+    }
+    places.into_iter().find_map(|(table, local, remote)| {
+        socket_uid(&std::fs::read_to_string(table).ok()?, &local, &remote)
+    })
 }
 
-/// In a `/proc/net/tcp` table, the uid of the listening socket (state `0A`) at `local`.
-fn listening_uid(table: &str, local: &str) -> Option<u32> {
+/// An address as the kernel's TCP tables write it: each 32-bit word of the IP in host order,
+/// in hex, then the port; as IPv6 (v4-mapped) when `v6`.
+fn kernel_form(address: std::net::SocketAddr, v6: bool) -> String {
+    let port = address.port();
+    let octets = match address.ip() {
+        std::net::IpAddr::V4(ip) if !v6 => ip.octets().to_vec(),
+        std::net::IpAddr::V4(ip) => ip.to_ipv6_mapped().octets().to_vec(),
+        std::net::IpAddr::V6(ip) => ip.octets().to_vec(),
+    };
+    let words: String = octets
+        .chunks(4)
+        .map(|w| format!("{:08X}", u32::from_ne_bytes([w[0], w[1], w[2], w[3]])))
+        .collect();
+    format!("{words}:{port:04X}")
+}
+
+/// In a `/proc/net/tcp` table, the uid of the socket from `local` to `remote`.
+fn socket_uid(table: &str, local: &str, remote: &str) -> Option<u32> {
     table.lines().skip(1).find_map(|line| {
         let fields: Vec<&str> = line.split_whitespace().collect();
-        let listening = fields.get(1) == Some(&local) && fields.get(3) == Some(&"0A");
-        listening.then(|| fields.get(7)?.parse().ok()).flatten()
+        let this = fields.get(1) == Some(&local) && fields.get(2) == Some(&remote);
+        this.then(|| fields.get(7)?.parse().ok()).flatten()
     })
 }
 
@@ -264,32 +273,51 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_listener_is_found_with_its_owner_and_only_while_it_listens() {
+    fn the_far_end_of_a_connection_is_found_with_its_owner() {
         let uid = nix::unistd::geteuid().as_raw();
         let v4 = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let at = v4.local_addr().unwrap();
-        assert_eq!(listener_owner(at), Some(uid));
-        // A connection to it is no listener.
-        let _client = std::net::TcpStream::connect(at).unwrap();
+        let client = TcpStream::connect(v4.local_addr().unwrap()).unwrap();
+        // Found before the listener accepts it, and after.
+        assert_eq!(peer_owner(&client), Some(uid));
+        let (accepted, _) = v4.accept().unwrap();
+        assert_eq!(peer_owner(&client), Some(uid));
+        drop(accepted);
         if let Ok(v6) = std::net::TcpListener::bind("[::1]:0") {
-            assert_eq!(listener_owner(v6.local_addr().unwrap()), Some(uid));
+            let client = TcpStream::connect(v6.local_addr().unwrap()).unwrap();
+            assert_eq!(peer_owner(&client), Some(uid));
         }
-        drop(v4);
-        assert_eq!(listener_owner(at), None);
-        // A server on every address is found at the loopback address it publishes.
-        let any = std::net::TcpListener::bind("0.0.0.0:0").unwrap();
-        let port = any.local_addr().unwrap().port();
-        let published = std::net::SocketAddr::from(([127, 0, 0, 1], port));
-        assert_eq!(listener_owner(published), Some(uid));
+        // A server on every address is found at the loopback address it publishes, also
+        // when it listens on `[::]` and the connection is IPv4.
+        for any in ["0.0.0.0:0", "[::]:0"] {
+            let Ok(listener) = std::net::TcpListener::bind(any) else {
+                continue;
+            };
+            let port = listener.local_addr().unwrap().port();
+            let client = TcpStream::connect(("127.0.0.1", port)).unwrap();
+            assert_eq!(peer_owner(&client), Some(uid), "{any}");
+        }
     }
 
     #[test]
-    fn the_table_is_read_by_address_and_state() {
+    fn the_table_is_read_by_both_ends() {
         let table = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n\
             \x20  0: 0100007F:1F90 00000000:0000 0A 00000000:00000000 00:00000000 00000000  1001        0 1 1\n\
-            \x20  1: 0100007F:1F91 0100007F:1F90 01 00000000:00000000 00:00000000 00000000  1002        0 2 1\n";
-        assert_eq!(listening_uid(table, "0100007F:1F90"), Some(1001));
-        assert_eq!(listening_uid(table, "0100007F:1F91"), None, "not listening");
-        assert_eq!(listening_uid(table, "0100007F:0050"), None);
+            \x20  1: 0100007F:1F91 0100007F:1F90 01 00000000:00000000 00:00000000 00000000  1002        0 2 1\n\
+            \x20  2: 0100007F:1F90 0100007F:1F91 01 00000000:00000000 00:00000000 00000000  1003        0 3 1\n";
+        assert_eq!(
+            socket_uid(table, "0100007F:1F90", "0100007F:1F91"),
+            Some(1003)
+        );
+        assert_eq!(
+            socket_uid(table, "0100007F:1F91", "0100007F:1F90"),
+            Some(1002)
+        );
+        assert_eq!(socket_uid(table, "0100007F:1F90", "0100007F:0050"), None);
+        let at = std::net::SocketAddr::from(([127, 0, 0, 1], 8080));
+        assert_eq!(kernel_form(at, false), "0100007F:1F90");
+        assert_eq!(
+            kernel_form(at, true),
+            "0000000000000000FFFF00000100007F:1F90"
+        );
     }
 }
