@@ -47,10 +47,18 @@ pub fn install_line(nonce: &str) -> String {
 
 /// `command printf` of the mark of `kind` (with `data` format and arguments), the nonce
 /// given in two halves so that the whole nonce never appears in what is typed (a terminal
-/// echoes it).
+/// echoes it). Its last argument is never a half of the nonce: bash gives the next command
+/// the last argument of the one before it as `$_`, and a start mark comes right before the
+/// command (which then finds `$_` empty).
 fn print_mark(nonce: &str, kind: &str, data_format: &str, data_args: &str) -> String {
     let (a, b) = nonce.split_at(nonce.len() / 2);
-    format!("command printf '{OSC}%s%s;{kind}{data_format}{BEL}' {a} {b}{data_args}")
+    let (tail_format, tail_args) = match data_args {
+        "" => ("%s", " ''"),
+        _ => ("", ""),
+    };
+    format!(
+        "command printf '{OSC}%s%s;{kind}{data_format}{BEL}{tail_format}' {a} {b}{data_args}{tail_args}"
+    )
 }
 
 /// The command as the text of a double-quoted word, for a shell reading a pipe: only
