@@ -190,13 +190,24 @@ impl Text {
     /// group); its matches are exactly where its bytes occur.
     fn of(hir: &Hir) -> Option<Text> {
         match hir.kind() {
-            HirKind::Literal(literal) if !literal.0.is_empty() => Some(Text {
-                finder: memchr::memmem::Finder::new(&literal.0).into_owned(),
-                // Never more: the tail, and at most as many bytes of a piece after it.
-                tail: Vec::with_capacity(2 * (literal.0.len() - 1)),
-            }),
+            HirKind::Literal(literal) => Text::new(&literal.0),
             _ => None,
         }
+    }
+
+    /// The search of `pattern` when no character of it means anything to a regex (so it
+    /// parses to itself as one literal), found without parsing it.
+    fn plain(pattern: &str) -> Option<Text> {
+        let plain = !pattern.chars().any(regex_syntax::is_meta_character);
+        plain.then(|| Text::new(pattern.as_bytes())).flatten()
+    }
+
+    fn new(literal: &[u8]) -> Option<Text> {
+        (!literal.is_empty()).then(|| Text {
+            finder: memchr::memmem::Finder::new(literal).into_owned(),
+            // Never more: the tail, and at most as many bytes of a piece after it.
+            tail: Vec::with_capacity(2 * (literal.len() - 1)),
+        })
     }
 
     fn feed(&mut self, piece: &[u8]) -> bool {
@@ -286,6 +297,9 @@ impl Search {
     /// `for_client`, off the async workers and at most `PATTERN_COMPILES_AT_ONCE` at a time;
     /// a short pattern of plain text (`builds_quickly`), or one compiled lately, where it is.
     pub async fn compile_for_client(pattern: &str) -> Result<Search, ToolError> {
+        if let Some(text) = Text::plain(pattern) {
+            return Search::text(text).charged().map_err(ToolError::from);
+        }
         let recalled = recent().recall(pattern);
         if let Some(automata) = recalled {
             let search = Search::with(automata).and_then(Search::charged);
@@ -335,17 +349,24 @@ impl Search {
 
     /// The search of `pattern` compiled now; its automata are kept for the next search.
     fn build_anew(pattern: &str) -> Result<Search, PatternError> {
+        if let Some(text) = Text::plain(pattern) {
+            return Ok(Search::text(text));
+        }
         let hir = syntax::parse(pattern).map_err(|e| PatternError::Unusable(e.to_string()))?;
         if let Some(text) = Text::of(&hir) {
-            return Ok(Search {
-                engine: Engine::Text(text),
-                _charge: None,
-            });
+            return Ok(Search::text(text));
         }
         let automata = Search::compile(pattern, &hir)?;
         let search = Search::with(automata.clone())?;
         recent().remember(pattern, &automata);
         Ok(search)
+    }
+
+    fn text(text: Text) -> Search {
+        Search {
+            engine: Engine::Text(text),
+            _charge: None,
+        }
     }
 
     fn compile(pattern: &str, hir: &Hir) -> Result<Automata, PatternError> {
@@ -589,6 +610,34 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
     use regex::Regex;
+
+    #[test]
+    fn plain_text_is_known_without_parsing_as_its_parse_would_say() {
+        for pattern in ["echo: line 7", "漢字 ok", "a b\tc", "100%", "x"] {
+            let text = Text::plain(pattern).expect(pattern);
+            let hir = syntax::parse(pattern).unwrap();
+            assert!(matches!(hir.kind(), HirKind::Literal(l) if &*l.0 == pattern.as_bytes()));
+            assert_eq!(text.finder.needle(), pattern.as_bytes());
+        }
+        for pattern in [
+            "", "a.b", "a|b", "(x)", r"\d", "a-b", "a#b", "x~", "[", "a&b",
+        ] {
+            assert!(Text::plain(pattern).is_none(), "{pattern}");
+        }
+    }
+
+    proptest! {
+        /// Whatever the text, a pattern taken as plain is exactly the literal its parse is.
+        #[test]
+        fn a_plain_pattern_parses_to_itself(pattern in "\\PC{1,12}") {
+            if let Some(text) = Text::plain(&pattern) {
+                let hir = syntax::parse(&pattern).unwrap();
+                let same = matches!(hir.kind(), HirKind::Literal(l) if &*l.0 == pattern.as_bytes());
+                prop_assert!(same, "{:?}", hir);
+                prop_assert_eq!(text.finder.needle(), pattern.as_bytes());
+            }
+        }
+    }
 
     /// Plain text is built where it is asked for; anything whose automaton may grow is
     /// handed to a thread.

@@ -299,11 +299,13 @@ impl TerminalServer {
             until_input: args.bool("until_input"),
         };
         let searched = AtomicU64::new(0);
-        let waiting = session.wait(request, &searched, &context.ct);
+        // On the heap: a wait's state (its search, timers and snapshot) is several KiB, and
+        // every tool call's future is as large as its largest tool's, moved whole into the
+        // task that runs it.
+        let mut waiting = Box::pin(session.wait(request, &searched, &context.ct));
         let Some(token) = context.meta.get_progress_token() else {
             return ok(waiting.await?);
         };
-        tokio::pin!(waiting);
         let started = tokio::time::Instant::now();
         // The first report is due one period from now (awaiting an immediate first tick
         // would cost a timer turn on every wait).

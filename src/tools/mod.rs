@@ -232,7 +232,11 @@ impl ServerHandler for TerminalServer {
             ));
         };
         let began = std::time::Instant::now();
-        let arguments = request.arguments.clone().unwrap_or_default();
+        // Kept for the audit line only: the call consumes its own copy.
+        let arguments = match &self.audit {
+            Some(_) => request.arguments.clone().unwrap_or_default(),
+            None => Map::new(),
+        };
         let outcome = match Args::decode(&spec.params, request.arguments) {
             Ok(args) => self.dispatch(spec.name, &args, &context).await,
             Err(error) => Err(error),
