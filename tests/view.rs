@@ -196,6 +196,9 @@ async fn owner_control_types_into_a_pty_session_and_the_agent_and_audit_log_see_
     assert_eq!(owner[0]["tool"], json!("terminal_write"));
     assert_eq!(owner[0]["session_id"], json!(sid));
     assert_eq!(owner[0]["outcome"], json!("ok"));
+    // The browser's address, as an agent's line over HTTP carries its client's.
+    let client = owner[0]["client"].as_str().unwrap_or_default();
+    assert!(client.starts_with("127.0.0.1:"), "{:?}", owner[0]);
     assert_eq!(owner[0]["bytes"], json!("typed-by-the-owner\r".len()));
     assert!(
         !owner[0].to_string().contains("typed-by-the-owner"),

@@ -6,11 +6,13 @@
 //! the agent sees it: the snapshot's `owner_input_at`, and the output the keys caused.
 
 use std::collections::VecDeque;
+use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
+use axum::Extension;
 use axum::body::Bytes;
-use axum::extract::{Path, State};
+use axum::extract::{ConnectInfo, Path, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Map, Value, json};
@@ -145,6 +147,11 @@ async fn record(view: &View, tool: &str, id: &str, command_id: &str, outcome: Ou
     let Some(audit) = &view.settings.audit else {
         return;
     };
+    // The browser's address, as an agent's line over HTTP carries its client's.
+    let mut extra = Map::new();
+    if let Some(client) = outcome.client {
+        extra.insert("client".into(), client.to_string().into());
+    }
     let written = audit.record(AuditLine {
         by: By::Owner,
         tool: tool.to_owned(),
@@ -153,7 +160,7 @@ async fn record(view: &View, tool: &str, id: &str, command_id: &str, outcome: Ou
         outcome: outcome.result.to_owned(),
         duration: outcome.began.elapsed(),
         details: outcome.details,
-        extra: Map::new(),
+        extra,
     });
     written.settled(audit).await;
 }
@@ -162,12 +169,14 @@ struct Outcome<'a> {
     result: &'a str,
     began: Instant,
     details: Map<String, Value>,
+    client: Option<SocketAddr>,
 }
 
 /// `POST /ui/sessions/{id}/input`: keys or text into a PTY session.
 pub async fn input(
     State(view): State<Arc<View>>,
     Path(id): Path<String>,
+    client: Option<Extension<ConnectInfo<SocketAddr>>>,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
@@ -206,6 +215,7 @@ pub async fn input(
         result,
         began,
         details,
+        client: client.map(|Extension(ConnectInfo(address))| address),
     };
     record(&view, tool, &id, &session.command_id, outcome).await;
     match sent {
@@ -222,6 +232,7 @@ pub async fn input(
 pub async fn terminate(
     State(view): State<Arc<View>>,
     Path(id): Path<String>,
+    client: Option<Extension<ConnectInfo<SocketAddr>>>,
     headers: HeaderMap,
 ) -> Response {
     let began = Instant::now();
@@ -234,6 +245,7 @@ pub async fn terminate(
         result: "ok",
         began,
         details: Map::new(),
+        client: client.map(|Extension(ConnectInfo(address))| address),
     };
     record(
         &view,
