@@ -3,11 +3,13 @@
 //! blocked reading the input (a terminal, or a pipe) — in `read`, or in
 //! `poll`/`select`/`epoll` with the input in the set it waits on. Every thread counts: a
 //! program may read its input in any of them (a tokio program reads stdin on a blocking
-//! thread while its main thread waits on a futex). What each one is doing is `/proc/PID/syscall` (the system call it is blocked
-//! in and its arguments); a `poll`/`select` set is read from `/proc/PID/mem`, an `epoll` set
-//! from `/proc/PID/fdinfo`. All of it needs ptrace-read access, which the server has to its
-//! own descendants; where it is missing (a process that changed user, a kernel without
-//! `/proc/PID/syscall`, a Yama policy) the answer is unknown, never a wrong "no".
+//! thread while its main thread waits on a futex). What each thread is doing is
+//! `/proc/PID/task/TID/syscall` (the system call it is blocked in and its arguments; for a
+//! process of one thread, `/proc/PID/syscall`); a `poll`/`select` set is read from
+//! `/proc/PID/mem`, an `epoll` set from `/proc/PID/fdinfo`. All of it needs ptrace-read
+//! access, which the server has to its own descendants; where it is missing (a process
+//! that changed user, a kernel without `/proc/PID/syscall`, a Yama policy) the answer is
+//! unknown, never a wrong "no".
 
 use std::fs;
 use std::os::unix::fs::FileExt;
@@ -134,7 +136,8 @@ pub fn awaiting(members: &[Member], leader: &procfs::Held, input: &InputFile) ->
                 Doing::Busy => return Some(false),
                 Doing::Sleeping { reading: this } => {
                     if this {
-                        tracing::debug!(pid, ?members, name = ?procfs::name(pid), "blocked reading the input");
+                        let name = procfs::name(pid);
+                        tracing::debug!(pid, ?members, ?name, "blocked reading the input");
                     }
                     reading |= this;
                 }
