@@ -151,8 +151,8 @@ pub const AWAIT_QUIET: Duration = Duration::from_millis(20);
 pub const AWAIT_POLL: Duration = Duration::from_millis(10);
 
 /// A one-shot run on a terminal types its input once the program reads, or once it has been
-/// quiet this long without being found reading (a program that reads while another of its
-/// threads is busy is not seen waiting).
+/// quiet this long and one of its threads reads while another is busy (never waiting, as
+/// a whole, for input).
 pub const RUN_TYPE_QUIET: Duration = Duration::from_secs(1);
 
 /// A wait's pattern: each automaton compiled from it at most this large, each lazy DFA's

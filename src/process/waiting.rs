@@ -100,6 +100,18 @@ const MAX_THREADS: usize = 1024;
 /// threads is runnable and at least one is blocked reading it; `None` when what one of
 /// them does cannot be read.
 pub fn awaiting(members: &[Member], leader: &procfs::Held, input: &InputFile) -> Option<bool> {
+    look(members, leader, input, true)
+}
+
+/// Whether a thread of the processes `members` is blocked reading `input`, whatever the
+/// others do (one may compute while another reads); `None` when what one of them does
+/// cannot be read.
+pub fn reading(members: &[Member], leader: &procfs::Held, input: &InputFile) -> Option<bool> {
+    look(members, leader, input, false)
+}
+
+/// `awaiting` when `idle` (a runnable thread means no), else `reading`.
+fn look(members: &[Member], leader: &procfs::Held, input: &InputFile, idle: bool) -> Option<bool> {
     if members.is_empty() {
         return Some(false);
     }
@@ -133,7 +145,8 @@ pub fn awaiting(members: &[Member], leader: &procfs::Held, input: &InputFile) ->
         for doing in doings {
             match doing {
                 Doing::Gone => {}
-                Doing::Busy => return Some(false),
+                Doing::Busy if idle => return Some(false),
+                Doing::Busy => {}
                 Doing::Sleeping { reading: this } => {
                     if this {
                         let name = procfs::name(pid);

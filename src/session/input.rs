@@ -12,6 +12,7 @@
 use std::sync::Arc;
 
 use tokio::net::unix::pipe;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::Session;
@@ -106,6 +107,10 @@ pub(super) enum Typed<'a> {
     /// Not recorded: the shell integration (the session shows nothing of it), or a piece
     /// of a command recorded whole once it is typed (`record_command`).
     Unrecorded,
+    /// A one-shot run's stdin: recorded as text or keys are; the program has until this
+    /// deadline (the run's own) to take it, since a program may read its input only once
+    /// it has started up.
+    Run(Instant),
 }
 
 /// Where one write goes, taken out of the state so that no lock is held while it waits.
@@ -309,6 +314,7 @@ impl Session {
         let bound = match typed {
             Typed::Command(_) | Typed::Unrecorded => EXEC_TYPING_TIMEOUT,
             Typed::Input | Typed::Secret(_) => WRITE_DRAIN_TIMEOUT,
+            Typed::Run(deadline) => deadline.saturating_duration_since(Instant::now()),
         };
         let outcome = tokio::select! {
             done = tokio::time::timeout(bound, sink.write_all(&bytes, &mut written)) => Some(done),
@@ -321,7 +327,9 @@ impl Session {
         if let (Some(feed), false) = (&self.sink, sent.is_empty()) {
             let enter = if is_pty { "\r" } else { "\n" };
             let recorded = match typed {
-                Typed::Input => Some(Feed::Input(String::from_utf8_lossy(sent).into_owned())),
+                Typed::Input | Typed::Run(_) => {
+                    Some(Feed::Input(String::from_utf8_lossy(sent).into_owned()))
+                }
                 Typed::Command(line) => Some(Feed::Input(format!("{line}{enter}"))),
                 Typed::Secret(name) => Some(Feed::Secret(name.to_owned())),
                 Typed::Unrecorded => None,
@@ -331,7 +339,7 @@ impl Session {
             }
         }
         // The session's end may have closed the input meanwhile: never reopen it.
-        let line_typed = matches!(typed, Typed::Input | Typed::Secret(_))
+        let line_typed = matches!(typed, Typed::Input | Typed::Secret(_) | Typed::Run(_))
             && sent.iter().any(|b| *b == b'\r' || *b == b'\n');
         self.update(|s| {
             if sent.is_empty() {

@@ -15,6 +15,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::Session;
+use super::input::Typed;
 use super::state::{Reason, Snapshot, State};
 use crate::config::Mode;
 use crate::limits::{AWAIT_POLL, DRAIN_DEADLINE, GRACE_DEFAULT_MS, KILL_CONFIRM, RUN_TYPE_QUIET};
@@ -46,17 +47,19 @@ impl Session {
         cancel: &CancellationToken,
     ) -> RunResult {
         // A program that exits without reading its input is not an error of the run; what
-        // happened shows in the result.
+        // happened shows in the result. One that reads it late (it starts slowly) has the
+        // run's whole time to take it.
+        let deadline = Instant::now() + timeout;
+        let typed = Typed::Run(deadline);
         if self.mode == Mode::Pty {
-            let deadline = Instant::now() + timeout;
             if !stdin.is_empty() && self.until_reading(deadline, cancel).await {
-                let _ = self.send(stdin.as_bytes(), false, cancel).await;
+                let _ = self.send_as(stdin.as_bytes(), false, cancel, typed).await;
             }
             if self.until_reading(deadline, cancel).await {
-                let _ = self.send(b"", true, cancel).await;
+                let _ = self.send_as(b"", true, cancel, typed).await;
             }
         } else {
-            let _ = self.send(stdin.as_bytes(), true, cancel).await;
+            let _ = self.send_as(stdin.as_bytes(), true, cancel, typed).await;
         }
         // The timeout's termination: grace, kill confirmation and the drain deadline.
         let bound =
@@ -86,10 +89,12 @@ impl Session {
         }
     }
 
-    /// On a terminal: wait until its program reads it (awaiting input, confirmed), or has
-    /// been quiet for `RUN_TYPE_QUIET` (it may read while another thread is busy). Whether to type now:
-    /// false once the run ended, the deadline passed or the call was cancelled; true too
-    /// when it cannot be known here.
+    /// On a terminal: wait until its program reads it (awaiting input, confirmed), or,
+    /// after `RUN_TYPE_QUIET` of quiet, until a thread of it is blocked reading it while
+    /// another is busy. Never before it reads: a program that starts slowly and then sets
+    /// its terminal up (a password prompt flushes what was typed) would lose it, or show
+    /// it. Whether to type now: false once the run ended, the deadline passed or the call
+    /// was cancelled; true too when it cannot be known here.
     async fn until_reading(&self, deadline: Instant, cancel: &CancellationToken) -> bool {
         loop {
             if self.status().is_final() || Instant::now() >= deadline || cancel.is_cancelled() {
@@ -102,7 +107,8 @@ impl Session {
                 match self.awaiting_confirmed().await {
                     Some(true) | None => return true,
                     Some(false)
-                        if self.inspect(|s| s.last_traffic()).elapsed() >= RUN_TYPE_QUIET =>
+                        if self.inspect(|s| s.last_traffic()).elapsed() >= RUN_TYPE_QUIET
+                            && self.reading_input() != Some(false) =>
                     {
                         return true;
                     }

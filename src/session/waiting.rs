@@ -16,7 +16,7 @@ use super::ingest::Control;
 use crate::config::Mode;
 use crate::limits::AWAIT_QUIET;
 use crate::output::Stream;
-use crate::process::waiting::{InputFile, awaiting, group_members};
+use crate::process::waiting::{InputFile, awaiting, group_members, reading};
 use crate::process::{procfs, unread};
 
 /// The program in a session's foreground.
@@ -147,6 +147,15 @@ impl Session {
             awaiting_input,
             foreground,
         }
+    }
+
+    /// Whether a thread of the foreground programs is blocked reading the session's input
+    /// now, whatever their other threads do (`None`: it cannot be known here).
+    pub(super) fn reading_input(&self) -> Option<bool> {
+        let input = self.input_file.as_ref()?;
+        let foreground = self.foreground_group()?;
+        let members = group_members(&self.leader_files, foreground);
+        reading(&members, &self.leader_files, input)
     }
 
     /// Whether the session awaits input, confirmed: a second look `AWAIT_QUIET` after the
