@@ -59,7 +59,19 @@ impl Session {
                 let _ = self.send_as(b"", true, cancel, typed).await;
             }
         } else {
-            let _ = self.send_as(stdin.as_bytes(), true, cancel, typed).await;
+            // Given up once the program has ended: a process it left behind may hold its
+            // stdin without ever reading it.
+            let stop = cancel.child_token();
+            let write = self.send_as(stdin.as_bytes(), true, &stop, typed);
+            let ended = async {
+                self.wait_until(deadline, |s| s.status().is_final()).await;
+                stop.cancel();
+                std::future::pending::<()>().await
+            };
+            tokio::select! {
+                _ = write => {}
+                () = ended => {}
+            }
         }
         // The timeout's termination: grace, kill confirmation and the drain deadline.
         let bound =
