@@ -17,8 +17,9 @@ use tokio_util::sync::CancellationToken;
 use super::keys::{KEY_NAMES, key_bytes};
 use super::params::Args;
 use super::{TerminalServer, ok};
+use crate::config::Mode;
 use crate::errors::{ErrorCode, ToolError};
-use crate::limits::{IDLE_MAX_MS, IDLE_MIN_MS, WAIT_PROGRESS_EVERY};
+use crate::limits::{IDLE_MAX_MS, IDLE_MIN_MS, TERMINAL_LINE_MAX_BYTES, WAIT_PROGRESS_EVERY};
 use crate::output::{Search, Shape, Stream};
 use crate::session::{
     ExecRequest, OnTimeout, ReadFrom, Reason, Session, StartRequest, Streams, Target, WaitRequest,
@@ -89,6 +90,26 @@ impl TerminalServer {
                     "stdin is {} bytes, over the limit of {limit}; nothing was started: put \
                      the input in a file the command reads instead",
                     stdin.len()
+                ),
+            ));
+        }
+        let command_id = args.str("command_id").unwrap_or_default();
+        let on_terminal = self
+            .sessions
+            .config
+            .commands
+            .get(command_id)
+            .is_some_and(|profile| profile.mode == Mode::Pty);
+        // A terminal reading lines drops what is typed past this much of a line.
+        let longest = stdin.split(['\n', '\r']).map(str::len).max().unwrap_or(0);
+        if on_terminal && longest >= TERMINAL_LINE_MAX_BYTES {
+            return Err(ToolError::new(
+                ErrorCode::InputTooLarge,
+                format!(
+                    "stdin has a line of {longest} bytes, and a terminal reading lines keeps \
+                     at most {} of a line (the rest is dropped); nothing was started: split \
+                     the line, put the input in a file, or use a profile on pipes",
+                    TERMINAL_LINE_MAX_BYTES - 1
                 ),
             ));
         }
