@@ -552,12 +552,25 @@ impl Session {
     /// every `AWAIT_POLL` meanwhile (what it reads from is the kernel's, not an event).
     async fn elsewhere_after(&self, until: Instant) -> Option<String> {
         loop {
-            let why = self.shell_elsewhere()?;
+            let why = self
+                .shell_elsewhere()
+                .or_else(|| self.running_typed_line())?;
             if Instant::now() >= until || self.status().is_final() {
                 return Some(why);
             }
             tokio::time::sleep(AWAIT_POLL).await;
         }
+    }
+
+    /// After a line was typed some other way since the last command (an answer with a
+    /// line too many, a line typed ahead): unless the shell is blocked reading its terminal,
+    /// it may have read that line and not yet started what it runs (so neither the
+    /// terminal's queue nor its foreground shows it). Not known here: not held against it.
+    fn running_typed_line(&self) -> Option<String> {
+        let typed = self.inspect(|s| s.shell().is_some_and(|t| t.typed_since_submit()));
+        (typed && self.waiting().awaiting_input == Some(false)).then(|| {
+            "the shell is running a line typed with terminal_write or terminal_keys".to_owned()
+        })
     }
 
     /// The error for a shell that cannot take a command now.

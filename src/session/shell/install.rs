@@ -4,11 +4,13 @@
 //! nothing of the shell's output until the integration's first mark), makes the shell print
 //! invisible marks carrying the session's nonce:
 //! - bash: `PROMPT_COMMAND` prints the end of a command with its status (to `/dev/tty`, so
-//!   redirecting the shell's own stdout or stderr cannot lose it), `PS0` the start of one;
+//!   redirecting the shell's own stdout or stderr cannot lose it; from bash 5.1 a second
+//!   element prints it should a command replace the first), `PS0` the start of one;
 //!   readline is put in emacs mode with bracketed paste (so a pasted command is inserted as
 //!   text, tabs and newlines included, and readline's end of paste marks where its echo
-//!   ends), history expansion is off (`!` is plain text, as on pipes), and the shell's
-//!   history is not written to a file;
+//!   ends), and back in emacs mode at each prompt should a command change it (`set -o vi`
+//!   in a sourced `.bashrc`); history expansion is off (`!` is plain text, as on pipes),
+//!   and the shell's history is not written to a file;
 //! - other POSIX shells (dash): `PS1` prints the end mark with `$?` (dash expands
 //!   parameters in its prompt), `PS2` is empty (continuation lines of a multi-line command
 //!   print no prompt into its output).
@@ -29,12 +31,20 @@ pub fn new_nonce() -> String {
     format!("{:032x}", rand::random::<u128>())
 }
 
+/// Where bash 5.1 and later keep a second hook in the `PROMPT_COMMAND` array, which prints
+/// the end mark when the first element no longer does: a command that sets
+/// `PROMPT_COMMAND='history -a'` (as many a `.bashrc` does) replaces the first element
+/// only. Each element sees the command's own `$?`.
+const GUARD_INDEX: u32 = 6973;
+
 /// The line that integrates a terminal shell (without its Enter).
 pub fn install_line(nonce: &str) -> String {
     format!(
         "__mt_n={nonce}; if [ -n \"${{BASH_VERSION-}}\" ]; then \
-         __mt_d() {{ local s=$?; printf '{OSC}%s;D;%s{BEL}' \"$__mt_n\" \"$s\" >/dev/tty; return $s; }}; \
+         __mt_d() {{ local s=${{1-$?}}; [[ -o vi ]] && set -o emacs; printf '{OSC}%s;D;%s{BEL}' \"$__mt_n\" \"$s\" >/dev/tty; return $s; }}; \
          PROMPT_COMMAND=\"{{ __mt_d; }} 2>/dev/null${{PROMPT_COMMAND:+;$PROMPT_COMMAND}}\"; \
+         [ \"${{BASH_VERSINFO[0]}}${{BASH_VERSINFO[1]}}\" -ge 51 ] && \
+         PROMPT_COMMAND[{GUARD_INDEX}]='{{ __mt_e=$?; [[ ${{PROMPT_COMMAND[0]-}} == *__mt_d* ]] || __mt_d $__mt_e; }} 2>/dev/null'; \
          PS0='\\e]6973;'\"$__mt_n\"';C\\a'\"${{PS0-}}\"; set +H; unset HISTFILE; \
          history -d -1 2>/dev/null; \
          if shopt -oq emacs || shopt -oq vi; then set -o emacs; \

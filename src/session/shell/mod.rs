@@ -89,6 +89,9 @@ pub struct Track {
     /// A readline shell reads a line, its terminal set up for it (raw): typing before that
     /// meets the terminal's line discipline, which cuts a long line.
     reading: bool,
+    /// A line was typed some other way (`terminal_write` with Enter) since the last command
+    /// was submitted: one typed ahead may be the shell's next even after a prompt came.
+    typed_since_submit: bool,
     /// Oldest first; the last one is the current command.
     commands: VecDeque<Command>,
     next_seq: u64,
@@ -124,6 +127,7 @@ impl Track {
             ends: 0,
             prompted: false,
             reading: false,
+            typed_since_submit: false,
             commands: VecDeque::new(),
             next_seq: 1,
         }
@@ -188,11 +192,17 @@ impl Track {
     /// line went to a program that has since ended, or was run at once) already says where
     /// the shell is.
     pub fn typed_line(&mut self, ends_before: u64) {
-        if matches!(self.typing, Some(Typing::Readline | Typing::Canonical))
-            && self.ends == ends_before
-        {
-            self.at_prompt = false;
+        if matches!(self.typing, Some(Typing::Readline | Typing::Canonical)) {
+            self.typed_since_submit = true;
+            if self.ends == ends_before {
+                self.at_prompt = false;
+            }
         }
+    }
+
+    /// Whether a line was typed some other way since the last command was submitted.
+    pub fn typed_since_submit(&self) -> bool {
+        self.typed_since_submit
     }
 
     /// Note that `text` is being typed at cursor `at`; returns its sequence number.
@@ -206,6 +216,7 @@ impl Track {
         let seq = self.next_seq;
         self.next_seq += 1;
         self.reading = false;
+        self.typed_since_submit = false;
         self.commands.push_back(Command {
             seq,
             text: text.to_owned(),
@@ -372,6 +383,10 @@ mod tests {
         assert!(matches!(track.busy(), Some(Busy::Foreground)));
         track.mark(&Mark::End(Some(0)), 9);
         assert!(track.busy().is_none());
+        // Either way a line was typed since the last command: until the next one.
+        assert!(track.typed_since_submit());
+        track.submit("true", 10);
+        assert!(!track.typed_since_submit());
     }
 
     #[test]
