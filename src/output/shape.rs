@@ -70,6 +70,10 @@ impl Line {
         if self.cells.len() < to {
             self.cells.resize(to, ' ');
         }
+        // A tab written over is blanks from then on, as the screen shows it.
+        for cell in from..to {
+            self.expand_tab(cell);
+        }
         // A wide character partly overwritten is gone whole, as on a terminal: its other
         // half, outside what is written now, becomes a blank.
         if from > 0 && self.cells[from] == FILL && Line::wide(self.cells[from - 1]) {
@@ -83,6 +87,20 @@ impl Line {
             self.cells[from + 1] = FILL;
         }
         self.col = to;
+    }
+
+    /// When cell `at` belongs to a tab kept as text (its `\t` and the fill up to its stop),
+    /// that tab becomes the blanks it moved over.
+    fn expand_tab(&mut self, at: usize) {
+        let start = self.cells[..=at].iter().rposition(|c| *c != FILL);
+        let Some(start) = start.filter(|&i| self.cells[i] == '\t') else {
+            return;
+        };
+        let end = self.cells[start + 1..]
+            .iter()
+            .position(|c| *c != FILL)
+            .map_or(self.cells.len(), |n| start + 1 + n);
+        self.cells[start..end].fill(' ');
     }
 
     fn wide(c: char) -> bool {
@@ -358,6 +376,18 @@ mod tests {
         assert_eq!(
             lines.iter().map(|(at, _)| *at).collect::<Vec<_>>(),
             [0, 7, 18, 22, 33]
+        );
+    }
+
+    #[test]
+    fn a_tab_written_over_becomes_the_blanks_it_moved_over() {
+        let lines = shaped(
+            Shape::Render,
+            &["\tX\rab\n", "\t\tZ\r\tA\n", "ab\tc\n", "x\t\x08y\n"],
+        );
+        assert_eq!(
+            texts(&lines),
+            ["ab      X\n", "\tA       Z\n", "ab\tc\n", "x      y\n"]
         );
     }
 
