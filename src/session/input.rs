@@ -247,6 +247,27 @@ impl Session {
         Ok((typed, closed))
     }
 
+    /// Keys for a shell on pipes: there is no terminal to make Ctrl-C, Ctrl-\ or Ctrl-Z a
+    /// signal, and the shell would read the byte as a command; refused, nothing written.
+    pub fn check_keys(&self, bytes: &[u8]) -> Result<(), ToolError> {
+        // While a command runs, the write is refused as typed ahead (`send`).
+        let idle_shell = self.mode == Mode::Pipe
+            && self.inspect(|s| {
+                s.shell()
+                    .is_some_and(|t| !matches!(t.busy(), Some(Busy::Command(_))))
+            });
+        if idle_shell && bytes.iter().any(|b| matches!(b, 0x03 | 0x1a | 0x1c)) {
+            return Err(ToolError::new(
+                ErrorCode::NotAPty,
+                "this shell runs on pipes: no terminal turns C-c, C-\\ or C-z into a signal, \
+                 and the shell would read the byte as a command; nothing was written. To stop \
+                 a command, terminal_exec `continue: true` with `on_timeout: \"interrupt\"` \
+                 sends SIGINT to its processes when that call times out",
+            ));
+        }
+        Ok(())
+    }
+
     /// Send bytes to the program's input; with `close`, end the input after them: close
     /// the pipe, or on a terminal send its EOF character (Ctrl-D), leaving the terminal
     /// open for more keys. Returns whether stdin is now closed.

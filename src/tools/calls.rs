@@ -239,7 +239,9 @@ impl TerminalServer {
                 ),
             ));
         }
-        let stdin_closed = self.session(args)?.send(&bytes, false, cancel).await?;
+        let session = self.session(args)?;
+        session.check_keys(&bytes)?;
+        let stdin_closed = session.send(&bytes, false, cancel).await?;
         ok(json!({"accepted_bytes": bytes.len(), "stdin_closed": stdin_closed}))
     }
 
