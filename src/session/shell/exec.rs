@@ -475,6 +475,10 @@ impl Session {
             // What the command wrote to stderr is in its pipe by now.
             self.ask_reader(Stream::Stderr, Control::Drain).await;
             self.captures().end(Stream::Stderr);
+        } else if self.mode == Mode::Pipe {
+            // Still running: what it has written so far is in its pipes, read first.
+            self.ask_reader(Stream::Stdout, Control::Drain).await;
+            self.ask_reader(Stream::Stderr, Control::Drain).await;
         }
         let (output, stderr) = {
             let mut captures = self.captures();
