@@ -583,11 +583,25 @@ impl Session {
             Busy::Installing => "the shell is still starting (its integration has not \
                                  answered yet); try again in a moment"
                 .to_owned(),
-            Busy::Command(seq) if self.mode == Mode::Pty => format!(
-                "command {seq} is still running in this shell: collect its result with \
-                 `continue: true`, answer it with terminal_keys or terminal_write, or \
-                 interrupt it (terminal_keys [\"C-c\"])"
-            ),
+            Busy::Command(seq) if self.mode == Mode::Pty => {
+                // The shell itself waiting for input: a `read`, or its prompt after a
+                // command that removed the integration, which no mark will ever end.
+                let shell = self.shell_group.get().copied().unwrap_or(self.pid);
+                let hint = match self.foreground() {
+                    Some(f) if f.pid == shell && self.waiting().awaiting_input == Some(true) => {
+                        ". If the screen shows the shell's prompt, the command removed the \
+                         shell's integration (`unset PROMPT_COMMAND`, `exec bash`, dash's \
+                         `PS1=`) and no command will end again: terminate the session and \
+                         start a new shell"
+                    }
+                    _ => "",
+                };
+                format!(
+                    "command {seq} is still running in this shell: collect its result with \
+                     `continue: true`, answer it with terminal_keys or terminal_write, or \
+                     interrupt it (terminal_keys [\"C-c\"]){hint}"
+                )
+            }
             Busy::Command(seq) => {
                 format!("command {seq} is still running in this shell: {PIPE_BUSY}")
             }
