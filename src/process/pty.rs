@@ -297,6 +297,31 @@ impl PtyMaster {
         })
     }
 
+    /// Give the terminal back the line handling a shell that reads lines from it needs, as
+    /// `stty sane` would, where a program changed it (a full-screen program that crashed
+    /// leaves raw mode behind): lines read whole (`icanon`), the interrupt, quit and suspend
+    /// characters sending their signals (`isig`), Enter read as a line end (`icrnl`, no
+    /// `inlcr` or `igncr`), and a newline written as CR LF (`opost onlcr`, no `ocrnl`).
+    /// Echo stays as it was set. Whether anything changed.
+    pub fn restore_line_handling(&self) -> bool {
+        use nix::sys::termios::{
+            InputFlags, LocalFlags, OutputFlags, SetArg, tcgetattr, tcsetattr,
+        };
+        let Ok(mut t) = tcgetattr(self.fd.get_ref()) else {
+            return false;
+        };
+        let before = t.clone();
+        t.local_flags |= LocalFlags::ICANON | LocalFlags::ISIG;
+        t.input_flags |= InputFlags::ICRNL;
+        t.input_flags &= !(InputFlags::INLCR | InputFlags::IGNCR);
+        t.output_flags |= OutputFlags::OPOST | OutputFlags::ONLCR;
+        t.output_flags &= !(OutputFlags::OCRNL | OutputFlags::ONLRET);
+        let changed = t.local_flags != before.local_flags
+            || t.input_flags != before.input_flags
+            || t.output_flags != before.output_flags;
+        changed && tcsetattr(self.fd.get_ref(), SetArg::TCSANOW, &t).is_ok()
+    }
+
     /// Whether the terminal echoes what is typed.
     pub fn echoes(&self) -> bool {
         use nix::sys::termios::{LocalFlags, tcgetattr};

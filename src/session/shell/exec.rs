@@ -321,10 +321,18 @@ impl Session {
     /// drops echo it has no room for, so a long command is typed a piece at a time, each
     /// once the terminal has echoed the one before.
     async fn type_canonical(&self, command: &str, deadline: Instant) -> Result<(), ToolError> {
-        // The terminal is gone once the shell has ended.
-        let terminal = self
-            .terminal()
-            .map(|t| (t.line_controls().kill, t.echoes()));
+        // The terminal is gone once the shell has ended. The shell reads lines through the
+        // line discipline: what a crashed program left (raw mode) is set back first.
+        let terminal = self.terminal().map(|t| {
+            let r = t.restore_line_handling();
+            eprintln!(
+                "RESTORE {r} echoes {} at {:?} canon {}",
+                t.echoes(),
+                std::time::Instant::now(),
+                t.input_hidden()
+            );
+            (t.line_controls().kill, t.echoes())
+        });
         let Some((kill, echoes)) = terminal else {
             return Err(self.not_running());
         };
