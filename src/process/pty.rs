@@ -138,10 +138,14 @@ impl std::os::fd::AsRawFd for PtyMaster {
 
 impl PtyMaster {
     /// Read what the terminal produced; `Ok(0)` once every slave is closed (EIO).
-    pub async fn read(&self, buf: &mut [u8]) -> io::Result<usize> {
+    /// `taking` runs right before each read that may take bytes.
+    pub async fn read(&self, buf: &mut [u8], taking: impl Fn()) -> io::Result<usize> {
         loop {
             let mut guard = self.fd.readable().await?;
-            match guard.try_io(|fd| nix::unistd::read(fd.get_ref(), buf).map_err(io::Error::from)) {
+            match guard.try_io(|fd| {
+                taking();
+                nix::unistd::read(fd.get_ref(), buf).map_err(io::Error::from)
+            }) {
                 Ok(Err(e)) if e.raw_os_error() == Some(libc::EIO) => return Ok(0),
                 Ok(result) => return result,
                 Err(_would_block) => continue,

@@ -20,8 +20,8 @@
 //! mark the start after it).
 
 use std::os::fd::AsFd;
-use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use tokio::io::AsyncReadExt;
@@ -40,15 +40,30 @@ use crate::process::{PtyMaster, unread};
 
 /// Where a reader reads from.
 pub enum Source {
-    Pipe(pipe::Receiver),
+    Pipe(Arc<pipe::Receiver>),
     Pty(Arc<PtyMaster>),
 }
 
 impl Source {
-    async fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+    /// Read; `idle` is cleared right before each read that may take bytes, and set back
+    /// when it took none.
+    async fn read(&self, buf: &mut [u8], idle: &AtomicBool) -> std::io::Result<usize> {
         match self {
-            Source::Pipe(pipe) => pipe.read(buf).await,
-            Source::Pty(master) => master.read(buf).await,
+            Source::Pipe(pipe) => loop {
+                pipe.readable().await?;
+                let was = idle.swap(false, Ordering::SeqCst);
+                match pipe.try_read(buf) {
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                        idle.store(was, Ordering::SeqCst);
+                    }
+                    read => return read,
+                }
+            },
+            Source::Pty(master) => {
+                master
+                    .read(buf, || idle.store(false, Ordering::SeqCst))
+                    .await
+            }
         }
     }
 
@@ -58,6 +73,61 @@ impl Source {
             Source::Pipe(pipe) => unread(pipe.as_fd()),
             Source::Pty(master) => master.unread(),
         }
+    }
+
+    fn downgrade(&self) -> WeakSource {
+        match self {
+            Source::Pipe(pipe) => WeakSource::Pipe(Arc::downgrade(pipe)),
+            Source::Pty(master) => WeakSource::Pty(Arc::downgrade(master)),
+        }
+    }
+}
+
+/// A reader's source as the session sees it: gone once the reader ended.
+enum WeakSource {
+    Pipe(Weak<pipe::Receiver>),
+    Pty(Weak<PtyMaster>),
+}
+
+/// What a session keeps of the reader of one stream: where to send it requests, and what
+/// tells that a drain would find nothing to do.
+pub struct ReaderLink {
+    controls: mpsc::UnboundedSender<Control>,
+    source: WeakSource,
+    /// Set by the reader while it has nothing in hand: no read being taken in, no text held
+    /// back. Cleared before each read that may take bytes.
+    idle: Arc<AtomicBool>,
+}
+
+impl ReaderLink {
+    /// A link to a reader of `source`, and the reader's ends of it.
+    pub fn new(
+        source: &Source,
+    ) -> (
+        ReaderLink,
+        mpsc::UnboundedReceiver<Control>,
+        Arc<AtomicBool>,
+    ) {
+        let (controls, requests) = mpsc::unbounded_channel();
+        let idle = Arc::new(AtomicBool::new(true));
+        let link = ReaderLink {
+            controls,
+            source: source.downgrade(),
+            idle: idle.clone(),
+        };
+        (link, requests, idle)
+    }
+
+    /// Whether the reader has taken in everything its source was given before now: the
+    /// source holds nothing unread, then (in that order) the reader has nothing in hand.
+    /// Bytes written before the call are either still in the source, or were taken by a
+    /// read that cleared `idle` first, which is set again only once they were delivered.
+    fn drained(&self) -> bool {
+        let pending = match &self.source {
+            WeakSource::Pipe(pipe) => pipe.upgrade().map(|p| unread(p.as_fd())),
+            WeakSource::Pty(master) => master.upgrade().map(|m| m.unread()),
+        };
+        pending == Some(0) && self.idle.load(Ordering::SeqCst)
     }
 }
 
@@ -125,6 +195,8 @@ pub struct Reader {
     /// Since when text is held back, and when the last piece came.
     held: Option<(Instant, Instant)>,
     controls: mpsc::UnboundedReceiver<Control>,
+    /// Shared with the session's link: nothing in hand (see `ReaderLink::drained`).
+    idle: Arc<AtomicBool>,
 }
 
 impl Reader {
@@ -132,7 +204,7 @@ impl Reader {
         session: Arc<Session>,
         (source, stream): (Source, Stream),
         redactor: Option<Redactor>,
-        controls: mpsc::UnboundedReceiver<Control>,
+        (controls, idle): (mpsc::UnboundedReceiver<Control>, Arc<AtomicBool>),
     ) -> Self {
         Reader {
             session,
@@ -145,6 +217,7 @@ impl Reader {
             echo: None,
             held: None,
             controls,
+            idle,
         }
     }
 
@@ -172,7 +245,7 @@ impl Reader {
             let live = tokio::select! {
                 biased;
                 Some(control) = self.controls.recv() => self.control(control, &mut bytes).await,
-                read = self.source.read(&mut bytes) => match read {
+                read = self.source.read(&mut bytes, &self.idle) => match read {
                     Ok(0) | Err(_) => break,
                     Ok(n) => {
                         let live = self.take(&bytes[..n]).await;
@@ -187,7 +260,9 @@ impl Reader {
             if !live {
                 return;
             }
+            self.idle.store(self.held.is_none(), Ordering::SeqCst);
         }
+        self.idle.store(false, Ordering::SeqCst);
         let mut decoded = String::new();
         self.decoder.finish(&mut decoded);
         if self.process(&decoded, true).await {
@@ -371,7 +446,7 @@ impl Reader {
         let mut left = self.source.pending();
         while left > 0 {
             let want = left.min(bytes.len());
-            let n = match self.source.read(&mut bytes[..want]).await {
+            let n = match self.source.read(&mut bytes[..want], &self.idle).await {
                 Ok(0) | Err(_) => break,
                 Ok(n) => n,
             };
@@ -574,9 +649,20 @@ impl Session {
     /// it is in its stdout and stderr pipes by now, so those are read first, and the mark
     /// goes where they end.
     async fn out_of_band(&self, mark: Mark) {
-        self.ask_reader(Stream::Stdout, Control::Drain).await;
-        self.ask_reader(Stream::Stderr, Control::Drain).await;
+        self.drain_reader(Stream::Stdout).await;
+        self.drain_reader(Stream::Stderr).await;
         self.mark(Stream::Stdout, &mark);
+    }
+
+    /// Have the reader of `stream` deliver what its source holds now and everything it
+    /// holds back; nothing to ask when it has (the usual case once output is quiet).
+    pub(super) async fn drain_reader(&self, stream: Stream) {
+        if !self.links[stream as usize]
+            .as_ref()
+            .is_some_and(ReaderLink::drained)
+        {
+            self.ask_reader(stream, Control::Drain).await;
+        }
     }
 
     /// Ask the reader of `stream` for `control` (made with the answer's sender), and wait
@@ -586,10 +672,10 @@ impl Session {
         stream: Stream,
         control: impl FnOnce(oneshot::Sender<()>) -> Control,
     ) -> bool {
-        let Some(controls) = &self.controls[stream as usize] else {
+        let Some(link) = &self.links[stream as usize] else {
             return false;
         };
         let (done, answered) = oneshot::channel();
-        controls.send(control(done)).is_ok() && answered.await.is_ok()
+        link.controls.send(control(done)).is_ok() && answered.await.is_ok()
     }
 }

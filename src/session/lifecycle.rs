@@ -5,10 +5,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use nix::sys::signal::Signal;
-use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use super::ingest::{MarksReader, Reader, Source};
+use super::ingest::{MarksReader, Reader, ReaderLink, Source};
 use super::input::{Input, Typed};
 use super::recording::{Header, Recording};
 use super::shell::{Track, install_line, new_nonce};
@@ -100,8 +99,8 @@ pub fn launch(new: NewSession, spawned: Spawned) -> Arc<Session> {
                 None,
                 None,
                 vec![
-                    (Source::Pipe(child.stdout), Stream::Stdout),
-                    (Source::Pipe(child.stderr), Stream::Stderr),
+                    (Source::Pipe(Arc::new(child.stdout)), Stream::Stdout),
+                    (Source::Pipe(Arc::new(child.stderr)), Stream::Stderr),
                 ],
             )
         }
@@ -143,12 +142,12 @@ pub fn launch(new: NewSession, spawned: Spawned) -> Arc<Session> {
         .with_pause(new.pause)
         .with_shell(track);
     let sink = Sink::start(screen.clone(), recording.clone(), terminal.as_ref());
-    let mut controls = [None, None];
+    let mut links = [None, None];
     let mut receivers = Vec::new();
-    for (_, stream) in &sources {
-        let (tx, rx) = mpsc::unbounded_channel();
-        controls[*stream as usize] = Some(tx);
-        receivers.push(rx);
+    for (source, stream) in &sources {
+        let (link, requests, idle) = ReaderLink::new(source);
+        links[*stream as usize] = Some(link);
+        receivers.push((requests, idle));
     }
     let session = Arc::new(Session::new(
         Identity {
@@ -166,7 +165,7 @@ pub fn launch(new: NewSession, spawned: Spawned) -> Arc<Session> {
             screen,
             recording,
             sink,
-            controls,
+            links,
             typed: Redactor::new(&new.redact),
         },
     ));

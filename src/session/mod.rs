@@ -36,7 +36,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime};
 
-use tokio::sync::{mpsc, watch};
+use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
@@ -54,7 +54,7 @@ use crate::output::{Redactor, Screen};
 use crate::process::waiting::InputFile;
 use crate::process::{PtyMaster, SessionGroups, procfs};
 use capture::Captures;
-use ingest::Control;
+use ingest::ReaderLink;
 use recording::Recording;
 use sink::Sink;
 use state::State;
@@ -88,8 +88,8 @@ pub struct Session {
     readers: Mutex<Vec<JoinHandle<()>>>,
     /// A pipe shell's marks reader.
     marks_reader: Mutex<Option<ingest::MarksReader>>,
-    /// Requests to the reader of each stream.
-    controls: [Option<mpsc::UnboundedSender<Control>>; 2],
+    /// The reader of each stream: its requests, and whether it has anything in hand.
+    links: [Option<ReaderLink>; 2],
     /// What the running command (or a one-shot run) printed, kept as it arrives.
     captures: Mutex<Captures>,
     /// The emulator and the recording, fed off the async workers.
@@ -142,7 +142,7 @@ struct Parts {
     screen: Option<Arc<Mutex<Screen>>>,
     recording: Option<Arc<Recording>>,
     sink: Option<Sink>,
-    controls: [Option<mpsc::UnboundedSender<Control>>; 2],
+    links: [Option<ReaderLink>; 2],
     typed: Option<Redactor>,
 }
 
@@ -236,7 +236,7 @@ impl Session {
             screen: parts.screen,
             readers: Mutex::new(Vec::new()),
             marks_reader: Mutex::new(None),
-            controls: parts.controls,
+            links: parts.links,
             captures: Mutex::default(),
             sink: parts.sink,
             echo_seen: std::sync::atomic::AtomicUsize::new(0),
@@ -268,7 +268,7 @@ impl Session {
             screen: None,
             recording: None,
             sink: None,
-            controls: [None, None],
+            links: [None, None],
             typed: None,
         };
         Session::new(identity, state, parts)

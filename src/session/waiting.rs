@@ -12,7 +12,6 @@ use std::time::Instant;
 use serde::Serialize;
 
 use super::Session;
-use super::ingest::Control;
 use crate::config::Mode;
 use crate::limits::AWAIT_QUIET;
 use crate::output::Stream;
@@ -171,7 +170,7 @@ impl Session {
             other => return other,
         }
         tokio::time::sleep(AWAIT_QUIET).await;
-        self.ask_reader(Stream::Stdout, Control::Drain).await;
+        self.drain_reader(Stream::Stdout).await;
         if self.inspect(|s| s.last_traffic()) != before {
             return Some(false);
         }

@@ -224,7 +224,7 @@ impl Session {
         {
             // The shell itself is in the foreground after a line typed some other way: its
             // next prompt's mark may still be on its way to the reader. Let it arrive.
-            self.ask_reader(Stream::Stdout, Control::Drain).await;
+            self.drain_reader(Stream::Stdout).await;
             let grace = deadline.min(Instant::now() + EXEC_PROMPT_GRACE);
             self.wait_until(grace, |s| !matches!(busy_now(s), Some(Busy::Foreground)))
                 .await;
@@ -481,12 +481,12 @@ impl Session {
         let ended = command.as_ref().and_then(|c| c.ended);
         if ended.is_some() && self.mode == Mode::Pipe {
             // What the command wrote to stderr is in its pipe by now.
-            self.ask_reader(Stream::Stderr, Control::Drain).await;
+            self.drain_reader(Stream::Stderr).await;
             self.captures().end(Stream::Stderr);
         } else if self.mode == Mode::Pipe {
             // Still running: what it has written so far is in its pipes, read first.
-            self.ask_reader(Stream::Stdout, Control::Drain).await;
-            self.ask_reader(Stream::Stderr, Control::Drain).await;
+            self.drain_reader(Stream::Stdout).await;
+            self.drain_reader(Stream::Stderr).await;
         }
         let (output, stderr) = {
             let mut captures = self.captures();
