@@ -122,38 +122,37 @@ fn look(members: &[Member], leader: &procfs::Held, input: &InputFile, idle: bool
         threads,
     } in members
     {
-        let doings = if threads > 1 {
+        // What a thread does; false when it settles the answer (runnable, looking for idle).
+        let mut take = |doing: Doing| match doing {
+            Doing::Gone => true,
+            Doing::Busy => !idle,
+            Doing::Sleeping { reading: this } => {
+                if this {
+                    tracing::debug!(pid, ?members, name = ?procfs::name(pid), "blocked reading the input");
+                }
+                reading |= this;
+                true
+            }
+        };
+        if threads > 1 {
             // Listed now: threads come and go. A process gone meanwhile reads nothing.
             let Some(tids) = procfs::task_ids(pid, MAX_THREADS) else {
                 continue;
             };
-            let doings: Option<Vec<Doing>> = tids
-                .into_iter()
-                .map(|tid| thread_doing(pid, tid, input))
-                .collect();
-            doings?
+            for tid in tids {
+                if !take(thread_doing(pid, tid, input)?) {
+                    return Some(false);
+                }
+            }
         } else {
             let call = if pid == leader.pid() {
                 leader.syscall()
             } else {
                 fs::read_to_string(format!("/proc/{pid}/syscall")).ok()
             };
-            vec![doing(pid, state, call, input, || {
-                procfs::stat(pid).is_some()
-            })?]
-        };
-        for doing in doings {
-            match doing {
-                Doing::Gone => {}
-                Doing::Busy if idle => return Some(false),
-                Doing::Busy => {}
-                Doing::Sleeping { reading: this } => {
-                    if this {
-                        let name = procfs::name(pid);
-                        tracing::debug!(pid, ?members, ?name, "blocked reading the input");
-                    }
-                    reading |= this;
-                }
+            let doing = doing(pid, state, call, input, || procfs::stat(pid).is_some())?;
+            if !take(doing) {
+                return Some(false);
             }
         }
     }

@@ -12,7 +12,8 @@
 //! in time.
 //!
 //! A reader also takes requests from `terminal_exec` between reads: `Drain` (deliver what
-//! the pipe holds now and everything held back, so a command's stderr is complete); for a
+//! the pipe holds now and everything held back, so a command's stderr is complete; not
+//! asked for when the pipe holds nothing and the reader has nothing in hand); for a
 //! shell that reads lines from the terminal's line discipline, `Expect` (drain, then mark a
 //! command's start where the terminal's echo of it ends: every character of the echo, in
 //! order, whatever other output comes between) and `Inject` (with the terminal's echo off:
@@ -45,8 +46,8 @@ pub enum Source {
 }
 
 impl Source {
-    /// Read; `idle` is cleared right before each read that may take bytes, and set back
-    /// when it took none.
+    /// Read; `idle` is cleared right before each read that may take bytes (on pipes, set
+    /// back when it took none).
     async fn read(&self, buf: &mut [u8], idle: &AtomicBool) -> std::io::Result<usize> {
         match self {
             Source::Pipe(pipe) => loop {
