@@ -257,7 +257,7 @@ mod tests {
             cursor += piece.chars().count() as u64;
             rest = after;
         }
-        if let Some((at, line)) = shaper.finish() {
+        for (at, line) in shaper.finish() {
             kept.push(at, &line);
         }
         kept.kept()
@@ -298,7 +298,7 @@ mod tests {
         let mut shaper = Shaper::new(Shape::Render, piece_bytes(64));
         let mut kept = HeadTail::new(64);
         shaper.feed(&text, 0, |at, line| kept.push(at, line));
-        if let Some((at, line)) = shaper.finish() {
+        for (at, line) in shaper.finish() {
             kept.push(at, &line);
         }
         let kept = kept.kept();

@@ -8,6 +8,7 @@ mod decoder;
 mod drawing;
 mod headtail;
 mod redact;
+mod rows;
 mod screen;
 mod search;
 mod shape;

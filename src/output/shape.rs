@@ -1,16 +1,18 @@
 //! Shaping output into the lines an agent reads: as it was written (`Raw`), without escape
 //! sequences (`Strip`), or as a terminal leaves each line (`Render`: carriage returns,
-//! backspaces, tabs, cursor moves within the line and erase-in-line applied; colours and every
-//! other escape sequence removed). A progress bar redrawn 20,000 times on one line renders as
-//! its final state, once.
+//! backspaces, tabs, cursor moves within the line and between the terminal's last rows,
+//! erasures applied; colours and every other escape sequence removed, see `rows.rs`). A
+//! progress bar redrawn 20,000 times on one line renders as its final state, once.
 //!
 //! Text is fed in pieces, each with the cursor of its first code point; complete lines come
-//! out with the cursor where they began, and `finish` gives the last, unterminated one. A
+//! out with the cursor where they began (rendered, once no program can reach them any
+//! more), and `finish` gives the rest, the last one unterminated. A
 //! line longer than `max_line` bytes comes out in pieces of that size, so memory stays
 //! bounded whatever the output.
 
 use super::ansi::{AnsiStripper, Vte};
 use super::buffer::count_chars;
+use super::rows::{MAX_ROWS, Rows};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Shape {
@@ -19,153 +21,21 @@ pub enum Shape {
     Render,
 }
 
-/// Tab stops of a rendered line.
-const TAB: usize = 8;
-/// A cell that is not text: one a tab printed at the end of a line moves over (the tab
-/// itself is kept as text, its cell holds `\t`), or the right half of a wide character.
-const FILL: char = '\0';
+/// Cells rendered rows may hold at most, together: a terminal's height of rows, fewer when
+/// lines may be long.
+const MAX_CELLS: usize = 1 << 20;
 
 pub struct Shaper {
     shape: Shape,
     max_line: usize,
     stripper: AnsiStripper,
     parser: Vte,
-    line: Line,
+    /// The raw or stripped line being built.
+    text: String,
     /// Cursor of the first code point of the line being built, once it has one.
     line_start: Option<u64>,
-}
-
-/// The line being built. Raw and stripped lines are text; a rendered line is a row of cells
-/// with a column, as on a terminal: a wide character (CJK, most emoji) takes two cells, as
-/// the terminal's screen has it, and any other code point one.
-#[derive(Default)]
-struct Line {
-    text: String,
-    cells: Vec<char>,
-    col: usize,
-    /// Lines completed by the last piece, with the cursor where each began.
-    done: Vec<(u64, String)>,
-    /// The cursor of the code point being fed, and where the line it ends began.
-    at: u64,
-    start: Option<u64>,
-}
-
-impl Line {
-    /// The row's text, emptying it: its cells less those that are not text.
-    fn take_text(&mut self) -> String {
-        self.cells.drain(..).filter(|c| *c != FILL).collect()
-    }
-
-    fn end_rendered(&mut self) {
-        let mut text = self.take_text();
-        text.push('\n');
-        self.done.push((self.start.take().unwrap_or(self.at), text));
-        self.col = 0;
-    }
-
-    fn put(&mut self, c: char) {
-        use unicode_width::UnicodeWidthChar;
-        let width = if c.width() == Some(2) { 2 } else { 1 };
-        let (from, to) = (self.col, self.col + width);
-        if self.cells.len() < to {
-            self.cells.resize(to, ' ');
-        }
-        // A tab written over is blanks from then on, as the screen shows it.
-        for cell in from..to {
-            self.expand_tab(cell);
-        }
-        // A wide character partly overwritten is gone whole, as on a terminal: its other
-        // half, outside what is written now, becomes a blank.
-        if from > 0 && self.cells[from] == FILL && Line::wide(self.cells[from - 1]) {
-            self.cells[from - 1] = ' ';
-        }
-        if Line::wide(self.cells[to - 1]) && self.cells.get(to) == Some(&FILL) {
-            self.cells[to] = ' ';
-        }
-        self.cells[from] = c;
-        if width == 2 {
-            self.cells[from + 1] = FILL;
-        }
-        self.col = to;
-    }
-
-    /// When cell `at` belongs to a tab kept as text (its `\t` and the fill up to its stop),
-    /// that tab becomes the blanks it moved over.
-    fn expand_tab(&mut self, at: usize) {
-        let start = self.cells[..=at].iter().rposition(|c| *c != FILL);
-        let Some(start) = start.filter(|&i| self.cells[i] == '\t') else {
-            return;
-        };
-        let end = self.cells[start + 1..]
-            .iter()
-            .position(|c| *c != FILL)
-            .map_or(self.cells.len(), |n| start + 1 + n);
-        self.cells[start..end].fill(' ');
-    }
-
-    fn wide(c: char) -> bool {
-        use unicode_width::UnicodeWidthChar;
-        c.width() == Some(2)
-    }
-
-    fn param(params: &vte::Params, default: usize) -> usize {
-        match params.iter().next().and_then(|p| p.first()).copied() {
-            Some(0) | None => default,
-            Some(n) => usize::from(n),
-        }
-    }
-}
-
-impl vte::Perform for Line {
-    fn print(&mut self, c: char) {
-        self.put(c);
-    }
-
-    fn execute(&mut self, byte: u8) {
-        match byte {
-            b'\n' => self.end_rendered(),
-            b'\r' => self.col = 0,
-            0x08 => self.col = self.col.saturating_sub(1),
-            b'\t' => {
-                let stop = (self.col / TAB + 1) * TAB;
-                if self.col >= self.cells.len() {
-                    self.cells.resize(self.col, ' ');
-                    self.cells.push('\t');
-                    self.cells.resize(stop, FILL);
-                }
-                self.col = stop;
-            }
-            _ => {}
-        }
-    }
-
-    fn csi_dispatch(&mut self, params: &vte::Params, intermediates: &[u8], _: bool, action: char) {
-        if !intermediates.is_empty() {
-            return;
-        }
-        match action {
-            // Erase in line: to its end, to its start, all of it.
-            'K' => match Line::param(params, 0) {
-                0 => self.cells.truncate(self.col),
-                1 => {
-                    let end = (self.col + 1).min(self.cells.len());
-                    self.cells[..end].fill(' ');
-                }
-                _ => self.cells.clear(),
-            },
-            // Erase characters from the cursor on.
-            'X' => {
-                let end = (self.col + Line::param(params, 1)).min(self.cells.len());
-                if self.col < end {
-                    self.cells[self.col..end].fill(' ');
-                }
-            }
-            'C' => self.col += Line::param(params, 1),
-            'D' => self.col = self.col.saturating_sub(Line::param(params, 1)),
-            'G' => self.col = Line::param(params, 1) - 1,
-            _ => {}
-        }
-    }
+    /// Rendered: the rows the output may still change.
+    rows: Rows,
 }
 
 impl Shaper {
@@ -175,9 +45,18 @@ impl Shaper {
             max_line: max_line.max(4),
             stripper: AnsiStripper::default(),
             parser: Vte::default(),
-            line: Line::default(),
+            text: String::new(),
             line_start: None,
+            rows: Rows::new(1),
         }
+    }
+
+    /// Rendered on a terminal of `rows` rows: a program may move back up to the lines it
+    /// wrote on them, and change them (one row without this).
+    pub fn on_rows(mut self, rows: usize) -> Self {
+        let fit = MAX_CELLS / self.max_line;
+        self.rows = Rows::new(rows.min(fit).min(MAX_ROWS));
+        self
     }
 
     /// Feed `text`, whose first code point is at `cursor`; `line(start, text)` is called for
@@ -188,19 +67,15 @@ impl Shaper {
             Shape::Strip => self.feed_stripped(text, cursor, &mut line),
             Shape::Render => {
                 for (at, c) in (cursor..).zip(text.chars()) {
-                    self.line.at = at;
-                    self.line.start.get_or_insert(at);
-                    self.parser.advance(&mut self.line, c);
+                    self.rows.feeding(at);
+                    self.parser.advance(&mut self.rows, c);
                     // A cursor moved far right stops at the line's limit, as at a
                     // terminal's margin: what it would write lies no further.
-                    self.line.col = self.line.col.min(self.max_line);
-                    if self.line.cells.len() >= self.max_line {
-                        let text = self.line.take_text();
-                        self.line.col = 0;
-                        let start = self.line.start.take().unwrap_or(at);
-                        self.line.done.push((start, text));
+                    self.rows.col = self.rows.col.min(self.max_line);
+                    if self.rows.width() >= self.max_line {
+                        self.rows.cut();
                     }
-                    for (start, text) in self.line.done.drain(..) {
+                    for (start, text) in self.rows.done.drain(..) {
                         line(start, &text);
                     }
                 }
@@ -214,7 +89,7 @@ impl Shaper {
         let Shaper {
             max_line,
             stripper,
-            line: built,
+            text: built,
             line_start,
             ..
         } = self;
@@ -227,7 +102,7 @@ impl Shaper {
             while !rest.is_empty() {
                 let start = *line_start.get_or_insert(at);
                 // Up to its `\n`, or to the first code point that fills the line.
-                let mut end = max_line.saturating_sub(built.text.len()).max(1);
+                let mut end = max_line.saturating_sub(built.len()).max(1);
                 while end < rest.len() && !rest.is_char_boundary(end) {
                     end += 1;
                 }
@@ -235,12 +110,12 @@ impl Shaper {
                 let ends_line = newline.is_some() || end <= rest.len();
                 let end = newline.map_or(end.min(rest.len()), |i| i + 1);
                 let (piece, after) = rest.split_at(end);
-                built.text.push_str(piece);
+                built.push_str(piece);
                 at += count_chars(piece.as_bytes());
                 if ends_line {
-                    line(start, &built.text);
+                    line(start, built);
                     *line_start = None;
-                    built.text.clear();
+                    built.clear();
                 }
                 rest = after;
             }
@@ -253,7 +128,7 @@ impl Shaper {
         let mut rest = text;
         let mut at = cursor;
         loop {
-            let room = self.max_line.saturating_sub(self.line.text.len()).max(1);
+            let room = self.max_line.saturating_sub(self.text.len()).max(1);
             let newline = memchr::memchr(b'\n', rest.as_bytes()).map(|i| i + 1);
             let end = match newline {
                 Some(end) if end <= room => end,
@@ -268,49 +143,49 @@ impl Shaper {
                 _ => {
                     if !rest.is_empty() {
                         self.line_start.get_or_insert(at);
-                        self.line.text.push_str(rest);
+                        self.text.push_str(rest);
                     }
                     return;
                 }
             };
             let piece = &rest[..end];
             let start = self.line_start.take().unwrap_or(at);
-            if self.line.text.is_empty() {
+            if self.text.is_empty() {
                 line(start, piece);
             } else {
-                self.line.text.push_str(piece);
-                line(start, &self.line.text);
-                self.line.text.clear();
+                self.text.push_str(piece);
+                line(start, &self.text);
+                self.text.clear();
             }
             at += count_chars(piece.as_bytes());
             rest = &rest[end..];
         }
     }
 
-    /// The line being built (empty when there is none) and where it began, left in place.
-    pub fn peek(&self) -> Option<(u64, String)> {
+    /// The lines being built, each with where it began, left in place: the raw or stripped
+    /// line not ended yet, or the rendered rows a program may still change (the last of
+    /// them unended).
+    pub fn peek(&self) -> Vec<(u64, String)> {
         match self.shape {
-            Shape::Raw | Shape::Strip => Some((self.line_start?, self.line.text.clone())),
-            Shape::Render => {
-                let text: String = self.line.cells.iter().filter(|c| **c != FILL).collect();
-                Some((self.line.start?, text)).filter(|(_, t)| !t.is_empty())
-            }
+            Shape::Raw | Shape::Strip => self
+                .line_start
+                .map(|start| (start, self.text.clone()))
+                .into_iter()
+                .collect(),
+            Shape::Render => self.rows.lines(),
         }
     }
 
-    /// The last line, not ended by `\n` (empty when there is none), and where it began.
-    pub fn finish(&mut self) -> Option<(u64, String)> {
+    /// The lines being built (as `peek`), taken out: the output has ended.
+    pub fn finish(&mut self) -> Vec<(u64, String)> {
         match self.shape {
-            Shape::Raw | Shape::Strip => {
-                let start = self.line_start.take()?;
-                Some((start, std::mem::take(&mut self.line.text)))
-            }
-            Shape::Render => {
-                let start = self.line.start.take()?;
-                self.line.col = 0;
-                let text = self.line.take_text();
-                (!text.is_empty()).then_some((start, text))
-            }
+            Shape::Raw | Shape::Strip => self
+                .line_start
+                .take()
+                .map(|start| (start, std::mem::take(&mut self.text)))
+                .into_iter()
+                .collect(),
+            Shape::Render => self.rows.take_lines(),
         }
     }
 }
@@ -325,7 +200,17 @@ mod tests {
 
     /// The lines of `pieces` fed in turn to a shaper of lines up to `max_line` bytes.
     fn shaped_in(shape: Shape, max_line: usize, pieces: &[&str]) -> Vec<(u64, String)> {
-        let mut shaper = Shaper::new(shape, max_line);
+        shaped_on(shape, max_line, 1, pieces)
+    }
+
+    /// The same, rendered on a terminal of `rows` rows.
+    fn shaped_on(
+        shape: Shape,
+        max_line: usize,
+        rows: usize,
+        pieces: &[&str],
+    ) -> Vec<(u64, String)> {
+        let mut shaper = Shaper::new(shape, max_line).on_rows(rows);
         let mut lines = Vec::new();
         let mut cursor = 0;
         for piece in pieces {
@@ -449,40 +334,32 @@ mod tests {
     fn one_by_one(shape: Shape, text: &str, max_line: usize) -> Vec<(u64, String)> {
         let mut lines = Vec::new();
         let (mut stripper, mut parser) = (AnsiStripper::default(), vte::Parser::<0>::default());
-        let (mut built, mut start) = (Line::default(), None);
+        let (mut built, mut start) = (String::new(), None);
+        let mut rows = Rows::new(1);
         let mut utf8 = [0u8; 4];
         for (at, c) in (0..).zip(text.chars()) {
             if shape == Shape::Strip {
                 if stripper.parse(c) {
                     start.get_or_insert(at);
-                    built.text.push(c);
-                    if c == '\n' || built.text.len() >= max_line {
-                        lines.push((start.take().unwrap(), std::mem::take(&mut built.text)));
+                    built.push(c);
+                    if c == '\n' || built.len() >= max_line {
+                        lines.push((start.take().unwrap(), std::mem::take(&mut built)));
                     }
                 }
                 continue;
             }
-            built.at = at;
-            built.start.get_or_insert(at);
-            parser.advance(&mut built, c.encode_utf8(&mut utf8).as_bytes());
-            built.col = built.col.min(max_line);
-            if built.cells.len() >= max_line {
-                let text = built.take_text();
-                built.col = 0;
-                built.done.push((built.start.take().unwrap_or(at), text));
+            rows.feeding(at);
+            parser.advance(&mut rows, c.encode_utf8(&mut utf8).as_bytes());
+            rows.col = rows.col.min(max_line);
+            if rows.width() >= max_line {
+                rows.cut();
             }
-            lines.append(&mut built.done);
+            lines.append(&mut rows.done);
         }
         if shape == Shape::Strip {
-            lines.extend(start.map(|start| (start, built.text)));
+            lines.extend(start.map(|start| (start, built)));
         } else {
-            let text = built.take_text();
-            lines.extend(
-                built
-                    .start
-                    .filter(|_| !text.is_empty())
-                    .map(|at| (at, text)),
-            );
+            lines.extend(rows.take_lines());
         }
         lines
     }
@@ -505,7 +382,65 @@ mod tests {
                     proptest::prop_assert_eq!(lines, one_by_one(shape, &text, max_line), "{:?}", shape);
                 }
             }
+            // On a terminal of several rows too, however the text is cut.
+            let pieces = super::super::cut_at(&text, &cuts);
+            proptest::prop_assert_eq!(
+                shaped_on(Shape::Render, max_line, 3, &pieces),
+                shaped_on(Shape::Render, max_line, 3, &[text.as_str()])
+            );
         }
+    }
+
+    #[test]
+    fn lines_redrawn_from_rows_above_render_as_the_screen_leaves_them() {
+        // Three progress lines, each redrawn by moving up over them, then a summary.
+        let mut text = String::from("a 0%\nb 0%\nc 0%\n");
+        for p in [50, 100] {
+            text.push_str(&format!(
+                "\x1b[3A\ra {p}%\x1b[K\nb {p}%\x1b[K\nc {p}%\x1b[K\n"
+            ));
+        }
+        text.push_str("done\n");
+        let lines = shaped_on(Shape::Render, 4096, 24, &[&text]);
+        assert_eq!(
+            texts(&lines),
+            ["a 100%\n", "b 100%\n", "c 100%\n", "done\n"]
+        );
+        assert_eq!(lines[0].0, 0);
+        // Erased below and drawn again with fewer lines; a saved cursor; the next line.
+        let lines = shaped_on(
+            Shape::Render,
+            4096,
+            24,
+            &[
+                "x\ny\nz\n\x1b[3A\x1b[Jone\n",
+                "two\x1b7\x1b[1Ethree\x1b8!\x1bE\x1bE\n",
+            ],
+        );
+        assert_eq!(texts(&lines), ["one\n", "two!\n", "three\n", "\n"]);
+        // On one row, moves between rows do nothing, as before.
+        let lines = shaped_on(Shape::Render, 1 << 20, 1, &["a\nb\x1b[Ac\n"]);
+        assert_eq!(texts(&lines), ["a\n", "bc\n"]);
+    }
+
+    #[test]
+    fn a_row_leaves_once_the_terminal_has_no_room_for_it() {
+        let mut shaper = Shaper::new(Shape::Render, 4096).on_rows(2);
+        let mut left = Vec::new();
+        shaper.feed("1\n2\n", 0, |_, t| left.push(t.to_owned()));
+        // Two rows: `2` and the one the cursor is on.
+        assert_eq!(left, ["1\n"]);
+        assert_eq!(texts(&shaper.peek()), ["2\n"]);
+        // Up as far as the screen goes, onto `2`'s row, and a newline back down.
+        shaper.feed("3\x1b[5A4\n", 4, |_, t| left.push(t.to_owned()));
+        assert_eq!(left, ["1\n"]);
+        assert_eq!(texts(&shaper.finish()), ["24\n", "3"]);
+    }
+
+    #[test]
+    fn rendered_rows_hold_a_bounded_number_of_cells() {
+        let shaper = Shaper::new(Shape::Render, 1 << 16).on_rows(500);
+        assert_eq!(shaper.rows.height(), MAX_CELLS >> 16);
     }
 
     #[test]

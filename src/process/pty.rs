@@ -350,6 +350,17 @@ impl PtyMaster {
     }
 
     /// Set the window size; the kernel sends SIGWINCH to the terminal's foreground group.
+    /// The terminal's size, rows and columns (24 × 80 when it cannot be read).
+    pub fn size(&self) -> (u16, u16) {
+        let mut size = winsize(24, 80);
+        // SAFETY: TIOCGWINSZ writes one Winsize through the pointer, which outlives the call.
+        let rc = unsafe { libc::ioctl(self.fd.get_ref().as_raw_fd(), libc::TIOCGWINSZ, &mut size) };
+        if rc == -1 {
+            return (24, 80);
+        }
+        (size.ws_row, size.ws_col)
+    }
+
     pub fn resize(&self, rows: u16, cols: u16) -> io::Result<()> {
         let size = winsize(rows, cols);
         // SAFETY: TIOCSWINSZ reads one Winsize from the pointer, which outlives the call.

@@ -9,6 +9,8 @@ use crate::output::{HeadTail, Kept, Shape, Shaper, Stream, piece_bytes};
 pub struct Capture {
     shape: Shape,
     max_bytes: usize,
+    /// The terminal's height, for rendered output.
+    rows: usize,
     shaper: Shaper,
     kept: HeadTail,
     /// Taking output now (between the command's start and end).
@@ -18,13 +20,14 @@ pub struct Capture {
 }
 
 impl Capture {
-    fn new(shape: Shape, max_bytes: usize, active: bool) -> Self {
+    fn new(shape: Shape, max_bytes: usize, rows: usize, active: bool) -> Self {
         Capture {
             shape,
             max_bytes,
+            rows,
             // A long line comes in pieces, each with its cursor: the head and the tail
             // leave out whole pieces of it.
-            shaper: Shaper::new(shape, piece_bytes(max_bytes)),
+            shaper: Shaper::new(shape, piece_bytes(max_bytes)).on_rows(rows),
             kept: HeadTail::new(max_bytes),
             active,
             ended: false,
@@ -43,7 +46,7 @@ impl Capture {
         if !self.ended {
             self.active = false;
             self.ended = true;
-            if let Some((at, line)) = self.shaper.finish() {
+            for (at, line) in self.shaper.finish() {
                 self.kept.push(at, &line);
             }
         }
@@ -54,9 +57,9 @@ impl Capture {
         if self.ended {
             return self.kept.kept();
         }
-        // The line being built is shown without being taken out of the shaper.
+        // The lines being built are shown without being taken out of the shaper.
         let mut so_far = self.kept.clone();
-        if let Some((at, line)) = self.shaper.peek() {
+        for (at, line) in self.shaper.peek() {
             so_far.push(at, &line);
         }
         so_far.kept()
@@ -70,9 +73,16 @@ pub struct Captures {
 }
 
 impl Captures {
-    /// Capture `stream` from now (`active`) or from the command's start mark.
-    pub fn arm(&mut self, stream: Stream, shape: Shape, max_bytes: usize, active: bool) {
-        self.streams[stream as usize] = Some(Capture::new(shape, max_bytes, active));
+    /// Capture `stream` from now (`active`) or from the command's start mark; rendered
+    /// output as on a terminal of `rows` rows.
+    pub fn arm(
+        &mut self,
+        stream: Stream,
+        (shape, rows): (Shape, usize),
+        max_bytes: usize,
+        active: bool,
+    ) {
+        self.streams[stream as usize] = Some(Capture::new(shape, max_bytes, rows, active));
     }
 
     /// Whether output of `stream` is captured (and so counts as read).
@@ -98,7 +108,7 @@ impl Captures {
     pub fn restart(&mut self, stream: Stream) {
         let slot = &mut self.streams[stream as usize];
         if let Some(c) = slot.as_ref().filter(|c| !c.ended) {
-            *slot = Some(Capture::new(c.shape, c.max_bytes, true));
+            *slot = Some(Capture::new(c.shape, c.max_bytes, c.rows, true));
         }
     }
 

@@ -261,11 +261,13 @@ impl Session {
                 ),
             ));
         }
+        // Rendered output may go back up the terminal's rows.
+        let rows = self.terminal().map_or(1, |t| usize::from(t.size().0));
         {
             let mut captures = self.captures();
-            captures.arm(Stream::Stdout, shape, request.max_bytes, false);
+            captures.arm(Stream::Stdout, (shape, rows), request.max_bytes, false);
             if self.mode == Mode::Pipe {
-                captures.arm(Stream::Stderr, shape, request.max_bytes, false);
+                captures.arm(Stream::Stderr, (shape, rows), request.max_bytes, false);
             }
         }
         // The history (the live view, the snapshot) keeps no secret value.
