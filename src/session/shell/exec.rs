@@ -261,13 +261,16 @@ impl Session {
                 ),
             ));
         }
-        // Rendered output may go back up the terminal's rows.
-        let rows = self.terminal().map_or(1, |t| usize::from(t.size().0));
+        // Rendered output wraps at the terminal's width, and may go back up its rows.
+        let screen = self.terminal().map_or((1, usize::MAX), |t| {
+            let (rows, cols) = t.size();
+            (usize::from(rows), usize::from(cols))
+        });
         {
             let mut captures = self.captures();
-            captures.arm(Stream::Stdout, (shape, rows), request.max_bytes, false);
+            captures.arm(Stream::Stdout, (shape, screen), request.max_bytes, false);
             if self.mode == Mode::Pipe {
-                captures.arm(Stream::Stderr, (shape, rows), request.max_bytes, false);
+                captures.arm(Stream::Stderr, (shape, screen), request.max_bytes, false);
             }
         }
         // The history (the live view, the snapshot) keeps no secret value.
@@ -326,13 +329,7 @@ impl Session {
         // The terminal is gone once the shell has ended. The shell reads lines through the
         // line discipline: what a crashed program left (raw mode) is set back first.
         let terminal = self.terminal().map(|t| {
-            let r = t.restore_line_handling();
-            eprintln!(
-                "RESTORE {r} echoes {} at {:?} canon {}",
-                t.echoes(),
-                std::time::Instant::now(),
-                t.input_hidden()
-            );
+            t.restore_line_handling();
             (t.line_controls().kill, t.echoes())
         });
         let Some((kill, echoes)) = terminal else {
