@@ -5,8 +5,10 @@
 //! and what lies between is counted (bytes, lines, and the cursor range that holds exactly
 //! it). Text comes in pieces: lines, and lines longer than `piece_bytes` cut into pieces of
 //! that size, each with the cursor of its first code point; only whole pieces are left out,
-//! so the range is exact whatever the text was shaped into. Memory stays within the budget
-//! whatever the output, and a flood cannot evict the head.
+//! so the range holds the output the omitted pieces were shaped from. (Rendered output is
+//! the exception: a row a program went back up to and changed holds its last state, which
+//! may have been written after the range.) Memory stays within the budget whatever the
+//! output, and a flood cannot evict the head.
 
 use std::collections::VecDeque;
 

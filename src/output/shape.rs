@@ -47,15 +47,16 @@ impl Shaper {
             parser: Vte::default(),
             text: String::new(),
             line_start: None,
-            rows: Rows::new(1),
+            rows: Rows::new(1, usize::MAX),
         }
     }
 
-    /// Rendered on a terminal of `rows` rows: a program may move back up to the lines it
-    /// wrote on them, and change them (one row without this).
-    pub fn on_rows(mut self, rows: usize) -> Self {
-        let fit = MAX_CELLS / self.max_line;
-        self.rows = Rows::new(rows.min(fit).min(MAX_ROWS));
+    /// Rendered on a terminal of `rows` rows and `cols` columns: lines wrap at its width,
+    /// and a program may move back up to the rows it wrote, and change them (without this,
+    /// one row of unbounded width).
+    pub fn on_screen(mut self, rows: usize, cols: usize) -> Self {
+        let fit = MAX_CELLS / self.max_line.min(cols.max(1));
+        self.rows = Rows::new(rows.min(fit).min(MAX_ROWS), cols);
         self
     }
 
@@ -210,7 +211,7 @@ mod tests {
         rows: usize,
         pieces: &[&str],
     ) -> Vec<(u64, String)> {
-        let mut shaper = Shaper::new(shape, max_line).on_rows(rows);
+        let mut shaper = Shaper::new(shape, max_line).on_screen(rows, 80);
         let mut lines = Vec::new();
         let mut cursor = 0;
         for piece in pieces {
@@ -335,7 +336,7 @@ mod tests {
         let mut lines = Vec::new();
         let (mut stripper, mut parser) = (AnsiStripper::default(), vte::Parser::<0>::default());
         let (mut built, mut start) = (String::new(), None);
-        let mut rows = Rows::new(1);
+        let mut rows = Rows::new(1, usize::MAX);
         let mut utf8 = [0u8; 4];
         for (at, c) in (0..).zip(text.chars()) {
             if shape == Shape::Strip {
@@ -425,7 +426,7 @@ mod tests {
 
     #[test]
     fn a_row_leaves_once_the_terminal_has_no_room_for_it() {
-        let mut shaper = Shaper::new(Shape::Render, 4096).on_rows(2);
+        let mut shaper = Shaper::new(Shape::Render, 4096).on_screen(2, 80);
         let mut left = Vec::new();
         shaper.feed("1\n2\n", 0, |_, t| left.push(t.to_owned()));
         // Two rows: `2` and the one the cursor is on.
@@ -439,7 +440,7 @@ mod tests {
 
     #[test]
     fn rendered_rows_hold_a_bounded_number_of_cells() {
-        let shaper = Shaper::new(Shape::Render, 1 << 16).on_rows(500);
+        let shaper = Shaper::new(Shape::Render, 1 << 16).on_screen(500, 1 << 17);
         assert_eq!(shaper.rows.height(), MAX_CELLS >> 16);
     }
 

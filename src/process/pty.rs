@@ -4,6 +4,7 @@
 
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use nix::fcntl::{FcntlArg, FdFlag, OFlag, fcntl};
 use nix::pty::{Winsize, openpty};
@@ -138,17 +139,16 @@ impl std::os::fd::AsRawFd for PtyMaster {
 
 impl PtyMaster {
     /// Read what the terminal produced; `Ok(0)` once every slave is closed (EIO).
-    /// `taking` runs right before each read that may take bytes.
-    pub async fn read(&self, buf: &mut [u8], taking: impl Fn()) -> io::Result<usize> {
+    /// `idle` is cleared right before each read that may take bytes, and set back to what
+    /// it was when the read took none.
+    pub async fn read(&self, buf: &mut [u8], idle: &AtomicBool) -> io::Result<usize> {
         loop {
             let mut guard = self.fd.readable().await?;
-            match guard.try_io(|fd| {
-                taking();
-                nix::unistd::read(fd.get_ref(), buf).map_err(io::Error::from)
-            }) {
+            let was = idle.swap(false, Ordering::SeqCst);
+            match guard.try_io(|fd| nix::unistd::read(fd.get_ref(), buf).map_err(io::Error::from)) {
                 Ok(Err(e)) if e.raw_os_error() == Some(libc::EIO) => return Ok(0),
                 Ok(result) => return result,
-                Err(_would_block) => continue,
+                Err(_would_block) => idle.store(was, Ordering::SeqCst),
             }
         }
     }
@@ -305,11 +305,14 @@ impl PtyMaster {
     /// `stty sane` would, where a program changed it (a full-screen program that crashed
     /// leaves raw mode behind): lines read whole (`icanon`), the interrupt, quit and suspend
     /// characters sending their signals (`isig`), Enter read as a line end (`icrnl`, no
-    /// `inlcr` or `igncr`), and a newline written as CR LF (`opost onlcr`, no `ocrnl`).
-    /// Echo stays as it was set. Whether anything changed.
+    /// `inlcr` or `igncr`), a newline written as CR LF (`opost onlcr`, no `ocrnl`), and the
+    /// line's special characters that were turned off (`stty intr undef`) back at their
+    /// defaults (one set to another key stays). Echo stays as it was set. Whether anything
+    /// changed.
     pub fn restore_line_handling(&self) -> bool {
         use nix::sys::termios::{
-            InputFlags, LocalFlags, OutputFlags, SetArg, tcgetattr, tcsetattr,
+            InputFlags, LocalFlags, OutputFlags, SetArg, SpecialCharacterIndices as C, tcgetattr,
+            tcsetattr,
         };
         let Ok(mut t) = tcgetattr(self.fd.get_ref()) else {
             return false;
@@ -320,9 +323,24 @@ impl PtyMaster {
         t.input_flags &= !(InputFlags::INLCR | InputFlags::IGNCR);
         t.output_flags |= OutputFlags::OPOST | OutputFlags::ONLCR;
         t.output_flags &= !(OutputFlags::OCRNL | OutputFlags::ONLRET);
+        let defaults = [
+            (C::VINTR, 0x03),
+            (C::VQUIT, 0x1c),
+            (C::VSUSP, 0x1a),
+            (C::VEOF, 0x04),
+            (C::VKILL, 0x15),
+            (C::VERASE, 0x7f),
+        ];
+        for (role, default) in defaults {
+            let c = &mut t.control_chars[role as usize];
+            if *c == 0 {
+                *c = default;
+            }
+        }
         let changed = t.local_flags != before.local_flags
             || t.input_flags != before.input_flags
-            || t.output_flags != before.output_flags;
+            || t.output_flags != before.output_flags
+            || t.control_chars != before.control_chars;
         changed && tcsetattr(self.fd.get_ref(), SetArg::TCSANOW, &t).is_ok()
     }
 
@@ -349,7 +367,6 @@ impl PtyMaster {
             .map(|pgid| pgid.as_raw())
     }
 
-    /// Set the window size; the kernel sends SIGWINCH to the terminal's foreground group.
     /// The terminal's size, rows and columns (24 × 80 when it cannot be read).
     pub fn size(&self) -> (u16, u16) {
         let mut size = winsize(24, 80);
@@ -361,6 +378,7 @@ impl PtyMaster {
         (size.ws_row, size.ws_col)
     }
 
+    /// Set the window size; the kernel sends SIGWINCH to the terminal's foreground group.
     pub fn resize(&self, rows: u16, cols: u16) -> io::Result<()> {
         let size = winsize(rows, cols);
         // SAFETY: TIOCSWINSZ reads one Winsize from the pointer, which outlives the call.

@@ -97,8 +97,8 @@ const MAX_SET: usize = 256;
 const MAX_THREADS: usize = 1024;
 
 /// Whether the processes `members` wait for `input`: `Some(true)` when none of their
-/// threads is runnable and at least one is blocked reading it; `None` when what one of
-/// them does cannot be read.
+/// threads is runnable and at least one is blocked reading it; `Some(false)` once one is
+/// found runnable; `None` when what one of them does cannot be read before that.
 pub fn awaiting(members: &[Member], leader: &procfs::Held, input: &InputFile) -> Option<bool> {
     look(members, leader, input, true)
 }

@@ -9,8 +9,8 @@ use crate::output::{HeadTail, Kept, Shape, Shaper, Stream, piece_bytes};
 pub struct Capture {
     shape: Shape,
     max_bytes: usize,
-    /// The terminal's height, for rendered output.
-    rows: usize,
+    /// The terminal's size, rows and columns, for rendered output.
+    screen: (usize, usize),
     shaper: Shaper,
     kept: HeadTail,
     /// Taking output now (between the command's start and end).
@@ -20,14 +20,14 @@ pub struct Capture {
 }
 
 impl Capture {
-    fn new(shape: Shape, max_bytes: usize, rows: usize, active: bool) -> Self {
+    fn new(shape: Shape, max_bytes: usize, screen: (usize, usize), active: bool) -> Self {
         Capture {
             shape,
             max_bytes,
-            rows,
+            screen,
             // A long line comes in pieces, each with its cursor: the head and the tail
             // leave out whole pieces of it.
-            shaper: Shaper::new(shape, piece_bytes(max_bytes)).on_rows(rows),
+            shaper: Shaper::new(shape, piece_bytes(max_bytes)).on_screen(screen.0, screen.1),
             kept: HeadTail::new(max_bytes),
             active,
             ended: false,
@@ -74,15 +74,15 @@ pub struct Captures {
 
 impl Captures {
     /// Capture `stream` from now (`active`) or from the command's start mark; rendered
-    /// output as on a terminal of `rows` rows.
+    /// output as on a terminal of `screen` rows and columns.
     pub fn arm(
         &mut self,
         stream: Stream,
-        (shape, rows): (Shape, usize),
+        (shape, screen): (Shape, (usize, usize)),
         max_bytes: usize,
         active: bool,
     ) {
-        self.streams[stream as usize] = Some(Capture::new(shape, max_bytes, rows, active));
+        self.streams[stream as usize] = Some(Capture::new(shape, max_bytes, screen, active));
     }
 
     /// Whether output of `stream` is captured (and so counts as read).
@@ -108,7 +108,7 @@ impl Captures {
     pub fn restart(&mut self, stream: Stream) {
         let slot = &mut self.streams[stream as usize];
         if let Some(c) = slot.as_ref().filter(|c| !c.ended) {
-            *slot = Some(Capture::new(c.shape, c.max_bytes, c.rows, true));
+            *slot = Some(Capture::new(c.shape, c.max_bytes, c.screen, true));
         }
     }
 

@@ -46,8 +46,8 @@ pub enum Source {
 }
 
 impl Source {
-    /// Read; `idle` is cleared right before each read that may take bytes (on pipes, set
-    /// back when it took none).
+    /// Read; `idle` is cleared right before each read that may take bytes, and set back
+    /// when it took none.
     async fn read(&self, buf: &mut [u8], idle: &AtomicBool) -> std::io::Result<usize> {
         match self {
             Source::Pipe(pipe) => loop {
@@ -60,11 +60,7 @@ impl Source {
                     read => return read,
                 }
             },
-            Source::Pty(master) => {
-                master
-                    .read(buf, || idle.store(false, Ordering::SeqCst))
-                    .await
-            }
+            Source::Pty(master) => master.read(buf, idle).await,
         }
     }
 
@@ -119,10 +115,12 @@ impl ReaderLink {
         (link, requests, idle)
     }
 
-    /// Whether the reader has taken in everything its source was given before now: the
-    /// source holds nothing unread, then (in that order) the reader has nothing in hand.
-    /// Bytes written before the call are either still in the source, or were taken by a
-    /// read that cleared `idle` first, which is set again only once they were delivered.
+    /// Whether the reader has taken in everything its source holds for it: the source has
+    /// nothing unread, then (in that order) the reader has nothing in hand. Bytes in the
+    /// source before the call are either still there, or were taken by a read that cleared
+    /// `idle` first, which is set again only once they were delivered. (On a pipe that is
+    /// every byte written before the call; a terminal's output may reach its queue a moment
+    /// after the program's write, for this look and for the reader's own drain alike.)
     fn drained(&self) -> bool {
         let pending = match &self.source {
             WeakSource::Pipe(pipe) => pipe.upgrade().map(|p| unread(p.as_fd())),

@@ -171,8 +171,8 @@ pub fn launch(new: NewSession, spawned: Spawned) -> Arc<Session> {
     ));
     if let Some((shape, max_bytes)) = new.capture {
         let mut captures = session.captures();
-        captures.arm(Stream::Stdout, (shape, 1), max_bytes, true);
-        captures.arm(Stream::Stderr, (shape, 1), max_bytes, true);
+        captures.arm(Stream::Stdout, (shape, (1, usize::MAX)), max_bytes, true);
+        captures.arm(Stream::Stderr, (shape, (1, usize::MAX)), max_bytes, true);
     }
     let install_until = Instant::now() + INSTALL_WITHIN;
     let readers = sources
