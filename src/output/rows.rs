@@ -42,17 +42,18 @@ struct Row {
 impl Row {
     /// The row's text: its cells less those that are not text, blank ones as spaces.
     fn text(&self) -> String {
-        self.cells
-            .iter()
-            .filter(|c| **c != FILL)
-            .map(|c| if *c == BLANK { ' ' } else { *c })
-            .collect()
+        let mut text = String::with_capacity(self.cells.len() + 1);
+        text.extend(
+            self.cells
+                .iter()
+                .filter(|c| **c != FILL)
+                .map(|c| if *c == BLANK { ' ' } else { *c }),
+        );
+        text
     }
 
-    /// Put `c` at column `col`; the column after it.
-    fn put(&mut self, col: usize, c: char) -> usize {
-        use unicode_width::UnicodeWidthChar;
-        let width = if c.width() == Some(2) { 2 } else { 1 };
+    /// Put `c`, `width` columns wide, at column `col`; the column after it.
+    fn put(&mut self, col: usize, c: char, width: usize) -> usize {
         let (from, to) = (col, col + width);
         if self.cells.len() < to {
             self.cells.resize(to, BLANK);
@@ -205,7 +206,7 @@ impl Row {
 
 fn wide(c: char) -> bool {
     use unicode_width::UnicodeWidthChar;
-    c.width() == Some(2)
+    !c.is_ascii() && c.width() == Some(2)
 }
 
 fn param(params: &vte::Params, default: usize) -> usize {
@@ -324,16 +325,24 @@ impl Rows {
     /// terminal's height the top one leaves.
     fn index(&mut self) {
         self.row += 1;
-        if self.row == self.rows.len() {
-            self.rows.push_back(Row::default());
-            if self.rows.len() > self.height {
-                let top = self.rows.pop_front().unwrap_or_default();
-                self.done
-                    .push((top.start.unwrap_or(self.at), top.line(true)));
-                self.row -= 1;
-                self.gone += 1;
-            }
+        if self.row < self.rows.len() {
+            return;
         }
+        let mut cells = Vec::new();
+        if self.rows.len() == self.height {
+            let top = self.rows.pop_front().unwrap_or_default();
+            self.done
+                .push((top.start.unwrap_or(self.at), top.line(true)));
+            self.row -= 1;
+            self.gone += 1;
+            // The new row takes the old one's room.
+            cells = top.cells;
+            cells.clear();
+        }
+        self.rows.push_back(Row {
+            cells,
+            ..Row::default()
+        });
     }
 
     /// The cursor `n` rows down, as far as the last row: a terminal's cursor stops at its
@@ -386,7 +395,7 @@ impl vte::Perform for Rows {
             self.index();
         }
         let col = self.col;
-        self.col = self.rows[self.row].put(col, c);
+        self.col = self.rows[self.row].put(col, c, width);
     }
 
     fn execute(&mut self, byte: u8) {
