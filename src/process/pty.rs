@@ -344,6 +344,15 @@ impl PtyMaster {
         changed && tcsetattr(self.fd.get_ref(), SetArg::TCSANOW, &t).is_ok()
     }
 
+    /// Whether the terminal turns its interrupt character into SIGINT (`isig` on, the
+    /// character not turned off): a program that left raw mode behind makes it a plain byte.
+    pub fn interrupts(&self) -> bool {
+        use nix::sys::termios::{LocalFlags, SpecialCharacterIndices as C, tcgetattr};
+        tcgetattr(self.fd.get_ref()).is_ok_and(|t| {
+            t.local_flags.contains(LocalFlags::ISIG) && t.control_chars[C::VINTR as usize] != 0
+        })
+    }
+
     /// Whether the terminal echoes what is typed.
     pub fn echoes(&self) -> bool {
         use nix::sys::termios::{LocalFlags, tcgetattr};

@@ -7,8 +7,9 @@
 //! (`ingest.rs`), so no amount of output can evict or delay it. On pipes the command's
 //! stderr is complete once its reader drained what the pipe held at the end mark.
 //!
-//! A timeout never ends the shell. `interrupt` sends Ctrl-C to the terminal (pipes: SIGINT
-//! to the command's processes, every process of the shell's session but the shell; a
+//! A timeout never ends the shell. `interrupt` sends Ctrl-C to the terminal (SIGINT to its
+//! foreground group where the terminal makes no signal of Ctrl-C and the group is not
+//! reading it; pipes: SIGINT to the command's processes, every process of the shell's session but the shell; a
 //! background job ignores it, as POSIX has it for a shell without job control) and waits a
 //! moment for the prompt: then the outcome is `timeout` with the status; if the program
 //! keeps the terminal (less, vim, a REPL), it is `timeout` with `still_running`, the
@@ -29,7 +30,7 @@ use crate::config::Mode;
 use crate::errors::{ErrorCode, ToolError};
 use crate::limits::{AWAIT_POLL, DRAIN_DEADLINE, EXEC_INTERRUPT_SETTLE, EXEC_PROMPT_GRACE};
 use crate::output::{Kept, Omitted, Shape, Stream};
-use crate::process::{procfs, signal_process};
+use crate::process::{procfs, signal_group, signal_process};
 use crate::session::Foreground;
 use crate::session::Session;
 use crate::session::ingest::Control;
@@ -450,9 +451,22 @@ impl Session {
         match self.mode {
             Mode::Pty => {
                 // The terminal is gone once the shell has ended.
-                let Some(interrupt) = self.terminal().map(|t| t.line_controls().flushing[0]) else {
+                let Some(terminal) = self.terminal() else {
                     return;
                 };
+                // Where a program left the terminal without signal keys (stty raw, -isig,
+                // intr undef), Ctrl-C is a plain byte: a program that is not reading the
+                // terminal would never see it, so it gets the signal Ctrl-C sends.
+                if !terminal.interrupts() {
+                    let shell = self.shell_group.get().copied().unwrap_or(self.pid);
+                    if let Some(group) = terminal.foreground().filter(|g| *g != shell)
+                        && self.reading_input() == Some(false)
+                    {
+                        signal_group(group, Signal::SIGINT);
+                        return;
+                    }
+                }
+                let interrupt = terminal.line_controls().flushing[0];
                 let never = CancellationToken::new();
                 let _ = self.send(&[interrupt], false, &never).await;
             }
