@@ -456,15 +456,14 @@ impl Session {
                 };
                 // Where a program left the terminal without signal keys (stty raw, -isig,
                 // intr undef), Ctrl-C is a plain byte: a program that is not reading the
-                // terminal would never see it, so it gets the signal Ctrl-C sends.
-                if !terminal.interrupts() {
-                    let shell = self.shell_group.get().copied().unwrap_or(self.pid);
-                    if let Some(group) = terminal.foreground().filter(|g| *g != shell)
-                        && self.reading_input() == Some(false)
-                    {
-                        signal_group(group, Signal::SIGINT);
-                        return;
-                    }
+                // terminal (the shell itself, running a loop of its own, included) would
+                // never see it, so it gets the signal Ctrl-C sends.
+                if !terminal.interrupts()
+                    && let Some(group) = terminal.foreground()
+                    && self.reading_input() == Some(false)
+                {
+                    signal_group(group, Signal::SIGINT);
+                    return;
                 }
                 let interrupt = terminal.line_controls().flushing[0];
                 let never = CancellationToken::new();
