@@ -58,6 +58,20 @@ fn winsize(rows: u16, cols: u16) -> Winsize {
     }
 }
 
+/// A line-editing character's default, as `stty sane` sets it (Ctrl-C, Ctrl-\\, Ctrl-Z,
+/// Ctrl-D, Ctrl-U, DEL).
+fn default_control(role: nix::sys::termios::SpecialCharacterIndices) -> u8 {
+    use nix::sys::termios::SpecialCharacterIndices as C;
+    match role {
+        C::VINTR => 0x03,
+        C::VQUIT => 0x1c,
+        C::VSUSP => 0x1a,
+        C::VEOF => 0x04,
+        C::VKILL => 0x15,
+        _ => 0x7f,
+    }
+}
+
 fn set_cloexec(fd: &OwnedFd) -> io::Result<()> {
     fcntl(fd, FcntlArg::F_SETFD(FdFlag::FD_CLOEXEC))?;
     Ok(())
@@ -179,21 +193,17 @@ impl PtyMaster {
     pub fn line_controls(&self) -> LineControls {
         use nix::sys::termios::{SpecialCharacterIndices as I, tcgetattr};
         let chars = tcgetattr(self.fd.get_ref()).map(|t| t.control_chars).ok();
-        let get = |index: I, default: u8| {
+        let get = |index: I| {
             chars
                 .map(|c| c[index as usize])
                 .filter(|c| *c != 0)
-                .unwrap_or(default)
+                .unwrap_or_else(|| default_control(index))
         };
         LineControls {
-            eof: get(I::VEOF, 0x04),
-            erase: get(I::VERASE, 0x7f),
-            kill: get(I::VKILL, 0x15),
-            flushing: [
-                get(I::VINTR, 0x03),
-                get(I::VQUIT, 0x1c),
-                get(I::VSUSP, 0x1a),
-            ],
+            eof: get(I::VEOF),
+            erase: get(I::VERASE),
+            kill: get(I::VKILL),
+            flushing: [get(I::VINTR), get(I::VQUIT), get(I::VSUSP)],
         }
     }
 
@@ -307,15 +317,14 @@ impl PtyMaster {
     /// characters sending their signals (`isig`), Enter read as a line end (`icrnl`, no
     /// `inlcr` or `igncr`), a newline written as CR LF (`opost onlcr`, no `ocrnl`), and the
     /// line's special characters that were turned off (`stty intr undef`) back at their
-    /// defaults (one set to another key stays). Echo stays as it was set. Whether anything
-    /// changed.
-    pub fn restore_line_handling(&self) -> bool {
+    /// defaults (one set to another key stays). Echo stays as it was set.
+    pub fn restore_line_handling(&self) {
         use nix::sys::termios::{
             InputFlags, LocalFlags, OutputFlags, SetArg, SpecialCharacterIndices as C, tcgetattr,
             tcsetattr,
         };
         let Ok(mut t) = tcgetattr(self.fd.get_ref()) else {
-            return false;
+            return;
         };
         let before = t.clone();
         t.local_flags |= LocalFlags::ICANON | LocalFlags::ISIG;
@@ -323,25 +332,19 @@ impl PtyMaster {
         t.input_flags &= !(InputFlags::INLCR | InputFlags::IGNCR);
         t.output_flags |= OutputFlags::OPOST | OutputFlags::ONLCR;
         t.output_flags &= !(OutputFlags::OCRNL | OutputFlags::ONLRET);
-        let defaults = [
-            (C::VINTR, 0x03),
-            (C::VQUIT, 0x1c),
-            (C::VSUSP, 0x1a),
-            (C::VEOF, 0x04),
-            (C::VKILL, 0x15),
-            (C::VERASE, 0x7f),
-        ];
-        for (role, default) in defaults {
+        for role in [C::VINTR, C::VQUIT, C::VSUSP, C::VEOF, C::VKILL, C::VERASE] {
             let c = &mut t.control_chars[role as usize];
             if *c == 0 {
-                *c = default;
+                *c = default_control(role);
             }
         }
         let changed = t.local_flags != before.local_flags
             || t.input_flags != before.input_flags
             || t.output_flags != before.output_flags
             || t.control_chars != before.control_chars;
-        changed && tcsetattr(self.fd.get_ref(), SetArg::TCSANOW, &t).is_ok()
+        if changed {
+            let _ = tcsetattr(self.fd.get_ref(), SetArg::TCSANOW, &t);
+        }
     }
 
     /// Whether the terminal turns its interrupt character into SIGINT (`isig` on, the

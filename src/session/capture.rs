@@ -6,6 +6,9 @@
 
 use crate::output::{HeadTail, Kept, Shape, Shaper, Stream, piece_bytes};
 
+/// The screen of output that is not rendered: one row, no width.
+pub const NO_SCREEN: (usize, usize) = (1, usize::MAX);
+
 pub struct Capture {
     shape: Shape,
     max_bytes: usize,

@@ -7,6 +7,7 @@ use std::time::{Duration, SystemTime};
 use nix::sys::signal::Signal;
 use tokio::time::Instant;
 
+use super::capture::NO_SCREEN;
 use super::ingest::{MarksReader, Reader, ReaderLink, Source};
 use super::input::{Input, Typed};
 use super::recording::{Header, Recording};
@@ -171,8 +172,8 @@ pub fn launch(new: NewSession, spawned: Spawned) -> Arc<Session> {
     ));
     if let Some((shape, max_bytes)) = new.capture {
         let mut captures = session.captures();
-        captures.arm(Stream::Stdout, (shape, (1, usize::MAX)), max_bytes, true);
-        captures.arm(Stream::Stderr, (shape, (1, usize::MAX)), max_bytes, true);
+        captures.arm(Stream::Stdout, (shape, NO_SCREEN), max_bytes, true);
+        captures.arm(Stream::Stderr, (shape, NO_SCREEN), max_bytes, true);
     }
     let install_until = Instant::now() + INSTALL_WITHIN;
     let readers = sources

@@ -9,8 +9,9 @@
 //!
 //! A timeout never ends the shell. `interrupt` sends Ctrl-C to the terminal (SIGINT to its
 //! foreground group where the terminal makes no signal of Ctrl-C and the group is not
-//! reading it; pipes: SIGINT to the command's processes, every process of the shell's session but the shell; a
-//! background job ignores it, as POSIX has it for a shell without job control) and waits a
+//! reading it; pipes: SIGINT to the command's processes, every process of the shell's
+//! session but the shell; a background job ignores it, as POSIX has it for a shell without
+//! job control) and waits a
 //! moment for the prompt: then the outcome is `timeout` with the status; if the program
 //! keeps the terminal (less, vim, a REPL), it is `timeout` with `still_running`, the
 //! foreground program and the screen. `keep` leaves the command running (`running`);
@@ -33,6 +34,7 @@ use crate::output::{Kept, Omitted, Shape, Stream};
 use crate::process::{procfs, signal_group, signal_process};
 use crate::session::Foreground;
 use crate::session::Session;
+use crate::session::capture::NO_SCREEN;
 use crate::session::ingest::Control;
 use crate::session::input::Typed;
 use crate::session::state::{Snapshot, State};
@@ -263,7 +265,7 @@ impl Session {
             ));
         }
         // Rendered output wraps at the terminal's width, and may go back up its rows.
-        let screen = self.terminal().map_or((1, usize::MAX), |t| {
+        let screen = self.terminal().map_or(NO_SCREEN, |t| {
             let (rows, cols) = t.size();
             (usize::from(rows), usize::from(cols))
         });
