@@ -58,10 +58,11 @@ pub struct Kept {
     pub omitted: Option<Omitted>,
 }
 
-/// The longest piece (in bytes, or a rendered line's cells) a line should come in for a
-/// budget of `max_bytes`: an eighth of it. A first line longer than the head still fills it
-/// (two pieces), a piece of four-byte characters still fits the tail, and a rendered line
-/// redrawn in place (a progress bar) is one piece as long as it is narrower than that.
+/// The longest piece (in bytes, or a rendered line's code points) a line should come in for
+/// a budget of `max_bytes`: an eighth of it. A first line longer than the head still fills
+/// it (two pieces), and a piece of four-byte characters still fits the tail. (Rendered rows
+/// are cut only once no program can reach them, so a line redrawn in place comes in pieces
+/// of its last state.)
 pub fn piece_bytes(max_bytes: usize) -> usize {
     (max_bytes / 8).max(1)
 }
@@ -246,7 +247,10 @@ mod tests {
 
     /// `text` fed as a raw capture of budget `max` would feed it, in `chunks` bytes.
     fn captured(max: usize, text: &str, chunk: usize) -> Kept {
-        let mut shaper = Shaper::new(Shape::Raw, piece_bytes(max));
+        captured_by(Shaper::new(Shape::Raw, piece_bytes(max)), max, text, chunk)
+    }
+
+    fn captured_by(mut shaper: Shaper, max: usize, text: &str, chunk: usize) -> Kept {
         let mut kept = HeadTail::new(max);
         let (mut cursor, mut rest) = (0, text);
         while !rest.is_empty() {
@@ -322,8 +326,16 @@ mod tests {
             text in "[ab€\n]{0,1200}",
             max in 64usize..400,
             chunk in 1usize..64,
+            rendered in proptest::bool::ANY,
         ) {
-            let kept = captured(max, &text, chunk);
+            // Rendered on a terminal 40 columns wide, text written once in order is the same
+            // text, its rows cut into pieces as they leave.
+            let shaper = if rendered {
+                Shaper::new(Shape::Render, piece_bytes(max)).on_screen(3, 40)
+            } else {
+                Shaper::new(Shape::Raw, piece_bytes(max))
+            };
+            let kept = captured_by(shaper, max, &text, chunk);
             let Some(omitted) = kept.omitted else {
                 proptest::prop_assert_eq!(&kept.text, &text);
                 return Ok(());

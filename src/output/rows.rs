@@ -37,6 +37,9 @@ struct Row {
     /// Its text went on in the next row (the terminal wrapped it at its width): the two are
     /// one line of the output.
     wrapped: bool,
+    /// When rows come out in pieces narrower than the terminal: the cursor of the code
+    /// point that last wrote each cell, so each piece begins where its text was written.
+    written: Option<Vec<u64>>,
 }
 
 impl Row {
@@ -202,6 +205,32 @@ impl Row {
         }
         text
     }
+
+    /// Its line (as `line`) in pieces of at most `max` code points, the last with the
+    /// newline, into `out`: each with the cursor that wrote its first cell (the first with
+    /// the row's), or `at` where none did.
+    fn pieces(&self, newline: bool, max: usize, at: u64, out: &mut Vec<(u64, String)>) {
+        let start = self.start.unwrap_or(at);
+        let (Some(written), true) = (&self.written, self.cells.len() > max) else {
+            out.push((start, self.line(newline)));
+            return;
+        };
+        let mut piece = (start, String::new());
+        let mut count = 0;
+        for (i, c) in self.cells.iter().enumerate().filter(|(_, c)| **c != FILL) {
+            if count == max {
+                let cursor = written.get(i).copied().unwrap_or(at);
+                out.push(std::mem::replace(&mut piece, (cursor, String::new())));
+                count = 0;
+            }
+            piece.1.push(if *c == BLANK { ' ' } else { *c });
+            count += 1;
+        }
+        if newline && !self.wrapped {
+            piece.1.push('\n');
+        }
+        out.push(piece);
+    }
 }
 
 fn wide(c: char) -> bool {
@@ -228,17 +257,20 @@ pub struct Rows {
     /// Rows that have left, so a saved cursor names its row whatever left since.
     gone: u64,
     saved: Option<(u64, usize)>,
-    /// Lines that left, with the cursor where each began.
+    /// Lines that left, with the cursor where each began, in pieces of at most `piece`
+    /// code points.
     pub done: Vec<(u64, String)>,
+    piece: usize,
     /// The cursor of the code point being fed.
     at: u64,
 }
 
 impl Rows {
-    /// The rows of a terminal `height` rows high and `cols` wide.
-    pub fn new(height: usize, cols: usize) -> Self {
-        Rows {
-            rows: VecDeque::from([Row::default()]),
+    /// The rows of a terminal `height` rows high and `cols` wide, whose lines come out in
+    /// pieces of at most `piece` code points.
+    pub fn new(height: usize, cols: usize, piece: usize) -> Self {
+        let mut rows = Rows {
+            rows: VecDeque::new(),
             row: 0,
             col: 0,
             height: height.clamp(1, MAX_ROWS),
@@ -246,7 +278,21 @@ impl Rows {
             gone: 0,
             saved: None,
             done: Vec::new(),
+            piece: piece.max(1),
             at: 0,
+        };
+        rows.rows.push_back(rows.fresh(Vec::new()));
+        rows
+    }
+
+    /// A new row, with the room of `cells`.
+    fn fresh(&self, mut cells: Vec<char>) -> Row {
+        cells.clear();
+        Row {
+            cells,
+            // A row may be cut into pieces only when they are narrower than it.
+            written: (self.piece < self.cols).then(Vec::new),
+            ..Row::default()
         }
     }
 
@@ -274,7 +320,7 @@ impl Rows {
         self.done.extend(lines);
         self.gone += self.rows.len() as u64;
         self.rows.clear();
-        self.rows.push_back(Row::default());
+        self.rows.push_back(self.fresh(Vec::new()));
         self.row = 0;
         self.col = 0;
         self.saved = None;
@@ -296,21 +342,18 @@ impl Rows {
         let Some(last) = self.rows.iter().enumerate().rposition(is_line).max(piece) else {
             return Vec::new();
         };
-        self.rows
-            .iter()
-            .take(last + 1)
-            .enumerate()
-            .map(|(i, r)| {
-                let newline = i < last || (r.ended && piece != Some(i));
-                (r.start.unwrap_or(self.at), r.line(newline))
-            })
-            .collect()
+        let mut lines = Vec::with_capacity(last + 1);
+        for (i, r) in self.rows.iter().take(last + 1).enumerate() {
+            let newline = i < last || (r.ended && piece != Some(i));
+            r.pieces(newline, self.piece, self.at, &mut lines);
+        }
+        lines
     }
 
     /// The lines the rows hold (as `lines`), which leave them: the rows start afresh.
     pub fn take_lines(&mut self) -> Vec<(u64, String)> {
         let lines = self.lines();
-        *self = Rows::new(self.height, self.cols);
+        *self = Rows::new(self.height, self.cols, self.piece);
         lines
     }
 
@@ -331,18 +374,14 @@ impl Rows {
         let mut cells = Vec::new();
         if self.rows.len() == self.height {
             let top = self.rows.pop_front().unwrap_or_default();
-            self.done
-                .push((top.start.unwrap_or(self.at), top.line(true)));
+            top.pieces(true, self.piece, self.at, &mut self.done);
             self.row -= 1;
             self.gone += 1;
             // The new row takes the old one's room.
             cells = top.cells;
-            cells.clear();
         }
-        self.rows.push_back(Row {
-            cells,
-            ..Row::default()
-        });
+        let row = self.fresh(cells);
+        self.rows.push_back(row);
     }
 
     /// The cursor `n` rows down, as far as the last row: a terminal's cursor stops at its
@@ -363,6 +402,7 @@ impl Rows {
         self.rows[self.row].erase(col, 0);
         for row in self.rows.iter_mut().skip(self.row + 1) {
             row.cells.clear();
+            row.written.as_mut().map(Vec::clear);
             row.ended = false;
             row.wrapped = false;
         }
@@ -394,8 +434,13 @@ impl vte::Perform for Rows {
             self.col = 0;
             self.index();
         }
-        let col = self.col;
-        self.col = self.rows[self.row].put(col, c, width);
+        let (col, at) = (self.col, self.at);
+        let row = &mut self.rows[self.row];
+        self.col = row.put(col, c, width);
+        if let Some(written) = &mut row.written {
+            written.resize(row.cells.len(), at);
+            written[col..self.col].fill(at);
+        }
     }
 
     fn execute(&mut self, byte: u8) {
@@ -466,7 +511,7 @@ mod tests {
 
     /// The lines of `text` rendered on a terminal `height` rows high and `cols` wide.
     fn rendered(height: usize, cols: usize, text: &str) -> Vec<String> {
-        let mut rows = Rows::new(height, cols);
+        let mut rows = Rows::new(height, cols, usize::MAX);
         let mut parser = vte::Parser::<0>::default();
         for (at, c) in (0..).zip(text.chars()) {
             rows.feeding(at);
@@ -520,7 +565,7 @@ mod tests {
 
     #[test]
     fn a_cut_row_with_rows_below_is_a_line_of_its_own() {
-        let mut rows = Rows::new(5, 80);
+        let mut rows = Rows::new(5, 80, usize::MAX);
         let mut parser = vte::Parser::<0>::default();
         let mut lines = Vec::new();
         for (at, c) in (0..).zip("a\nb\n\x1b[2A\rXXXXXXXXXYZ\n".chars()) {

@@ -36,6 +36,10 @@ pub struct Shaper {
     line_start: Option<u64>,
     /// Rendered: the rows the output may still change.
     rows: Rows,
+    /// Rendered on a screen: its width bounds every row, so a row is cut into pieces of
+    /// `max_line` only as it leaves, in its last state. Without one (a single row of
+    /// unbounded width), the row is cut as it is written.
+    on_screen: bool,
 }
 
 impl Shaper {
@@ -47,7 +51,8 @@ impl Shaper {
             parser: Vte::default(),
             text: String::new(),
             line_start: None,
-            rows: Rows::new(1, usize::MAX),
+            rows: Rows::new(1, usize::MAX, usize::MAX),
+            on_screen: false,
         }
     }
 
@@ -55,8 +60,9 @@ impl Shaper {
     /// and a program may move back up to the rows it wrote, and change them (without this,
     /// one row of unbounded width).
     pub fn on_screen(mut self, rows: usize, cols: usize) -> Self {
-        let fit = MAX_CELLS / self.max_line.min(cols.max(1));
-        self.rows = Rows::new(rows.min(fit).min(MAX_ROWS), cols);
+        let fit = MAX_CELLS / cols.max(1);
+        self.rows = Rows::new(rows.min(fit).min(MAX_ROWS), cols, self.max_line);
+        self.on_screen = true;
         self
     }
 
@@ -67,14 +73,17 @@ impl Shaper {
             Shape::Raw => self.feed_raw(text, cursor, &mut line),
             Shape::Strip => self.feed_stripped(text, cursor, &mut line),
             Shape::Render => {
+                let max_line = self.max_line;
                 for (at, c) in (cursor..).zip(text.chars()) {
                     self.rows.feeding(at);
                     self.parser.advance(&mut self.rows, c);
-                    // A cursor moved far right stops at the line's limit, as at a
-                    // terminal's margin: what it would write lies no further.
-                    self.rows.col = self.rows.col.min(self.max_line);
-                    if self.rows.width() >= self.max_line {
-                        self.rows.cut();
+                    if !self.on_screen {
+                        // A cursor moved far right stops at the line's limit, as at a
+                        // terminal's margin: what it would write lies no further.
+                        self.rows.col = self.rows.col.min(max_line);
+                        if self.rows.width() >= max_line {
+                            self.rows.cut();
+                        }
                     }
                     for (start, text) in self.rows.done.drain(..) {
                         line(start, &text);
@@ -211,7 +220,10 @@ mod tests {
         rows: usize,
         pieces: &[&str],
     ) -> Vec<(u64, String)> {
-        let mut shaper = Shaper::new(shape, max_line).on_screen(rows, 80);
+        shaped_by(Shaper::new(shape, max_line).on_screen(rows, 80), pieces)
+    }
+
+    fn shaped_by(mut shaper: Shaper, pieces: &[&str]) -> Vec<(u64, String)> {
         let mut lines = Vec::new();
         let mut cursor = 0;
         for piece in pieces {
@@ -336,7 +348,7 @@ mod tests {
         let mut lines = Vec::new();
         let (mut stripper, mut parser) = (AnsiStripper::default(), vte::Parser::<0>::default());
         let (mut built, mut start) = (String::new(), None);
-        let mut rows = Rows::new(1, usize::MAX);
+        let mut rows = Rows::new(1, usize::MAX, usize::MAX);
         let mut utf8 = [0u8; 4];
         for (at, c) in (0..).zip(text.chars()) {
             if shape == Shape::Strip {
@@ -376,19 +388,24 @@ mod tests {
             max_line in 4usize..24,
         ) {
             for shape in [Shape::Raw, Shape::Strip, Shape::Render] {
-                let lines = shaped_in(shape, max_line, &super::super::cut_at(&text, &cuts));
-                let whole = shaped_in(shape, max_line, &[text.as_str()]);
+                let pieces = super::super::cut_at(&text, &cuts);
+                let lines = shaped_by(Shaper::new(shape, max_line), &pieces);
+                let whole = shaped_by(Shaper::new(shape, max_line), &[text.as_str()]);
                 proptest::prop_assert_eq!(&lines, &whole, "{:?}", shape);
                 if shape != Shape::Raw {
                     proptest::prop_assert_eq!(lines, one_by_one(shape, &text, max_line), "{:?}", shape);
                 }
             }
-            // On a terminal of several rows too, however the text is cut.
+            // On a terminal of several rows too, however the text is cut; there the bound
+            // only cuts the rows that leave into pieces, in their last state.
             let pieces = super::super::cut_at(&text, &cuts);
-            proptest::prop_assert_eq!(
-                shaped_on(Shape::Render, max_line, 3, &pieces),
-                shaped_on(Shape::Render, max_line, 3, &[text.as_str()])
-            );
+            let lines = shaped_on(Shape::Render, max_line, 3, &pieces);
+            proptest::prop_assert_eq!(&lines, &shaped_on(Shape::Render, max_line, 3, &[text.as_str()]));
+            let unbounded = shaped_on(Shape::Render, 1 << 20, 3, &[text.as_str()]);
+            proptest::prop_assert_eq!(texts(&lines).concat(), texts(&unbounded).concat());
+            for (_, piece) in &lines {
+                proptest::prop_assert!(piece.trim_end_matches('\n').chars().count() <= max_line);
+            }
         }
     }
 
@@ -441,7 +458,29 @@ mod tests {
     #[test]
     fn rendered_rows_hold_a_bounded_number_of_cells() {
         let shaper = Shaper::new(Shape::Render, 1 << 16).on_screen(500, 1 << 17);
-        assert_eq!(shaper.rows.height(), MAX_CELLS >> 16);
+        assert_eq!(shaper.rows.height(), MAX_CELLS >> 17);
+    }
+
+    #[test]
+    fn a_row_redrawn_past_the_bound_comes_out_in_its_last_state() {
+        // Rows wider than the bound are cut only as they leave: a progress line redrawn
+        // in place is its last state, in pieces, and the next line comes whole.
+        let mut text = String::new();
+        for i in 0..=1300 {
+            text.push_str(&format!("\rprogress {i}"));
+        }
+        let last = text.len() as u64 - 5;
+        text.push_str("\nnext\n");
+        let lines = shaped_on(Shape::Render, 8, 24, &[&text]);
+        assert_eq!(texts(&lines), ["progress", " 1300\n", "next\n"]);
+        // Each piece begins where its first cell was last written; the first, its row.
+        assert_eq!((lines[0].0, lines[1].0), (0, last));
+        // A row that leaves while the output goes on, cut the same way.
+        let lines = shaped_on(Shape::Render, 4, 1, &["abcdefghij\rXY\nz"]);
+        assert_eq!(
+            lines,
+            [(0, "XYcd"), (4, "efgh"), (8, "ij\n"), (14, "z")].map(|(at, t)| (at, t.to_owned()))
+        );
     }
 
     #[test]
