@@ -17,6 +17,9 @@ struct Events {
     title: String,
     /// Bytes to write back to the program (answers to its queries), in order.
     replies: Vec<u8>,
+    /// What an escape vt100 leaves out does, as the controls it amounts to: index (`ESC D`)
+    /// is a line feed, next line (`ESC E`) a carriage return and a line feed.
+    owed: &'static [u8],
 }
 
 impl vt100::Callbacks for Events {
@@ -28,6 +31,14 @@ impl vt100::Callbacks for Events {
         }
         title.truncate(end);
         self.title = title;
+    }
+
+    fn unhandled_escape(&mut self, _: &mut vt100::Screen, i1: Option<u8>, _: Option<u8>, b: u8) {
+        match (i1, b) {
+            (None, b'D') => self.owed = b"\n",
+            (None, b'E') => self.owed = b"\r\n",
+            _ => {}
+        }
     }
 
     fn unhandled_csi(
@@ -50,6 +61,25 @@ impl vt100::Callbacks for Events {
             (None, 'n', 5) => self.replies.extend_from_slice(b"\x1b[0n"),
             (None, 'c', 0) => self.replies.extend_from_slice(DEVICE_ATTRIBUTES),
             _ => {}
+        }
+    }
+}
+
+/// Give `bytes` to the emulator, with index and next line applied where they end: the bytes
+/// are given up to each `ESC D` or `ESC E` (or a `D` or `E` that may end an escape the last
+/// bytes began), then the controls the escape amounts to, if it was one.
+fn emulate(parser: &mut vt100::Parser<Events>, bytes: &[u8]) {
+    let ends = memchr::memchr_iter(0x1b, bytes)
+        .map(|at| at + 2)
+        .filter(|&end| matches!(bytes.get(end - 1), Some(b'D' | b'E')));
+    let first = matches!(bytes.first(), Some(b'D' | b'E')).then_some(1);
+    let mut from = 0;
+    for end in first.into_iter().chain(ends).chain([bytes.len()]) {
+        parser.process(&bytes[from..end]);
+        from = end;
+        let owed = std::mem::take(&mut parser.callbacks_mut().owed);
+        if !owed.is_empty() {
+            parser.process(owed);
         }
     }
 }
@@ -237,7 +267,7 @@ impl Screen {
             && !self.parser.screen().alternate_screen()
             && !may_enter(bytes)
         {
-            self.parser.process(bytes);
+            emulate(&mut self.parser, bytes);
             // The scanner did not see this piece: it starts afresh when next needed. Both
             // entering and leaving begin with an ESC, which ends whatever this piece left
             // open (a string, a title).
@@ -264,7 +294,7 @@ impl Screen {
                 let shown = self.shown.take();
                 self.last_full = Some(shown.unwrap_or_else(|| self.render()));
             }
-            self.parser.process(&rest[at..=at]);
+            emulate(&mut self.parser, &rest[at..=at]);
             rest = &rest[at + 1..];
         }
     }
@@ -277,7 +307,7 @@ impl Screen {
         if scan.end > 0 {
             // The program draws again: what was held back was no way out.
             self.apply_held();
-            self.parser.process(&piece[..scan.end]);
+            emulate(&mut self.parser, &piece[..scan.end]);
             self.shown = None;
         } else {
             self.settle();
@@ -290,7 +320,7 @@ impl Screen {
             }
             self.shown = Some(self.render());
         }
-        self.parser.process(rest);
+        emulate(&mut self.parser, rest);
         if !self.parser.screen().alternate_screen() {
             self.shown = None;
         }
@@ -313,7 +343,7 @@ impl Screen {
     /// Give the emulator what is held back, as it is.
     fn apply_held(&mut self) {
         let held = std::mem::take(&mut self.held);
-        self.parser.process(&held);
+        emulate(&mut self.parser, &held);
     }
 
     /// The alternate screen as the program last left it, if it ever did.
@@ -348,12 +378,12 @@ impl Screen {
         let state = self.parser.screen().state_formatted();
         let events = Events {
             title: std::mem::take(&mut self.parser.callbacks_mut().title),
-            replies: Vec::new(),
+            ..Events::default()
         };
         // The old emulator goes first, so both never exist at once.
         self.parser = Self::parser(1, 1, 0, Events::default());
         let mut parser = Self::parser(rows, cols, self.budget, events);
-        parser.process(state.as_bytes());
+        emulate(&mut parser, state.as_bytes());
         parser.callbacks_mut().replies.clear();
         self.parser = parser;
         self.reach = (usize::from(rows), usize::from(cols));
@@ -444,6 +474,26 @@ mod tests {
         let text: String = last.rows[2].iter().map(|span| span.text.as_str()).collect();
         assert_eq!(text.trim_end(), "   full");
         assert_eq!(s.view(0).lines[0], "hello");
+    }
+
+    #[test]
+    fn index_and_next_line_move_as_a_terminal_moves() {
+        let mut s = Screen::new(4, 20, BUDGET);
+        // Up two rows, index down onto `C` and write over it; next line, and write below.
+        s.feed(b"A\r\nB\r\nC\r\n\x1bM\x1bM\x1bDx\x1bEy");
+        assert_eq!(s.view(0).lines[..4], ["A", "B", "x", "y"]);
+        // At the bottom, both scroll; split across two pieces, index still applies.
+        s.feed(b"\x1b");
+        s.feed(b"Dz\x1bE");
+        let v = s.view(2);
+        assert_eq!(v.lines[..4], ["x", "y", " z", ""]);
+        assert_eq!(v.scrollback, ["A", "B"]);
+        assert_eq!((v.cursor.row, v.cursor.col), (3, 0));
+        // A `D` that ends an escape of another kind (a character set) moves nothing.
+        s.feed(b"\x1b(DD");
+        let v = s.view(0);
+        assert_eq!(v.lines[2..4], [" z", "D"]);
+        assert_eq!((v.cursor.row, v.cursor.col), (3, 1));
     }
 
     /// The text of `screen`'s row `row`, trailing blanks trimmed.
