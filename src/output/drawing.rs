@@ -111,9 +111,9 @@ impl vte::Perform for Did {
 
     fn esc_dispatch(&mut self, intermediates: &[u8], _: bool, byte: u8) {
         self.moved = true;
-        // Reverse index (scrolls down at the top line) and reset, which leaves the
-        // alternate screen.
-        if intermediates.is_empty() && matches!(byte, b'M' | b'c') {
+        // Index and next line (scroll up at the last line, as a line feed does), reverse
+        // index (scrolls down at the top line) and reset, which leaves the alternate screen.
+        if intermediates.is_empty() && matches!(byte, b'D' | b'E' | b'M' | b'c') {
             self.changed = true;
             self.left = byte == b'c';
         }

@@ -17,9 +17,9 @@ struct Events {
     title: String,
     /// Bytes to write back to the program (answers to its queries), in order.
     replies: Vec<u8>,
-    /// What an escape vt100 leaves out does, as the controls it amounts to: index (`ESC D`)
+    /// What escapes vt100 leaves out do, as the controls they amount to: index (`ESC D`)
     /// is a line feed, next line (`ESC E`) a carriage return and a line feed.
-    owed: &'static [u8],
+    owed: Vec<u8>,
 }
 
 impl vt100::Callbacks for Events {
@@ -35,8 +35,8 @@ impl vt100::Callbacks for Events {
 
     fn unhandled_escape(&mut self, _: &mut vt100::Screen, i1: Option<u8>, _: Option<u8>, b: u8) {
         match (i1, b) {
-            (None, b'D') => self.owed = b"\n",
-            (None, b'E') => self.owed = b"\r\n",
+            (None, b'D') => self.owed.push(b'\n'),
+            (None, b'E') => self.owed.extend_from_slice(b"\r\n"),
             _ => {}
         }
     }
@@ -66,20 +66,26 @@ impl vt100::Callbacks for Events {
 }
 
 /// Give `bytes` to the emulator, with index and next line applied where they end: the bytes
-/// are given up to each `ESC D` or `ESC E` (or a `D` or `E` that may end an escape the last
-/// bytes began), then the controls the escape amounts to, if it was one.
+/// are given up to each `D` or `E` that may end an `ESC D` or `ESC E` (right after the ESC,
+/// or after controls, which act within an escape, and DEL, which it ignores; or such a
+/// letter that may end an escape the last bytes began), then the controls the escapes
+/// amount to, if they were ones.
 fn emulate(parser: &mut vt100::Parser<Events>, bytes: &[u8]) {
-    let ends = memchr::memchr_iter(0x1b, bytes)
-        .map(|at| at + 2)
-        .filter(|&end| matches!(bytes.get(end - 1), Some(b'D' | b'E')));
-    let first = matches!(bytes.first(), Some(b'D' | b'E')).then_some(1);
+    // Bytes an escape goes on after: C0 controls but CAN, SUB and ESC, and DEL.
+    let within = |b: &u8| matches!(b, 0x00..=0x17 | 0x19 | 0x1c..=0x1f | 0x7f);
+    let letter_after = |from: usize| {
+        let at = from + bytes[from..].iter().take_while(|b| within(b)).count();
+        matches!(bytes.get(at), Some(b'D' | b'E')).then_some(at + 1)
+    };
+    let first = letter_after(0);
+    let ends = memchr::memchr_iter(0x1b, bytes).filter_map(|at| letter_after(at + 1));
     let mut from = 0;
     for end in first.into_iter().chain(ends).chain([bytes.len()]) {
         parser.process(&bytes[from..end]);
         from = end;
         let owed = std::mem::take(&mut parser.callbacks_mut().owed);
         if !owed.is_empty() {
-            parser.process(owed);
+            parser.process(&owed);
         }
     }
 }
@@ -494,6 +500,11 @@ mod tests {
         let v = s.view(0);
         assert_eq!(v.lines[2..4], [" z", "D"]);
         assert_eq!((v.cursor.row, v.cursor.col), (3, 1));
+        // Controls within the escape act, and the index still applies where it ends.
+        let mut s = Screen::new(4, 20, BUDGET);
+        s.feed(b"a\x1b\x07Db\x1b\x00");
+        s.feed(b"\x07Dc");
+        assert_eq!(s.view(0).lines[..3], ["a", " b", "  c"]);
     }
 
     /// The text of `screen`'s row `row`, trailing blanks trimmed.
@@ -535,6 +546,9 @@ mod tests {
             &[b"\x1b[5;1H\r\n\x1b[?1049;1l"],
             // A reset, which leaves too.
             &[b"\x1b[5;1H\r\n", b"\x1bc"],
+            // Index or next line at the last line, which scroll as a line feed does.
+            &[b"\x1b[5;1H\x1bD", leave],
+            &[b"\x1b[5;1H\x1bE\x1b[?1049l"],
         ] {
             let last = kept(pieces);
             assert_eq!(row_text(&last, 0), "top line", "{pieces:?}");
