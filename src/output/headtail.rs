@@ -323,13 +323,14 @@ mod tests {
     proptest::proptest! {
         #[test]
         fn what_is_left_out_is_exactly_the_range_it_names(
-            text in "[ab€\n]{0,1200}",
+            text in "([ab€\n]{0,30}(\t[ab€]{0,10})?|[ab€]{40,90}\n){0,30}",
             max in 64usize..400,
             chunk in 1usize..64,
             rendered in proptest::bool::ANY,
         ) {
-            // Rendered on a terminal 40 columns wide, text written once in order is the same
-            // text, its rows cut into pieces as they leave.
+            // Rendered on a terminal 40 columns wide, text written once in order (tabs that
+            // move over nothing, lines that wrap) is the same text, its rows cut into pieces
+            // as they leave.
             let shaper = if rendered {
                 Shaper::new(Shape::Render, piece_bytes(max)).on_screen(3, 40)
             } else {
@@ -358,6 +359,31 @@ mod tests {
             proptest::prop_assert_eq!(omitted.lines, left_out.matches('\n').count() as u64);
             proptest::prop_assert!(head.len() <= max / 4);
             proptest::prop_assert!(tail.len() <= max - max / 4);
+        }
+
+        /// Rendered output a program redraws (moves, erasures, insertions, tabs) keeps its
+        /// budget, and names a range that can be read: it never ends before it begins.
+        #[test]
+        fn a_rendered_range_never_ends_before_it_begins(
+            pieces in proptest::collection::vec(
+                proptest::sample::select(vec![
+                    "ab", "€", "日", "0123456789", "\t", "\n", "\r", "\x08", "\x1b[A",
+                    "\x1b[3C", "\x1b[20G", "\x1b[K", "\x1b[1K", "\x1b[2@", "\x1b[3P",
+                    "\x1b[2X", "\x1b[J", "\x1b7", "\x1b8",
+                ]),
+                0..200,
+            ),
+            max in 64usize..400,
+        ) {
+            let text = pieces.concat();
+            let shaper = Shaper::new(Shape::Render, piece_bytes(max)).on_screen(3, 40);
+            let kept = captured_by(shaper, max, &text, 7);
+            if let Some(omitted) = kept.omitted {
+                proptest::prop_assert!(omitted.start_cursor <= omitted.end_cursor, "{:?}", omitted);
+                let (head, tail) = parts(&kept);
+                proptest::prop_assert!(head.len() <= max / 4 + 1);
+                proptest::prop_assert!(tail.len() <= max - max / 4);
+            }
         }
     }
 }

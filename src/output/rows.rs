@@ -102,9 +102,9 @@ impl Row {
         }
     }
 
-    /// A tab at column `col`, on a terminal `cols` wide: kept as text where it moves over
-    /// nothing; the column of its stop (the last column at most).
-    fn tab(&mut self, col: usize, cols: usize) -> usize {
+    /// A tab at column `col`, on a terminal `cols` wide, fed at `at`: kept as text where it
+    /// moves over nothing; the column of its stop (the last column at most).
+    fn tab(&mut self, col: usize, cols: usize, at: u64) -> usize {
         let stop = ((col / TAB + 1) * TAB).min(cols.saturating_sub(1));
         if stop <= col {
             return col;
@@ -113,8 +113,16 @@ impl Row {
             self.cells.resize(col, BLANK);
             self.cells.push('\t');
             self.cells.resize(stop, FILL);
+            self.track(at);
         }
         stop
+    }
+
+    /// With cursors kept: as many as there are cells, those of new cells `at`.
+    fn track(&mut self, at: u64) {
+        if let Some(written) = &mut self.written {
+            written.resize(self.cells.len(), at);
+        }
     }
 
     /// A wide character across the boundary before column `at` (its halves on either
@@ -177,17 +185,23 @@ impl Row {
             self.split_wide(col);
             self.split_wide(end);
             self.cells.drain(col..end);
+            if let Some(written) = &mut self.written {
+                written.drain(col..end.min(written.len()));
+            }
         }
     }
 
     /// Insert `n` blanks at column `col`, the rest of the row moving right; what goes past
     /// the row's last column (`cols` wide) is gone.
-    fn insert_chars(&mut self, col: usize, n: usize, cols: usize) {
+    fn insert_chars(&mut self, col: usize, n: usize, cols: usize, at: u64) {
         self.wrapped = false;
         if col < self.cells.len() {
             self.expand_tabs();
             let n = n.min(self.cells.len() - col);
             self.cells.splice(col..col, std::iter::repeat_n(BLANK, n));
+            if let Some(written) = self.written.as_mut().filter(|w| col <= w.len()) {
+                written.splice(col..col, std::iter::repeat_n(at, n));
+            }
             self.cells.truncate(cols);
             self.split_wide(cols.saturating_sub(1) + 1);
             if self.cells.last().is_some_and(|c| wide(*c)) {
@@ -207,20 +221,28 @@ impl Row {
     }
 
     /// Its line (as `line`) in pieces of at most `max` code points, the last with the
-    /// newline, into `out`: each with the cursor that wrote its first cell (the first with
-    /// the row's), or `at` where none did.
-    fn pieces(&self, newline: bool, max: usize, at: u64, out: &mut Vec<(u64, String)>) {
-        let start = self.start.unwrap_or(at);
+    /// newline, into `out`: the first with the row's cursor, each other with the earliest
+    /// cursor that last wrote a cell of it or after it, `next` (where the next row begins)
+    /// at most. So cursors grow along the rows, as the rows' own do, and text written in
+    /// order gets its own.
+    fn pieces(&self, newline: bool, max: usize, next: u64, out: &mut Vec<(u64, String)>) {
+        let start = self.start.unwrap_or(next);
         let (Some(written), true) = (&self.written, self.cells.len() > max) else {
             out.push((start, self.line(newline)));
             return;
         };
+        // The earliest cursor of each cell and those after it.
+        let mut earliest = vec![start; self.cells.len()];
+        let mut least = next.max(start);
+        for i in (0..self.cells.len()).rev() {
+            least = least.min(written.get(i).copied().unwrap_or(start).max(start));
+            earliest[i] = least;
+        }
         let mut piece = (start, String::new());
         let mut count = 0;
         for (i, c) in self.cells.iter().enumerate().filter(|(_, c)| **c != FILL) {
             if count == max {
-                let cursor = written.get(i).copied().unwrap_or(at);
-                out.push(std::mem::replace(&mut piece, (cursor, String::new())));
+                out.push(std::mem::replace(&mut piece, (earliest[i], String::new())));
                 count = 0;
             }
             piece.1.push(if *c == BLANK { ' ' } else { *c });
@@ -345,9 +367,15 @@ impl Rows {
         let mut lines = Vec::with_capacity(last + 1);
         for (i, r) in self.rows.iter().take(last + 1).enumerate() {
             let newline = i < last || (r.ended && piece != Some(i));
-            r.pieces(newline, self.piece, self.at, &mut lines);
+            r.pieces(newline, self.piece, self.start_of(i + 1), &mut lines);
         }
         lines
+    }
+
+    /// Where row `i` begins: the cursor of the first code point fed on it (the one being fed,
+    /// for a row nothing was fed on yet, or none).
+    fn start_of(&self, i: usize) -> u64 {
+        self.rows.get(i).and_then(|r| r.start).unwrap_or(self.at)
     }
 
     /// The lines the rows hold (as `lines`), which leave them: the rows start afresh.
@@ -374,7 +402,7 @@ impl Rows {
         let mut cells = Vec::new();
         if self.rows.len() == self.height {
             let top = self.rows.pop_front().unwrap_or_default();
-            top.pieces(true, self.piece, self.at, &mut self.done);
+            top.pieces(true, self.piece, self.start_of(0), &mut self.done);
             self.row -= 1;
             self.gone += 1;
             // The new row takes the old one's room.
@@ -427,12 +455,23 @@ impl vte::Perform for Rows {
         let width = if wide(c) { 2 } else { 1 };
         if self.col + width > self.cols {
             // No room left in the row: the terminal goes on in the next, the two one line
-            // when the row's last column holds text (as the emulator has it: a wide
-            // character that does not fit beside a blank last column starts a line).
+            // when the row's last column holds text (as the emulator has it). A wide
+            // character that does not fit beside the last column leaves that column blank,
+            // which is no text of the line: the program wrote one line (vt100 makes it two).
             let row = &mut self.rows[self.row];
-            row.wrapped = row.cells.get(self.cols - 1).is_some_and(|c| *c != BLANK);
+            if self.col < self.cols {
+                row.wrapped = true;
+                if row.cells.len() > self.col && row.cells.last() == Some(&BLANK) {
+                    row.cells.pop();
+                    row.track(self.at);
+                }
+            } else {
+                row.wrapped = row.cells.get(self.cols - 1).is_some_and(|c| *c != BLANK);
+            }
             self.col = 0;
             self.index();
+            // The row the line goes on in begins with this code point.
+            self.rows[self.row].start.get_or_insert(self.at);
         }
         let (col, at) = (self.col, self.at);
         let row = &mut self.rows[self.row];
@@ -450,7 +489,7 @@ impl vte::Perform for Rows {
             0x08 => self.col = self.col.saturating_sub(1),
             b'\t' => {
                 let col = self.col;
-                self.col = self.rows[self.row].tab(col, self.cols);
+                self.col = self.rows[self.row].tab(col, self.cols, self.at);
             }
             _ => {}
         }
@@ -483,7 +522,7 @@ impl vte::Perform for Rows {
             'K' => row.erase(self.col, param(params, 0)),
             'X' => row.erase_chars(self.col, param(params, 1)),
             'P' => row.delete_chars(self.col, param(params, 1)),
-            '@' => row.insert_chars(self.col, param(params, 1), self.cols),
+            '@' => row.insert_chars(self.col, param(params, 1), self.cols, self.at),
             'C' => self.col = (self.col + param(params, 1)).min(last),
             'D' => self.col = self.col.saturating_sub(param(params, 1)),
             'G' => self.col = (param(params, 1) - 1).min(last),
@@ -502,6 +541,8 @@ impl vte::Perform for Rows {
             'u' if params.is_empty() => self.restore(),
             _ => {}
         }
+        let at = self.at;
+        self.rows[self.row].track(at);
     }
 }
 
@@ -532,8 +573,10 @@ mod tests {
         );
         assert_eq!(rendered(24, 10, &text), ["keep\n", "final\n"]);
         assert_eq!(rendered(24, 10, &"y".repeat(25)).concat(), "y".repeat(25));
-        // A wide character that does not fit the last column goes to the next row whole.
-        assert_eq!(rendered(24, 5, "abcd日\n").concat(), "abcd\n日\n");
+        // A wide character that does not fit the last column goes to the next row whole,
+        // the line unbroken.
+        assert_eq!(rendered(24, 5, "abcd日\n"), ["abcd", "日\n"]);
+        assert_eq!(rendered(24, 6, "x日日日\n").concat(), "x日日日\n");
         // A space written in the last column is text: the row runs on into the next.
         assert_eq!(rendered(24, 4, "abc def\n").concat(), "abc def\n");
         // A newline right after the last column ends the row without a blank one.

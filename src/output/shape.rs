@@ -58,9 +58,14 @@ impl Shaper {
 
     /// Rendered on a terminal of `rows` rows and `cols` columns: lines wrap at its width,
     /// and a program may move back up to the rows it wrote, and change them (without this,
-    /// one row of unbounded width).
+    /// or with no width, one row of unbounded width).
     pub fn on_screen(mut self, rows: usize, cols: usize) -> Self {
-        let fit = MAX_CELLS / cols.max(1);
+        if cols > MAX_CELLS {
+            return self;
+        }
+        // Rows cut into pieces narrower than them keep a cursor for each cell too.
+        let cell = if self.max_line < cols { 3 } else { 1 };
+        let fit = MAX_CELLS / (cols.max(1) * cell);
         self.rows = Rows::new(rows.min(fit).min(MAX_ROWS), cols, self.max_line);
         self.on_screen = true;
         self
@@ -456,9 +461,44 @@ mod tests {
     }
 
     #[test]
+    fn each_piece_begins_where_its_text_was_written() {
+        let cursors = |lines: &[(u64, String)]| lines.iter().map(|(at, _)| *at).collect::<Vec<_>>();
+        // A tab, whose cell is its own.
+        let lines = shaped_on(Shape::Render, 8, 24, &["aaaaaaaaaaaaaaaa\tb\n"]);
+        assert_eq!(texts(&lines), ["aaaaaaaa", "aaaaaaaa", "\tb\n"]);
+        assert_eq!(cursors(&lines), [0, 8, 16]);
+        // Blanks inserted before text move its cursors with it.
+        let lines = shaped_on(Shape::Render, 4, 24, &["ABCDEFGHIJKLMNOP\r\x1b[4@\n"]);
+        assert_eq!(texts(&lines), ["    ", "ABCD", "EFGH", "IJKL", "MNOP\n"]);
+        assert_eq!(cursors(&lines), [0, 0, 4, 8, 12]);
+        // A line wrapped onto a second row: that row begins with the code point wrapped.
+        let mut shaper = Shaper::new(Shape::Render, 4).on_screen(24, 10);
+        let mut lines = Vec::new();
+        shaper.feed(&format!("{}\n", "x".repeat(20)), 0, |at, t| {
+            lines.push((at, t.to_owned()))
+        });
+        lines.extend(shaper.finish());
+        assert_eq!(cursors(&lines), [0, 4, 8, 10, 14, 18]);
+        // Text written before the row's earlier cells: the cursors still grow along it.
+        let lines = shaped_on(Shape::Render, 4, 24, &["\x1b[9Gbbbbbbbb\raaaaaaaa\n"]);
+        assert_eq!(texts(&lines), ["aaaa", "aaaa", "bbbb", "bbbb\n"]);
+        assert!(cursors(&lines).is_sorted(), "{lines:?}");
+    }
+
+    #[test]
     fn rendered_rows_hold_a_bounded_number_of_cells() {
-        let shaper = Shaper::new(Shape::Render, 1 << 16).on_screen(500, 1 << 17);
+        let shaper = Shaper::new(Shape::Render, 1 << 17).on_screen(500, 1 << 17);
         assert_eq!(shaper.rows.height(), MAX_CELLS >> 17);
+        // Cut into narrower pieces, each cell's cursor is kept too.
+        let shaper = Shaper::new(Shape::Render, 1 << 16).on_screen(500, 1 << 17);
+        assert_eq!(shaper.rows.height(), MAX_CELLS / (3 << 17));
+        // A terminal of no width is one row cut at the line's bound as it is written.
+        let mut shaper = Shaper::new(Shape::Render, 64).on_screen(1, usize::MAX);
+        let mut lines = Vec::new();
+        shaper.feed(&format!("{}x", "\x1b[65535C".repeat(100)), 0, |at, t| {
+            lines.push((at, t.to_owned()))
+        });
+        assert!(!shaper.on_screen && shaper.rows.width() <= 64);
     }
 
     #[test]
