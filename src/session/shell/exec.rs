@@ -162,7 +162,10 @@ impl Session {
         };
         match (waited, request.on_timeout) {
             (Waited::Ended, _) => Ok(self.result(seq, "completed").await),
-            (Waited::AwaitingInput, _) => Ok(self.result(seq, "awaiting_input").await),
+            (Waited::AwaitingInput, _) => match self.cancel_unfinished(seq).await {
+                Some(unfinished) => Err(unfinished),
+                None => Ok(self.result(seq, "awaiting_input").await),
+            },
             (Waited::ShellEnded, _) => {
                 // The readers end the captures at EOF.
                 let settle = Instant::now() + DRAIN_DEADLINE * 2;
@@ -445,6 +448,43 @@ impl Session {
                 () = tokio::time::sleep_until(deadline) => {}
             }
         }
+    }
+
+    /// A readline shell that waits, at its prompt for more, for the rest of the command line
+    /// it was given (an unclosed quote, `if` without `fi`, a here-document without its end):
+    /// bash prints the start mark only once it has read a whole command, and none came. The
+    /// line is cancelled with Ctrl-C, which takes the shell back to its prompt as it was,
+    /// and the error says what to fix. None when the shell runs the command (a `read`), or
+    /// the line did not end at the interrupt (then the command waits for input as it is).
+    async fn cancel_unfinished(&self, seq: u64) -> Option<ToolError> {
+        let unfinished = self.inspect(|s| {
+            let shell = s.shell()?;
+            let command = shell.current().filter(|c| c.seq == seq)?;
+            Some(shell.typing() == Some(Typing::Readline) && !command.run_by_shell())
+        });
+        let shell = self.shell_group.get().copied().unwrap_or(self.pid);
+        if unfinished != Some(true) || self.terminal()?.foreground() != Some(shell) {
+            return None;
+        }
+        self.interrupt().await;
+        let settle = Instant::now() + EXEC_INTERRUPT_SETTLE;
+        if !matches!(self.wait_command(seq, settle, false).await, Waited::Ended) {
+            return None;
+        }
+        // Its result is settled: nothing is left to collect.
+        drop(self.result(seq, "completed").await);
+        Some(
+            ToolError::new(
+                ErrorCode::InvalidArgument,
+                "the shell read this command line as unfinished and waited for the rest of it, \
+             so it ran nothing: a quote left open (an apostrophe inside '...' is written \
+             '\\''), a `(`, `{`, `if`, `case`, `for` or `while` without its end, a \
+             here-document without its end line, or a trailing `\\`. The line was cancelled \
+             with Ctrl-C, and the shell is back at its prompt, its state as it was: fix the \
+             command and run it again",
+            )
+            .with("parameter", "command"),
+        )
     }
 
     /// Ctrl-C for the command: the terminal's interrupt character, or on pipes SIGINT to

@@ -66,6 +66,13 @@ pub struct Command {
     pub collected: bool,
 }
 
+impl Command {
+    /// The shell began to run it (its start mark came): it read the whole command line.
+    pub fn run_by_shell(&self) -> bool {
+        self.started.is_some() && !self.started_at_echo_end
+    }
+}
+
 #[derive(Debug, Clone, Copy, Serialize)]
 pub struct Ended {
     /// Where its output ends.
