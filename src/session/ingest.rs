@@ -617,6 +617,10 @@ impl Session {
         if stream == Stream::Stderr {
             if *mark == Mark::Start {
                 self.captures().start(stream);
+                self.update(|s| {
+                    let at = s.output().end();
+                    s.shell_stderr_start(at);
+                });
             }
             return;
         }

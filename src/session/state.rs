@@ -363,6 +363,13 @@ impl State {
         }
     }
 
+    /// A pipe shell's start mark on stderr was found at `at`.
+    pub fn shell_stderr_start(&mut self, at: u64) {
+        if let Some(shell) = self.shell.as_mut() {
+            shell.stderr_start(at);
+        }
+    }
+
     /// `terminal_exec` types `text` now; its sequence number.
     pub fn shell_submit(&mut self, text: &str) -> u64 {
         let at = self.output.end();

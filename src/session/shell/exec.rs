@@ -246,6 +246,9 @@ impl Session {
         if let Some(busy) = busy {
             return Err(self.busy(busy));
         }
+        if let Some(uncollected) = self.uncollected() {
+            return Err(uncollected);
+        }
         let typing = typing.unwrap_or(Typing::Wrapper);
         // Between a command's end and its next prompt, readline has not set the terminal up
         // for itself yet: a paste then would meet the line discipline's line limit.
@@ -312,6 +315,32 @@ impl Session {
             return Err(e);
         }
         Ok(seq)
+    }
+
+    /// The error for a command line typed while the last command, which a call left
+    /// running (`keep`, or a program waiting for input), has ended with no call having
+    /// returned its result: a new command would take its place, and its status would be
+    /// lost.
+    fn uncollected(&self) -> Option<ToolError> {
+        let (seq, status, text) = self.inspect(|s| {
+            let command = s.shell()?.current()?;
+            let ended = command.ended.filter(|_| !command.collected)?;
+            Some((command.seq, ended.status, command.text.clone()))
+        })?;
+        let mut text = text.replace('\n', " ");
+        if text.chars().count() > 60 {
+            text = text.chars().take(60).chain(['…']).collect();
+        }
+        let status =
+            status.map_or_else(|| "ended".to_owned(), |s| format!("ended with status {s}"));
+        Some(ToolError::new(
+            ErrorCode::SessionBusy,
+            format!(
+                "command {seq} (`{text}`) {status} after the call that started it returned, \
+                 and its result is not collected yet: nothing was run. Collect its output and \
+                 status with terminal_exec `continue: true`, then run this command"
+            ),
+        ))
     }
 
     fn partial_line(&self) -> bool {
@@ -563,9 +592,7 @@ impl Session {
             (None, _) => None,
         };
         let end = self.inspect(|s| s.output().end());
-        let start_cursor = command
-            .as_ref()
-            .map_or(end, |c| c.started.unwrap_or(c.submitted));
+        let start_cursor = command.as_ref().map_or(end, |c| c.output_start());
         // On pipes the call's output ends after the stderr drained above.
         let end_cursor = match (ended, self.mode) {
             (Some(e), Mode::Pipe) => e.cursor.max(end),

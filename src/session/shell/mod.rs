@@ -58,6 +58,10 @@ pub struct Command {
     /// it (after readline's last carriage return), moves it.
     #[serde(skip)]
     started_at_echo_end: bool,
+    /// On pipes: where its stderr begins (its start mark there), which may come before
+    /// `started` in the session's output.
+    #[serde(skip)]
+    pub stderr_started: Option<u64>,
     pub ended: Option<Ended>,
     #[serde(serialize_with = "super::state::serialize_time")]
     pub began_at: SystemTime,
@@ -70,6 +74,13 @@ impl Command {
     /// The shell began to run it (its start mark came): it read the whole command line.
     pub fn run_by_shell(&self) -> bool {
         self.started.is_some() && !self.started_at_echo_end
+    }
+
+    /// Where its output begins in the session's output: on pipes, on whichever stream began
+    /// first.
+    pub fn output_start(&self) -> u64 {
+        let started = self.started.unwrap_or(self.submitted);
+        self.stderr_started.map_or(started, |at| at.min(started))
     }
 }
 
@@ -230,6 +241,7 @@ impl Track {
             submitted: at,
             started: None,
             started_at_echo_end: false,
+            stderr_started: None,
             ended: None,
             began_at: SystemTime::now(),
             collected: false,
@@ -272,6 +284,13 @@ impl Track {
             Mark::Start if open.started_at_echo_end => Some(CaptureChange::Restart),
             Mark::End(_) => Some(CaptureChange::End),
             Mark::Start | Mark::InputEnd | Mark::InputReady | Mark::Installed(_) => None,
+        }
+    }
+
+    /// A pipe shell's start mark on stderr, found at cursor `at`.
+    pub fn stderr_start(&mut self, at: u64) {
+        if let Some(command) = self.open() {
+            command.stderr_started.get_or_insert(at);
         }
     }
 
