@@ -9,10 +9,10 @@
 //!
 //! A timeout never ends the shell. `interrupt` sends Ctrl-C to the terminal (SIGINT to its
 //! foreground group where the terminal makes no signal of Ctrl-C and the group is not
-//! reading it; pipes: SIGINT to the command's processes, every process of the shell's
-//! session but the shell; a background job ignores it, as POSIX has it for a shell without
-//! job control) and waits a
-//! moment for the prompt: then the outcome is `timeout` with the status; if the program
+//! reading it; pipes: SIGINT to every process of the shell's session, the shell first, whose
+//! trap then ends the command line, if it still catches SIGINT; a background job ignores
+//! it, as POSIX has it for a shell without job control) and waits a moment for the prompt:
+//! then the outcome is `timeout` with the status; if the program
 //! keeps the terminal (less, vim, a REPL), it is `timeout` with `still_running`, the
 //! foreground program and the screen. `keep` leaves the command running (`running`);
 //! `continue: true` collects it later, however long it runs, across calls.
@@ -124,10 +124,11 @@ enum Waited {
 
 /// How a pipe shell's running command is collected or stopped.
 const PIPE_BUSY: &str = "collect its result with terminal_exec `continue: true`; to stop \
-    it, `continue: true` with `on_timeout: \"interrupt\"` sends SIGINT to its processes \
-    when that call times out. A loop the shell runs itself (`while true; do sleep 1; done`) \
-    stops only with the shell: terminal_signal SIGINT ends the session, and a new one starts \
-    afresh";
+    it, `continue: true` with `on_timeout: \"interrupt\"` interrupts it when that call times \
+    out (SIGINT to its processes and to the shell, which ends the command line there, a loop \
+    it runs itself included). A command that set its own INT trap gets that trap instead: \
+    then terminal_signal SIGTERM ends the shell (its session ends, and a new one starts \
+    afresh)";
 
 impl Session {
     /// Run `request` in this session's shell (a `shell: "posix"` profile).
@@ -517,7 +518,8 @@ impl Session {
     }
 
     /// Ctrl-C for the command: the terminal's interrupt character, or on pipes SIGINT to
-    /// every process of the shell's session but the shell.
+    /// every process of the shell's session, the shell first while it catches SIGINT (and
+    /// never when it does not: that would end it).
     async fn interrupt(&self) {
         match self.mode {
             Mode::Pty => {
@@ -542,8 +544,16 @@ impl Session {
             }
             Mode::Pipe => {
                 let shell = self.pid;
-                let members =
-                    tokio::task::spawn_blocking(move || procfs::session_members(shell)).await;
+                let members = tokio::task::spawn_blocking(move || {
+                    // The shell first, while it catches SIGINT (the trap the first command
+                    // set): it ends the command line once the program it waits for ends.
+                    // Without its trap, SIGINT would end the shell.
+                    if procfs::catches(shell, Signal::SIGINT) {
+                        signal_process(shell, Signal::SIGINT);
+                    }
+                    procfs::session_members(shell)
+                })
+                .await;
                 for pid in members.unwrap_or_default() {
                     if pid != shell {
                         signal_process(pid, Signal::SIGINT);

@@ -129,6 +129,10 @@ pub fn pipe_wrapper(command: &str, nonce: &str, prepare: bool) -> String {
     if prepare {
         // A non-interactive bash expands aliases only when asked; guarded for dash.
         text.push_str("[ -n \"${BASH_VERSION-}\" ] && shopt -s expand_aliases; ");
+        // An interrupt (SIGINT to the shell too, while it catches it) ends the command line
+        // where it is, as Ctrl-C ends a terminal shell's: out of every loop, the wrapper's
+        // one-pass loop included, once the running program ended.
+        text.push_str("trap '__mt_b=1; break 99 2>/dev/null' INT; ");
     }
     let start = print_mark(nonce, "C", "", "");
     let end = print_mark(nonce, "D", ";%s", " \"$__mt_s\"");
@@ -136,12 +140,12 @@ pub fn pipe_wrapper(command: &str, nonce: &str, prepare: bool) -> String {
     let _ = writeln!(
         text,
         "{start} 2>/dev/null >&{STDOUT_COPY_FD}; {start} 2>/dev/null >&{STDERR_COPY_FD}; \
-         case $- in *x*) __mt_x=1; set +x;; esac 2>/dev/null; \
-         command eval \"${{__mt_x:+set -x
+         case $- in *x*) __mt_x=1; set +x;; esac 2>/dev/null; __mt_b=; \
+         for __mt_l in 1; do command eval \"${{__mt_x:+set -x
 }}{}\" \
-         </dev/null {STDERR_COPY_FD}>&- {STDOUT_COPY_FD}>&- {MARKS_FD}>&-; \
-         case $? in *) __mt_s=$?; case $- in *x*) __mt_x=1;; *) __mt_x=;; esac; set +x;; \
-         esac 2>/dev/null; \
+         </dev/null {STDERR_COPY_FD}>&- {STDOUT_COPY_FD}>&- {MARKS_FD}>&-; done; \
+         case $? in *) __mt_s=$?; [ -z \"$__mt_b\" ] || __mt_s=130; \
+         case $- in *x*) __mt_x=1;; *) __mt_x=;; esac; set +x;; esac 2>/dev/null; \
          {end} 2>/dev/null >&{MARKS_FD} || {end} 2>/dev/null >&{STDOUT_COPY_FD}",
         double_quoted(command)
     );
