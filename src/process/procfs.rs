@@ -22,19 +22,6 @@ pub fn stat(pid: i32) -> Option<Stat> {
     parse_stat(&read_text(&format!("/proc/{pid}/stat"))?)
 }
 
-/// Whether `pid` catches `signal` (has a handler for it: a shell's trap), as
-/// `/proc/PID/status` says; false if it cannot be read.
-pub fn catches(pid: i32, signal: nix::sys::signal::Signal) -> bool {
-    let Some(status) = read_text(&format!("/proc/{pid}/status")) else {
-        return false;
-    };
-    status
-        .lines()
-        .find_map(|line| line.strip_prefix("SigCgt:"))
-        .and_then(|mask| u64::from_str_radix(mask.trim(), 16).ok())
-        .is_some_and(|mask| mask & (1 << (signal as i32 - 1)) != 0)
-}
-
 /// A `/proc` file's text, what is not UTF-8 in it (a command name may be anything) replaced.
 fn read_text(path: &str) -> Option<String> {
     let bytes = fs::read(path).ok()?;

@@ -9,9 +9,9 @@
 //!
 //! A timeout never ends the shell. `interrupt` sends Ctrl-C to the terminal (SIGINT to its
 //! foreground group where the terminal makes no signal of Ctrl-C and the group is not
-//! reading it; pipes: SIGINT to every process of the shell's session, the shell first, whose
-//! trap then ends the command line, if it still catches SIGINT; a background job ignores
-//! it, as POSIX has it for a shell without job control) and waits a moment for the prompt:
+//! reading it; pipes: SIGINT to every process of the shell's session but the shell, and
+//! SIGWINCH to the shell, whose trap then ends the command line; a background job ignores
+//! SIGINT, as POSIX has it for a shell without job control) and waits a moment for the prompt:
 //! then the outcome is `timeout` with the status; if the program
 //! keeps the terminal (less, vim, a REPL), it is `timeout` with `still_running`, the
 //! foreground program and the screen. `keep` leaves the command running (`running`);
@@ -125,10 +125,10 @@ enum Waited {
 /// How a pipe shell's running command is collected or stopped.
 const PIPE_BUSY: &str = "collect its result with terminal_exec `continue: true`; to stop \
     it, `continue: true` with `on_timeout: \"interrupt\"` interrupts it when that call times \
-    out (SIGINT to its processes and to the shell, which ends the command line there, a loop \
-    it runs itself included). A command that set its own INT trap gets that trap instead: \
-    then terminal_signal SIGTERM ends the shell (its session ends, and a new one starts \
-    afresh)";
+    out (SIGINT to its processes, and the shell ends the command line there, a loop it runs \
+    itself included). Should it run on (a program that ignores SIGINT, a command that \
+    removed the shell's WINCH trap), terminal_signal SIGTERM ends the shell (its session \
+    ends, and a new one starts afresh)";
 
 impl Session {
     /// Run `request` in this session's shell (a `shell: "posix"` profile).
@@ -518,8 +518,8 @@ impl Session {
     }
 
     /// Ctrl-C for the command: the terminal's interrupt character, or on pipes SIGINT to
-    /// every process of the shell's session, the shell first while it catches SIGINT (and
-    /// never when it does not: that would end it).
+    /// every process of the shell's session but the shell, which gets SIGWINCH first (its
+    /// trap then ends the command line).
     async fn interrupt(&self) {
         match self.mode {
             Mode::Pty => {
@@ -544,16 +544,12 @@ impl Session {
             }
             Mode::Pipe => {
                 let shell = self.pid;
-                let members = tokio::task::spawn_blocking(move || {
-                    // The shell first, while it catches SIGINT (the trap the first command
-                    // set): it ends the command line once the program it waits for ends.
-                    // Without its trap, SIGINT would end the shell.
-                    if procfs::catches(shell, Signal::SIGINT) {
-                        signal_process(shell, Signal::SIGINT);
-                    }
-                    procfs::session_members(shell)
-                })
-                .await;
+                // The shell first: its trap (set by the first command) ends the command
+                // line once the program it waits for ends. SIGWINCH, which a shell without
+                // the trap ignores, where SIGINT would end it.
+                signal_process(shell, Signal::SIGWINCH);
+                let members =
+                    tokio::task::spawn_blocking(move || procfs::session_members(shell)).await;
                 for pid in members.unwrap_or_default() {
                     if pid != shell {
                         signal_process(pid, Signal::SIGINT);
@@ -697,8 +693,9 @@ impl Session {
                 };
                 format!(
                     "command {seq} is still running in this shell: collect its result with \
-                     `continue: true`, answer it with terminal_keys or terminal_write, or \
-                     interrupt it (terminal_keys [\"C-c\"]){hint}"
+                     `continue: true`; answer it with terminal_keys or terminal_write, or \
+                     interrupt it (terminal_keys [\"C-c\"]), then collect it with \
+                     `continue: true` before the next command{hint}"
                 )
             }
             Busy::Command(seq) => {

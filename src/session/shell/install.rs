@@ -9,7 +9,8 @@
 //!   readline is put in emacs mode with bracketed paste (so a pasted command is inserted as
 //!   text, tabs and newlines included, and readline's end of paste marks where its echo
 //!   ends), and back in emacs mode at each prompt should a command change it (`set -o vi`
-//!   in a sourced `.bashrc`); history expansion is off (`!` is plain text, as on pipes),
+//!   in a sourced `.bashrc`), as the start mark goes back in front of `PS0` should a
+//!   command replace it; history expansion is off (`!` is plain text, as on pipes),
 //!   and the shell's history is not written to a file;
 //! - other POSIX shells (dash): `PS1` prints the end mark with `$?` (dash expands
 //!   parameters in its prompt), `PS2` is empty (continuation lines of a multi-line command
@@ -41,7 +42,8 @@ const GUARD_INDEX: u32 = 6973;
 pub fn install_line(nonce: &str) -> String {
     format!(
         "__mt_n={nonce}; if [ -n \"${{BASH_VERSION-}}\" ]; then \
-         __mt_d() {{ local s=${{1-$?}}; [[ -o vi ]] && set -o emacs; printf '{OSC}%s;D;%s{BEL}' \"$__mt_n\" \"$s\" >/dev/tty; return $s; }}; \
+         __mt_d() {{ local s=${{1-$?}}; [[ -o vi ]] && set -o emacs; \
+         [[ ${{PS0-}} == *\"$__mt_n\"* ]] || PS0='\\e]6973;'\"$__mt_n\"';C\\a'\"${{PS0-}}\"; printf '{OSC}%s;D;%s{BEL}' \"$__mt_n\" \"$s\" >/dev/tty; return $s; }}; \
          PROMPT_COMMAND=\"{{ __mt_d; }} 2>/dev/null${{PROMPT_COMMAND:+;$PROMPT_COMMAND}}\"; \
          [ \"${{BASH_VERSINFO[0]}}${{BASH_VERSINFO[1]}}\" -ge 51 ] && \
          PROMPT_COMMAND[{GUARD_INDEX}]='{{ __mt_e=$?; [[ ${{PROMPT_COMMAND[0]-}} == *__mt_d* ]] || __mt_d $__mt_e; }} 2>/dev/null'; \
@@ -70,6 +72,11 @@ fn print_mark(nonce: &str, kind: &str, data_format: &str, data_args: &str) -> St
         "command printf '{OSC}%s%s;{kind}{data_format}{BEL}{tail_format}' {a} {b}{data_args}{tail_args}"
     )
 }
+
+/// What a command that left the wrapper's loop (`break` or `continue` outside a loop of its
+/// own) is told on its stderr: the rest of its line did not run.
+const STRAY_LEAVE: &str = "mcp-terminal: break or continue outside a loop ended this command \
+    line there; the rest of it did not run";
 
 /// The command as the text of a double-quoted word, for a shell reading a pipe: only
 /// `$`, `` ` ``, `\` and `"` need a backslash there.
@@ -129,10 +136,12 @@ pub fn pipe_wrapper(command: &str, nonce: &str, prepare: bool) -> String {
     if prepare {
         // A non-interactive bash expands aliases only when asked; guarded for dash.
         text.push_str("[ -n \"${BASH_VERSION-}\" ] && shopt -s expand_aliases; ");
-        // An interrupt (SIGINT to the shell too, while it catches it) ends the command line
-        // where it is, as Ctrl-C ends a terminal shell's: out of every loop, the wrapper's
-        // one-pass loop included, once the running program ended.
-        text.push_str("trap '__mt_b=1; break 99 2>/dev/null' INT; ");
+        // An interrupt ends the command line where it is, as Ctrl-C ends a terminal
+        // shell's: SIGWINCH to the shell (ignored by default, so never fatal, where SIGINT
+        // would end a shell without a trap, and a waiting bash whatever its traps) runs
+        // this once the running program ended: out of every loop, the wrapper's one-pass
+        // loop included, its trace hidden.
+        text.push_str("trap '{ __mt_b=1; break 99; } 2>/dev/null' WINCH; ");
     }
     let start = print_mark(nonce, "C", "", "");
     let end = print_mark(nonce, "D", ";%s", " \"$__mt_s\"");
@@ -143,8 +152,10 @@ pub fn pipe_wrapper(command: &str, nonce: &str, prepare: bool) -> String {
          case $- in *x*) __mt_x=1; set +x;; esac 2>/dev/null; __mt_b=; \
          for __mt_l in 1; do command eval \"${{__mt_x:+set -x
 }}{}\" \
-         </dev/null {STDERR_COPY_FD}>&- {STDOUT_COPY_FD}>&- {MARKS_FD}>&-; done; \
-         case $? in *) __mt_s=$?; [ -z \"$__mt_b\" ] || __mt_s=130; \
+         </dev/null {STDERR_COPY_FD}>&- {STDOUT_COPY_FD}>&- {MARKS_FD}>&-; \
+         {{ __mt_s=$? __mt_l=; }} 2>/dev/null; done; \
+         case $- in *) case $__mt_l,$__mt_b in 1,1) __mt_s=130;; 1,) __mt_s=1; \
+         command printf '%s\\n' '{STRAY_LEAVE}' >&{STDERR_COPY_FD};; esac; \
          case $- in *x*) __mt_x=1;; *) __mt_x=;; esac; set +x;; esac 2>/dev/null; \
          {end} 2>/dev/null >&{MARKS_FD} || {end} 2>/dev/null >&{STDOUT_COPY_FD}",
         double_quoted(command)
