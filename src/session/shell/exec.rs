@@ -506,12 +506,12 @@ impl Session {
         Some(
             ToolError::new(
                 ErrorCode::InvalidArgument,
-                "the shell read this command line as unfinished and waited for the rest of it, \
-             so it ran nothing: a quote left open (an apostrophe inside '...' is written \
-             '\\''), a `(`, `{`, `if`, `case`, `for` or `while` without its end, a \
-             here-document without its end line, or a trailing `\\`. The line was cancelled \
-             with Ctrl-C, and the shell is back at its prompt, its state as it was: fix the \
-             command and run it again",
+                "the shell read this command line as unfinished and waited for the rest of \
+                 it, so it ran nothing: a quote left open (an apostrophe inside '...' is \
+                 written '\\''), a `(`, `{`, `if`, `case`, `for` or `while` without its end, \
+                 a here-document without its end line, or a trailing `\\`. The line was \
+                 cancelled with Ctrl-C, and the shell is back at its prompt, its state as it \
+                 was: fix the command and run it again",
             )
             .with("parameter", "command"),
         )
