@@ -163,7 +163,7 @@ impl Session {
         };
         match (waited, request.on_timeout) {
             (Waited::Ended, _) => Ok(self.result(seq, "completed").await),
-            (Waited::AwaitingInput, _) => match self.cancel_unfinished(seq).await {
+            (Waited::AwaitingInput, _) => match self.cancel_unfinished(seq, request).await {
                 Some(unfinished) => Err(unfinished),
                 None => Ok(self.result(seq, "awaiting_input").await),
             },
@@ -392,19 +392,39 @@ impl Session {
         {
             return Err(self.not_running());
         }
+        let ended = |s: &State| {
+            s.status().is_final()
+                || s.shell()
+                    .and_then(|t| t.current())
+                    .is_some_and(|c| c.ended.is_some())
+        };
         let mut echoed = 0;
-        for piece in pieces(&text, CANONICAL_PIECE_BYTES) {
-            self.send_as(piece.as_bytes(), false, &never, Typed::Unrecorded)
-                .await?;
-            echoed += piece.chars().filter(|c| *c != '\t').count() + piece.matches('\n').count();
-            self.wait_until(deadline, |s| {
-                self.echo_seen.load(Ordering::SeqCst) >= echoed
-                    || s.status().is_final()
-                    || s.shell()
-                        .and_then(|t| t.current())
-                        .is_some_and(|c| c.ended.is_some())
-            })
-            .await;
+        let lines: Vec<&str> = text.split_inclusive('\n').collect();
+        for (asked, line) in lines.iter().enumerate() {
+            if asked > 0 {
+                // The shell's prompt for the next line (its continuation mark), written
+                // while the terminal still echoed it, could land inside the echo (between
+                // the bytes of a character): the line is typed once the shell asked for
+                // it, or a moment later should the line before have ended the command.
+                let grace = deadline.min(Instant::now() + EXEC_PROMPT_GRACE);
+                self.wait_until(grace, |s| {
+                    ended(s)
+                        || s.shell()
+                            .and_then(|t| t.current())
+                            .is_some_and(|c| c.continued >= asked)
+                })
+                .await;
+            }
+            for piece in pieces(line, CANONICAL_PIECE_BYTES) {
+                self.send_as(piece.as_bytes(), false, &never, Typed::Unrecorded)
+                    .await?;
+                echoed +=
+                    piece.chars().filter(|c| *c != '\t').count() + piece.matches('\n').count();
+                self.wait_until(deadline, |s| {
+                    self.echo_seen.load(Ordering::SeqCst) >= echoed || ended(s)
+                })
+                .await;
+            }
         }
         self.record_command(command).await;
         Ok(())
@@ -480,17 +500,27 @@ impl Session {
         }
     }
 
-    /// A readline shell that waits, at its prompt for more, for the rest of the command line
+    /// A terminal shell that waits, at its prompt for more, for the rest of the command line
     /// it was given (an unclosed quote, `if` without `fi`, a here-document without its end):
-    /// bash prints the start mark only once it has read a whole command, and none came. The
-    /// line is cancelled with Ctrl-C, which takes the shell back to its prompt as it was,
-    /// and the error says what to fix. None when the shell runs the command (a `read`), or
-    /// the line did not end at the interrupt (then the command waits for input as it is).
-    async fn cancel_unfinished(&self, seq: u64) -> Option<ToolError> {
+    /// bash with readline prints the start mark only once it has read a whole command, and
+    /// none came; a shell reading lines (dash) printed its continuation mark as many times
+    /// as lines were typed (a whole command of N lines asks for N - 1 more). The line is
+    /// cancelled with Ctrl-C, which takes the shell back to its prompt as it was, and the
+    /// error says what to fix. None when the shell runs the command (a `read`), or the line
+    /// did not end at the interrupt (then the command waits for input as it is).
+    async fn cancel_unfinished(&self, seq: u64, request: &ExecRequest) -> Option<ToolError> {
+        let typed_lines = request
+            .command
+            .as_deref()
+            .map(|c| canonical_text(c).matches('\n').count());
         let unfinished = self.inspect(|s| {
             let shell = s.shell()?;
             let command = shell.current().filter(|c| c.seq == seq)?;
-            Some(shell.typing() == Some(Typing::Readline) && !command.run_by_shell())
+            Some(match shell.typing()? {
+                Typing::Readline => !command.run_by_shell(),
+                Typing::Canonical => typed_lines.is_some_and(|n| command.continued >= n),
+                Typing::Wrapper => false,
+            })
         });
         let shell = self.shell_group.get().copied().unwrap_or(self.pid);
         if unfinished != Some(true) || self.terminal()?.foreground() != Some(shell) {

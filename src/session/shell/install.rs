@@ -13,8 +13,10 @@
 //!   command replace it; history expansion is off (`!` is plain text, as on pipes),
 //!   and the shell's history is not written to a file;
 //! - other POSIX shells (dash): `PS1` prints the end mark with `$?` (dash expands
-//!   parameters in its prompt), `PS2` is empty (continuation lines of a multi-line command
-//!   print no prompt into its output).
+//!   parameters in its prompt), `PS2` a mark of its own (continuation lines of a multi-line
+//!   command print no prompt into its output, each line is typed once the shell asked for
+//!   it, and a command line the shell asks more of than was typed is unfinished). So does
+//!   bash without readline.
 //!
 //! Then it prints the `I` mark saying how commands are typed: `readline` or `canonical`.
 
@@ -51,8 +53,8 @@ pub fn install_line(nonce: &str) -> String {
          history -d -1 2>/dev/null; \
          if shopt -oq emacs || shopt -oq vi; then set -o emacs; \
          bind 'set enable-bracketed-paste on' 2>/dev/null; bind 'set enable-active-region off' 2>/dev/null; __mt_k=readline; \
-         else PS2=''; __mt_k=canonical; fi; \
-         else PS1=\"$(printf '{OSC}%s;D;' \"$__mt_n\")\"'$?'\"$(printf '{BEL}')$PS1\"; PS2=''; \
+         else PS2=\"$(printf '{OSC}%s;P{BEL}' \"$__mt_n\")\"; __mt_k=canonical; fi; \
+         else PS1=\"$(printf '{OSC}%s;D;' \"$__mt_n\")\"'$?'\"$(printf '{BEL}')$PS1\"; PS2=\"$(printf '{OSC}%s;P{BEL}' \"$__mt_n\")\"; \
          __mt_k=canonical; fi; printf '{OSC}%s;I;%s{BEL}' \"$__mt_n\" \"$__mt_k\" >/dev/tty"
     )
 }

@@ -62,6 +62,10 @@ pub struct Command {
     /// `started` in the session's output.
     #[serde(skip)]
     pub stderr_started: Option<u64>,
+    /// A shell reading lines from the terminal asked for another line of it this many
+    /// times (its `PS2`).
+    #[serde(skip)]
+    pub continued: usize,
     pub ended: Option<Ended>,
     #[serde(serialize_with = "super::state::serialize_time")]
     pub began_at: SystemTime,
@@ -242,6 +246,7 @@ impl Track {
             started: None,
             started_at_echo_end: false,
             stderr_started: None,
+            continued: 0,
             ended: None,
             began_at: SystemTime::now(),
             collected: false,
@@ -283,7 +288,11 @@ impl Track {
             Mark::Start | Mark::InputEnd if open.started.is_none() => Some(CaptureChange::Start),
             Mark::Start if open.started_at_echo_end => Some(CaptureChange::Restart),
             Mark::End(_) => Some(CaptureChange::End),
-            Mark::Start | Mark::InputEnd | Mark::InputReady | Mark::Installed(_) => None,
+            Mark::Start
+            | Mark::InputEnd
+            | Mark::InputReady
+            | Mark::Installed(_)
+            | Mark::Continued => None,
         }
     }
 
@@ -296,9 +305,15 @@ impl Track {
 
     /// Apply a mark found at cursor `at`.
     pub fn mark(&mut self, mark: &Mark, at: u64) {
+        if *mark == Mark::Continued {
+            if let Some(command) = self.open() {
+                command.continued += 1;
+            }
+            return;
+        }
         self.reading = *mark == Mark::InputReady;
         match mark {
-            Mark::InputReady => {}
+            Mark::InputReady | Mark::Continued => {}
             // The prompt comes with the end mark that follows.
             Mark::Installed(typing) => self.typing = Some(*typing),
             Mark::Start | Mark::InputEnd => match self.open() {

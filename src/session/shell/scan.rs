@@ -25,6 +25,9 @@ pub enum Mark {
     InputEnd,
     /// The shell is back at its prompt; the status of the command that ran, if one did.
     End(Option<i32>),
+    /// A shell reading lines from the terminal asks for another line of the command it is
+    /// reading (its `PS2`): what it read so far is no whole command.
+    Continued,
 }
 
 #[derive(Debug, PartialEq, Eq)]
@@ -191,6 +194,7 @@ fn parse(body: &str) -> Option<Mark> {
             _ => None,
         },
         "C" => Some(Mark::Start),
+        "P" => Some(Mark::Continued),
         // A prompt printed by hand (`echo "$PS1"` in dash) shows `$?` unexpanded: not a mark.
         "D" => data.parse().ok().map(|status| Mark::End(Some(status))),
         _ => None,
