@@ -46,12 +46,7 @@ impl Row {
     /// The row's text: its cells less those that are not text, blank ones as spaces.
     fn text(&self) -> String {
         let mut text = String::with_capacity(self.cells.len() + 1);
-        text.extend(
-            self.cells
-                .iter()
-                .filter(|c| **c != FILL)
-                .map(|c| if *c == BLANK { ' ' } else { *c }),
-        );
+        text.extend(self.cells.iter().filter(|c| **c != FILL).map(|c| shown(*c)));
         text
     }
 
@@ -245,7 +240,7 @@ impl Row {
                 out.push(std::mem::replace(&mut piece, (earliest[i], String::new())));
                 count = 0;
             }
-            piece.1.push(if *c == BLANK { ' ' } else { *c });
+            piece.1.push(shown(*c));
             count += 1;
         }
         if newline && !self.wrapped {
@@ -253,6 +248,11 @@ impl Row {
         }
         out.push(piece);
     }
+}
+
+/// A cell of text as the screen shows it: a blank one as a space.
+fn shown(c: char) -> char {
+    if c == BLANK { ' ' } else { c }
 }
 
 fn wide(c: char) -> bool {
@@ -327,6 +327,11 @@ impl Rows {
     pub fn feeding(&mut self, at: u64) {
         self.at = at;
         self.rows[self.row].start.get_or_insert(at);
+    }
+
+    /// Whether rows wrap at a terminal's width (else one row of unbounded width).
+    pub fn wraps(&self) -> bool {
+        self.cols != usize::MAX
     }
 
     /// Cells on the cursor's row.
@@ -430,7 +435,7 @@ impl Rows {
         self.rows[self.row].erase(col, 0);
         for row in self.rows.iter_mut().skip(self.row + 1) {
             row.cells.clear();
-            row.written.as_mut().map(Vec::clear);
+            row.track(0);
             row.ended = false;
             row.wrapped = false;
         }
@@ -476,8 +481,8 @@ impl vte::Perform for Rows {
         let (col, at) = (self.col, self.at);
         let row = &mut self.rows[self.row];
         self.col = row.put(col, c, width);
+        row.track(at);
         if let Some(written) = &mut row.written {
-            written.resize(row.cells.len(), at);
             written[col..self.col].fill(at);
         }
     }

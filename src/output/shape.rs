@@ -34,12 +34,10 @@ pub struct Shaper {
     text: String,
     /// Cursor of the first code point of the line being built, once it has one.
     line_start: Option<u64>,
-    /// Rendered: the rows the output may still change.
+    /// Rendered: the rows the output may still change. On a screen its width bounds every
+    /// row, so a row is cut into pieces of `max_line` only as it leaves, in its last state;
+    /// without one (a single row of unbounded width), the row is cut as it is written.
     rows: Rows,
-    /// Rendered on a screen: its width bounds every row, so a row is cut into pieces of
-    /// `max_line` only as it leaves, in its last state. Without one (a single row of
-    /// unbounded width), the row is cut as it is written.
-    on_screen: bool,
 }
 
 impl Shaper {
@@ -52,7 +50,6 @@ impl Shaper {
             text: String::new(),
             line_start: None,
             rows: Rows::new(1, usize::MAX, usize::MAX),
-            on_screen: false,
         }
     }
 
@@ -67,7 +64,6 @@ impl Shaper {
         let cell = if self.max_line < cols { 3 } else { 1 };
         let fit = MAX_CELLS / (cols.max(1) * cell);
         self.rows = Rows::new(rows.min(fit).min(MAX_ROWS), cols, self.max_line);
-        self.on_screen = true;
         self
     }
 
@@ -82,7 +78,7 @@ impl Shaper {
                 for (at, c) in (cursor..).zip(text.chars()) {
                     self.rows.feeding(at);
                     self.parser.advance(&mut self.rows, c);
-                    if !self.on_screen {
+                    if !self.rows.wraps() {
                         // A cursor moved far right stops at the line's limit, as at a
                         // terminal's margin: what it would write lies no further.
                         self.rows.col = self.rows.col.min(max_line);
@@ -494,11 +490,8 @@ mod tests {
         assert_eq!(shaper.rows.height(), MAX_CELLS / (3 << 17));
         // A terminal of no width is one row cut at the line's bound as it is written.
         let mut shaper = Shaper::new(Shape::Render, 64).on_screen(1, usize::MAX);
-        let mut lines = Vec::new();
-        shaper.feed(&format!("{}x", "\x1b[65535C".repeat(100)), 0, |at, t| {
-            lines.push((at, t.to_owned()))
-        });
-        assert!(!shaper.on_screen && shaper.rows.width() <= 64);
+        shaper.feed(&format!("{}x", "\x1b[65535C".repeat(100)), 0, |_, _| {});
+        assert!(!shaper.rows.wraps() && shaper.rows.width() <= 64);
     }
 
     #[test]

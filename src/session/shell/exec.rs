@@ -122,6 +122,29 @@ enum Waited {
     TimedOut,
 }
 
+/// The error for a command line typed while the last command, which a call left running
+/// (`keep`, or a program waiting for input), has ended with no call having returned its
+/// result: a new command would take its place, and its status would be lost.
+fn uncollected(last: &super::Command) -> Option<ToolError> {
+    let ended = last.ended.filter(|_| !last.collected)?;
+    let mut text = last.text.replace('\n', " ");
+    if text.chars().count() > 60 {
+        text = text.chars().take(60).chain(['…']).collect();
+    }
+    let status = ended
+        .status
+        .map_or_else(|| "ended".to_owned(), |s| format!("ended with status {s}"));
+    Some(ToolError::new(
+        ErrorCode::SessionBusy,
+        format!(
+            "command {} (`{text}`) {status} after the call that started it returned, and its \
+             result is not collected yet: nothing was run. Collect its output and status with \
+             terminal_exec `continue: true`, then run this command",
+            last.seq
+        ),
+    ))
+}
+
 /// How a pipe shell's running command is collected or stopped.
 const PIPE_BUSY: &str = "collect its result with terminal_exec `continue: true`; to stop \
     it, `continue: true` with `on_timeout: \"interrupt\"` interrupts it when that call times \
@@ -236,10 +259,11 @@ impl Session {
             self.wait_until(grace, |s| !matches!(busy_now(s), Some(Busy::Foreground)))
                 .await;
         }
-        let (busy, typing, nonce) = self.inspect(|s| {
+        let (busy, uncollected, typing, nonce) = self.inspect(|s| {
             let shell = s.shell();
             (
                 busy_now(s),
+                shell.and_then(|t| t.current()).and_then(uncollected),
                 shell.and_then(|t| t.typing()),
                 shell.map(|t| t.nonce.clone()).unwrap_or_default(),
             )
@@ -247,7 +271,7 @@ impl Session {
         if let Some(busy) = busy {
             return Err(self.busy(busy));
         }
-        if let Some(uncollected) = self.uncollected() {
+        if let Some(uncollected) = uncollected {
             return Err(uncollected);
         }
         let typing = typing.unwrap_or(Typing::Wrapper);
@@ -316,32 +340,6 @@ impl Session {
             return Err(e);
         }
         Ok(seq)
-    }
-
-    /// The error for a command line typed while the last command, which a call left
-    /// running (`keep`, or a program waiting for input), has ended with no call having
-    /// returned its result: a new command would take its place, and its status would be
-    /// lost.
-    fn uncollected(&self) -> Option<ToolError> {
-        let (seq, status, text) = self.inspect(|s| {
-            let command = s.shell()?.current()?;
-            let ended = command.ended.filter(|_| !command.collected)?;
-            Some((command.seq, ended.status, command.text.clone()))
-        })?;
-        let mut text = text.replace('\n', " ");
-        if text.chars().count() > 60 {
-            text = text.chars().take(60).chain(['…']).collect();
-        }
-        let status =
-            status.map_or_else(|| "ended".to_owned(), |s| format!("ended with status {s}"));
-        Some(ToolError::new(
-            ErrorCode::SessionBusy,
-            format!(
-                "command {seq} (`{text}`) {status} after the call that started it returned, \
-                 and its result is not collected yet: nothing was run. Collect its output and \
-                 status with terminal_exec `continue: true`, then run this command"
-            ),
-        ))
     }
 
     fn partial_line(&self) -> bool {

@@ -305,15 +305,14 @@ impl Track {
 
     /// Apply a mark found at cursor `at`.
     pub fn mark(&mut self, mark: &Mark, at: u64) {
-        if *mark == Mark::Continued {
-            if let Some(command) = self.open() {
-                command.continued += 1;
-            }
-            return;
-        }
         self.reading = *mark == Mark::InputReady;
         match mark {
-            Mark::InputReady | Mark::Continued => {}
+            Mark::InputReady => {}
+            Mark::Continued => {
+                if let Some(command) = self.open() {
+                    command.continued += 1;
+                }
+            }
             // The prompt comes with the end mark that follows.
             Mark::Installed(typing) => self.typing = Some(*typing),
             Mark::Start | Mark::InputEnd => match self.open() {
