@@ -25,6 +25,18 @@ pub struct Omitted {
     pub end_cursor: u64,
 }
 
+impl Omitted {
+    /// How much was left out, in words: its lines, or, when it lies within one line (a
+    /// long line cut between its pieces), what part of a line.
+    fn amount(&self) -> String {
+        match self.lines {
+            0 => format!("{} bytes of a line", self.bytes),
+            1 => format!("1 line ({} bytes)", self.bytes),
+            n => format!("{n} lines ({} bytes)", self.bytes),
+        }
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct HeadTail {
     max_bytes: usize,
@@ -178,8 +190,10 @@ impl HeadTail {
                 text.push('\n');
             }
             text.push_str(&format!(
-                "[... {} lines ({} bytes) omitted: terminal_read from cursor {} to {} ...]\n",
-                o.lines, o.bytes, o.start_cursor, o.end_cursor
+                "[... {} omitted: terminal_read from cursor {} to {} ...]\n",
+                o.amount(),
+                o.start_cursor,
+                o.end_cursor
             ));
         }
         text.push_str(&self.tail_text[self.tail_from..]);
@@ -283,6 +297,15 @@ mod tests {
         assert!(shown > 49_152 - 4096, "{shown}");
         assert_eq!(omitted.bytes, omitted.end_cursor - omitted.start_cursor);
         assert_eq!(omitted.lines, 0);
+        let marker = format!(
+            "[... {} bytes of a line omitted: terminal_read from cursor {} to {} ...]\n",
+            omitted.bytes, omitted.start_cursor, omitted.end_cursor
+        );
+        assert!(
+            kept.text.contains(&marker),
+            "{}",
+            &kept.text[16_380..16_500]
+        );
     }
 
     #[test]
