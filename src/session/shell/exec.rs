@@ -501,27 +501,35 @@ impl Session {
     /// A terminal shell that waits, at its prompt for more, for the rest of the command line
     /// it was given (an unclosed quote, `if` without `fi`, a here-document without its end):
     /// bash with readline prints the start mark only once it has read a whole command, and
-    /// none came; a shell reading lines (dash) printed its continuation mark as many times
-    /// as lines were typed (a whole command of N lines asks for N - 1 more). The line is
-    /// cancelled with Ctrl-C, which takes the shell back to its prompt as it was, and the
-    /// error says what to fix. None when the shell runs the command (a `read`), or the line
-    /// did not end at the interrupt (then the command waits for input as it is).
+    /// its continuation mark only once it has run the whole commands of a pasted line and
+    /// asks for more; a shell reading lines (dash) printed its continuation mark as many
+    /// times as lines were typed (a whole command of N lines asks for N - 1 more). The line
+    /// is cancelled with Ctrl-C, which takes the shell back to its prompt as it was, and the
+    /// error says what to fix, and where the output of the lines bash ran before the
+    /// unfinished one is. None when the shell runs the command (a `read`), or the line did
+    /// not end at the interrupt (then the command waits for input as it is).
     async fn cancel_unfinished(&self, seq: u64, request: &ExecRequest) -> Option<ToolError> {
         let typed_lines = request
             .command
             .as_deref()
             .map(|c| canonical_text(c).matches('\n').count());
-        let unfinished = self.inspect(|s| {
+        // Whether some lines of it ran first (then where their output begins and ends).
+        let ran_first = self.inspect(|s| {
             let shell = s.shell()?;
             let command = shell.current().filter(|c| c.seq == seq)?;
-            Some(match shell.typing()? {
-                Typing::Readline => !command.run_by_shell(),
-                Typing::Canonical => typed_lines.is_some_and(|n| command.continued >= n),
-                Typing::Wrapper => false,
-            })
-        });
+            match shell.typing()? {
+                Typing::Readline if !command.run_by_shell() => Some(None),
+                Typing::Readline => command
+                    .continued_at
+                    .map(|asked| Some((command.output_start(), asked))),
+                Typing::Canonical if typed_lines.is_some_and(|n| command.continued >= n) => {
+                    Some(None)
+                }
+                _ => None,
+            }
+        })?;
         let shell = self.shell_group.get().copied().unwrap_or(self.pid);
-        if unfinished != Some(true) || self.terminal()?.foreground() != Some(shell) {
+        if self.terminal()?.foreground() != Some(shell) {
             return None;
         }
         self.interrupt().await;
@@ -531,17 +539,38 @@ impl Session {
         }
         // Its result is settled: nothing is left to collect.
         drop(self.result(seq, "completed").await);
+        const CAUSES: &str = "a quote left open (an apostrophe inside '...' is written \
+             '\\''), a `(`, `{`, `if`, `case`, `for` or `while` without its end, a \
+             here-document without its end line, or a trailing `\\`";
+        let Some((from, to)) = ran_first else {
+            return Some(
+                ToolError::new(
+                    ErrorCode::InvalidArgument,
+                    format!(
+                        "the shell read this command line as unfinished and waited for the \
+                         rest of it, so it ran nothing: {CAUSES}. The line was cancelled \
+                         with Ctrl-C, and the shell is back at its prompt, its state as it \
+                         was: fix the command and run it again"
+                    ),
+                )
+                .with("parameter", "command"),
+            );
+        };
         Some(
             ToolError::new(
                 ErrorCode::InvalidArgument,
-                "the shell read this command line as unfinished and waited for the rest of \
-                 it, so it ran nothing: a quote left open (an apostrophe inside '...' is \
-                 written '\\''), a `(`, `{`, `if`, `case`, `for` or `while` without its end, \
-                 a here-document without its end line, or a trailing `\\`. The line was \
-                 cancelled with Ctrl-C, and the shell is back at its prompt, its state as it \
-                 was: fix the command and run it again",
+                format!(
+                    "the shell ran the first lines of this command, then read the rest as \
+                     unfinished and waited for the rest of it: {CAUSES}. The wait was \
+                     cancelled with Ctrl-C and the shell is back at its prompt, with what \
+                     the lines that ran changed (cd, variables, files); their output is in \
+                     terminal_read from cursor {from} to {to}. Fix the unfinished part and \
+                     run only what has not run yet",
+                ),
             )
-            .with("parameter", "command"),
+            .with("parameter", "command")
+            .with("start_cursor", from)
+            .with("end_cursor", to),
         )
     }
 

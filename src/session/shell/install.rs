@@ -10,7 +10,9 @@
 //!   text, tabs and newlines included, and readline's end of paste marks where its echo
 //!   ends), and back in emacs mode at each prompt should a command change it (`set -o vi`
 //!   in a sourced `.bashrc`), as the start mark goes back in front of `PS0` should a
-//!   command replace it; history expansion is off (`!` is plain text, as on pipes),
+//!   command replace it; `PS2` begins with the continuation mark (readline prints it only
+//!   once it has run a pasted line's whole commands and asks for more: the line is
+//!   unfinished), put back the same way; history expansion is off (`!` is plain text, as on pipes),
 //!   and the shell's history is not written to a file;
 //! - other POSIX shells (dash): `PS1` prints the end mark with `$?` (dash expands
 //!   parameters in its prompt), `PS2` a mark of its own (continuation lines of a multi-line
@@ -45,7 +47,8 @@ pub fn install_line(nonce: &str) -> String {
     format!(
         "__mt_n={nonce}; if [ -n \"${{BASH_VERSION-}}\" ]; then \
          __mt_d() {{ local s=${{1-$?}}; [[ -o vi ]] && set -o emacs; \
-         [[ ${{PS0-}} == *\"$__mt_n\"* ]] || PS0='\\e]6973;'\"$__mt_n\"';C\\a'\"${{PS0-}}\"; printf '{OSC}%s;D;%s{BEL}' \"$__mt_n\" \"$s\" >/dev/tty; return $s; }}; \
+         [[ ${{PS0-}} == *\"$__mt_n\"* ]] || PS0='\\e]6973;'\"$__mt_n\"';C\\a'\"${{PS0-}}\"; \
+         [[ ${{PS2-}} == *\"$__mt_n\"* ]] || {{ [[ $__mt_k == readline ]] && PS2=$__mt_p${{PS2-}} || PS2=$__mt_p; }}; printf '{OSC}%s;D;%s{BEL}' \"$__mt_n\" \"$s\" >/dev/tty; return $s; }}; \
          PROMPT_COMMAND=\"{{ __mt_d; }} 2>/dev/null${{PROMPT_COMMAND:+;$PROMPT_COMMAND}}\"; \
          [ \"${{BASH_VERSINFO[0]}}${{BASH_VERSINFO[1]}}\" -ge 51 ] && \
          PROMPT_COMMAND[{GUARD_INDEX}]='{{ __mt_e=$?; [[ ${{PROMPT_COMMAND[0]-}} == *__mt_d* ]] || __mt_d $__mt_e; }} 2>/dev/null'; \
@@ -53,7 +56,8 @@ pub fn install_line(nonce: &str) -> String {
          history -d -1 2>/dev/null; \
          if shopt -oq emacs || shopt -oq vi; then set -o emacs; \
          bind 'set enable-bracketed-paste on' 2>/dev/null; bind 'set enable-active-region off' 2>/dev/null; __mt_k=readline; \
-         else PS2=\"$(printf '{OSC}%s;P{BEL}' \"$__mt_n\")\"; __mt_k=canonical; fi; \
+         __mt_p='\\[\\e]6973;'\"$__mt_n\"';P\\a\\]'; PS2=$__mt_p${{PS2-}}; \
+         else __mt_p=\"$(printf '{OSC}%s;P{BEL}' \"$__mt_n\")\"; PS2=$__mt_p; __mt_k=canonical; fi; \
          else PS1=\"$(printf '{OSC}%s;D;' \"$__mt_n\")\"'$?'\"$(printf '{BEL}')$PS1\"; PS2=\"$(printf '{OSC}%s;P{BEL}' \"$__mt_n\")\"; \
          __mt_k=canonical; fi; printf '{OSC}%s;I;%s{BEL}' \"$__mt_n\" \"$__mt_k\" >/dev/tty"
     )

@@ -66,6 +66,9 @@ pub struct Command {
     /// times (its `PS2`).
     #[serde(skip)]
     pub continued: usize,
+    /// Where the shell first asked for another line of it.
+    #[serde(skip)]
+    pub continued_at: Option<u64>,
     pub ended: Option<Ended>,
     #[serde(serialize_with = "super::state::serialize_time")]
     pub began_at: SystemTime,
@@ -247,6 +250,7 @@ impl Track {
             started_at_echo_end: false,
             stderr_started: None,
             continued: 0,
+            continued_at: None,
             ended: None,
             began_at: SystemTime::now(),
             collected: false,
@@ -305,12 +309,16 @@ impl Track {
 
     /// Apply a mark found at cursor `at`.
     pub fn mark(&mut self, mark: &Mark, at: u64) {
-        self.reading = *mark == Mark::InputReady;
+        // readline prints its continuation prompt after it began reading.
+        if *mark != Mark::Continued {
+            self.reading = *mark == Mark::InputReady;
+        }
         match mark {
             Mark::InputReady => {}
             Mark::Continued => {
                 if let Some(command) = self.open() {
                     command.continued += 1;
+                    command.continued_at.get_or_insert(at);
                 }
             }
             // The prompt comes with the end mark that follows.
