@@ -91,6 +91,22 @@ impl Session {
         })
     }
 
+    /// On a terminal: the shell itself is in the foreground, and its stderr, where a shell
+    /// prints its prompt, no longer goes to the terminal (a command sent it elsewhere:
+    /// `exec 2>/dev/null`). dash prints the end of each command with its prompt.
+    pub fn shell_stderr_elsewhere(&self) -> bool {
+        let shell = self.shell_group.get().copied().unwrap_or(self.pid);
+        let Some(terminal) = self.terminal().filter(|t| t.foreground() == Some(shell)) else {
+            return false;
+        };
+        let Some(path) = terminal.path() else {
+            return false;
+        };
+        // Opened as `/dev/tty` (`exec 2>/dev/tty`), the shell's controlling terminal: this.
+        std::fs::read_link(format!("/proc/{}/fd/2", self.pid))
+            .is_ok_and(|stderr| stderr.as_os_str() != path && stderr.as_os_str() != "/dev/tty")
+    }
+
     /// The program in the foreground.
     pub fn foreground(&self) -> Option<Foreground> {
         let pgid = self.foreground_group()?;

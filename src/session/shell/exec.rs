@@ -153,6 +153,14 @@ const PIPE_BUSY: &str = "collect its result with terminal_exec `continue: true`;
     removed the shell's WINCH trap), terminal_signal SIGTERM ends the shell (its session \
     ends, and a new one starts afresh)";
 
+/// A terminal shell whose stderr a command sent elsewhere.
+const STDERR_AWAY: &str = "the shell's stderr no longer goes to the terminal (a command \
+     sent it elsewhere: `exec 2>/dev/null`, `exec &>file`), and this shell prints its \
+     prompt there, with the end of each command";
+const PUT_STDERR_BACK: &str = "Put it back: terminal_write `exec 2>/dev/tty` and a newline, \
+     then terminal_exec with `continue: true` (the command ends there); to keep a command's \
+     errors out, redirect them in that command (`cmd 2>/dev/null`)";
+
 impl Session {
     /// Run `request` in this session's shell (a `shell: "posix"` profile).
     pub async fn exec(
@@ -188,6 +196,14 @@ impl Session {
             (Waited::Ended, _) => Ok(self.result(seq, "completed").await),
             (Waited::AwaitingInput, _) => match self.cancel_unfinished(seq, request).await {
                 Some(unfinished) => Err(unfinished),
+                None if self.prompt_sent_away() => Err(ToolError::new(
+                    ErrorCode::InvalidArgument,
+                    format!(
+                        "{STDERR_AWAY}: this command's end cannot be seen (nor whether it \
+                         reads input of its own: answer that first), and later ones would \
+                         wait to their timeout. {PUT_STDERR_BACK}"
+                    ),
+                )),
                 None => Ok(self.result(seq, "awaiting_input").await),
             },
             (Waited::ShellEnded, _) => {
@@ -574,6 +590,17 @@ impl Session {
         )
     }
 
+    /// A shell that prints the end of each command with its prompt (dash: bash prints it
+    /// from its prompt hook straight to the terminal, and puts its stderr back there), in
+    /// the foreground, its stderr sent elsewhere.
+    fn prompt_sent_away(&self) -> bool {
+        let bash = std::fs::read_link(format!("/proc/{}/exe", self.pid)).is_ok_and(|exe| {
+            exe.file_name()
+                .is_some_and(|name| name.to_string_lossy().starts_with("bash"))
+        });
+        !bash && self.shell_stderr_elsewhere()
+    }
+
     /// Ctrl-C for the command: the terminal's interrupt character, or on pipes SIGINT to
     /// every process of the shell's session but the shell, which gets SIGWINCH first (its
     /// trap then ends the command line).
@@ -740,6 +767,9 @@ impl Session {
                 // command that removed the integration, which no mark will ever end.
                 let shell = self.shell_group.get().copied().unwrap_or(self.pid);
                 let hint = match self.foreground() {
+                    Some(f) if f.pid == shell && self.prompt_sent_away() => {
+                        &format!(". If the command ran, {STDERR_AWAY}. {PUT_STDERR_BACK}")
+                    }
                     Some(f) if f.pid == shell && self.waiting().awaiting_input == Some(true) => {
                         ". If the screen shows the shell's prompt, the command removed the \
                          shell's integration (`unset PROMPT_COMMAND`, `exec bash`, dash's \

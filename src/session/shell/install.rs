@@ -12,7 +12,9 @@
 //!   in a sourced `.bashrc`), as the start mark goes back in front of `PS0` should a
 //!   command replace it; `PS2` begins with the continuation mark (readline prints it only
 //!   once it has run a pasted line's whole commands and asks for more: the line is
-//!   unfinished), put back the same way; history expansion is off (`!` is plain text, as on pipes),
+//!   unfinished), put back the same way, as is the shell's stderr, where bash prints
+//!   that start mark and readline its echo, should a command send it elsewhere (`exec
+//!   2>/dev/null`); history expansion is off (`!` is plain text, as on pipes),
 //!   and the shell's history is not written to a file;
 //! - other POSIX shells (dash): `PS1` prints the end mark with `$?` (dash expands
 //!   parameters in its prompt), `PS2` a mark of its own (continuation lines of a multi-line
@@ -42,16 +44,27 @@ pub fn new_nonce() -> String {
 /// only. Each element sees the command's own `$?`.
 const GUARD_INDEX: u32 = 6973;
 
+/// What puts bash's stderr back on the terminal after a command sent it elsewhere (`exec
+/// 2>/dev/null`): bash prints its start mark and readline its echo there. `__mt_d` sees
+/// the shell's stderr as its fd 3 and sets `__mt_r=exec __mt_t=/dev/tty` when it is no
+/// terminal. Otherwise this is a command of no words, which opens `/dev/null` for a
+/// moment, and which `set -x` does not trace (a command run in the hook would show).
+const RESTORE: &str = "$__mt_r 2>${__mt_t:-/dev/null}";
+
 /// The line that integrates a terminal shell (without its Enter).
 pub fn install_line(nonce: &str) -> String {
+    // Within double quotes.
+    let restore = RESTORE.replace('$', "\\$");
     format!(
         "__mt_n={nonce}; if [ -n \"${{BASH_VERSION-}}\" ]; then \
-         __mt_d() {{ local s=${{1-$?}}; [[ -o vi ]] && set -o emacs; \
+         __mt_d() {{ local s=${{1-$?}}; __mt_s=$s; [[ -o vi ]] && set -o emacs; \
+         if [[ -t 3 ]]; then __mt_r= __mt_t=; else __mt_r=exec __mt_t=/dev/tty; fi; \
          [[ ${{PS0-}} == *\"$__mt_n\"* ]] || PS0='\\e]6973;'\"$__mt_n\"';C\\a'\"${{PS0-}}\"; \
          [[ ${{PS2-}} == *\"$__mt_n\"* ]] || {{ [[ $__mt_k == readline ]] && PS2=$__mt_p${{PS2-}} || PS2=$__mt_p; }}; printf '{OSC}%s;D;%s{BEL}' \"$__mt_n\" \"$s\" >/dev/tty; return $s; }}; \
-         PROMPT_COMMAND=\"{{ __mt_d; }} 2>/dev/null${{PROMPT_COMMAND:+;$PROMPT_COMMAND}}\"; \
+         __mt_q() {{ return $__mt_s; }}; \
+         PROMPT_COMMAND=\"{{ __mt_d; }} 3>&2 2>/dev/null;{restore};{{ __mt_q; }} 2>/dev/null${{PROMPT_COMMAND:+;$PROMPT_COMMAND}}\"; \
          [ \"${{BASH_VERSINFO[0]}}${{BASH_VERSINFO[1]}}\" -ge 51 ] && \
-         PROMPT_COMMAND[{GUARD_INDEX}]='{{ __mt_e=$?; [[ ${{PROMPT_COMMAND[0]-}} == *__mt_d* ]] || __mt_d $__mt_e; }} 2>/dev/null'; \
+         PROMPT_COMMAND[{GUARD_INDEX}]='{{ __mt_e=$?; [[ ${{PROMPT_COMMAND[0]-}} == *__mt_d* ]] || __mt_d $__mt_e; }} 3>&2 2>/dev/null;{RESTORE}'; \
          PS0='\\e]6973;'\"$__mt_n\"';C\\a'\"${{PS0-}}\"; set +H; unset HISTFILE; \
          history -d -1 2>/dev/null; \
          if shopt -oq emacs || shopt -oq vi; then set -o emacs; \
