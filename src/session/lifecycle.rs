@@ -314,11 +314,15 @@ async fn expiry(
             let due = session.named_at() + idle;
             if Instant::now() < due {
                 tokio::time::sleep_until(due).await;
-            } else if session.exec_running() {
+                continue;
+            }
+            match session.commands_idle_since().await {
                 // A command running in the shell is not idleness.
-                session.touch();
-            } else {
-                return;
+                None => session.touch(),
+                Some(since) if since + idle > Instant::now() => {
+                    tokio::time::sleep_until(since + idle).await;
+                }
+                Some(_) => return,
             }
         }
     };

@@ -400,13 +400,26 @@ impl Session {
         self.inspect(|s| s.final_since().is_some_and(|at| at.elapsed() >= retention))
     }
 
-    /// A `terminal_exec` call is waiting, or a command it typed still runs: not idleness.
-    fn exec_running(&self) -> bool {
-        self.exec.try_lock().is_err()
-            || self.inspect(|s| {
-                s.shell()
-                    .and_then(|shell| shell.current())
-                    .is_some_and(|c| c.ended.is_none())
-            })
+    /// Since when the shell's commands leave it idle: `None` while a `terminal_exec` call
+    /// waits on it or a command it typed runs; else the last command's end, or, for one
+    /// that waits for input (a pager, a REPL, a prompt nobody answered), its last output
+    /// or input.
+    async fn commands_idle_since(&self) -> Option<Instant> {
+        if self.exec.try_lock().is_ok() {
+            let (open, ended) = self.inspect(|s| {
+                let current = s.shell().and_then(|shell| shell.current());
+                let ended = current.and_then(|c| c.ended).map(|e| e.at);
+                (current.is_some_and(|c| c.ended.is_none()), ended)
+            });
+            if !open {
+                let ended = ended
+                    .and_then(|at| Instant::now().checked_sub(at.elapsed().unwrap_or_default()));
+                return Some(ended.unwrap_or_else(|| self.named_at()));
+            }
+            if self.mode == Mode::Pty && self.awaiting_confirmed().await == Some(true) {
+                return Some(Instant::from_std(self.inspect(|s| s.last_traffic())));
+            }
+        }
+        None
     }
 }

@@ -200,10 +200,11 @@ fn exec_spec(config: &Config) -> Option<ToolSpec> {
             "Run a command line in a persistent shell session (profiles: {}); returns exactly \
              what it printed and its exit code. cwd, variables and functions persist. On pipes \
              stderr is apart and stdin is /dev/null; on a terminal stderr is in output, as \
-             the terminal left it. outcome: completed; timeout (interrupted; a program that \
-             keeps the terminal gives still_running, foreground and screen: answer with \
-             terminal_keys/terminal_write); running (on_timeout keep: collect with \
-             continue); exited (the shell ended). A timeout never ends the shell. One \
+             the terminal left it. outcome: completed; awaiting_input (on a terminal it \
+             waits for input) or timeout (interrupted; a program that keeps the terminal \
+             gives still_running, foreground and screen): answer with \
+             terminal_keys/terminal_write, then continue; running (on_timeout keep: collect \
+             with continue); exited (the shell ended). A timeout never ends the shell. One \
              command at a time (SESSION_BUSY).",
             shells.join(", ")
         ),
