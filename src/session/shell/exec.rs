@@ -453,6 +453,8 @@ impl Session {
         });
         match current {
             Some((seq, false)) => Ok(seq),
+            // Why and when it ended, rather than advice to run a command it cannot run.
+            _ if self.status().is_final() => Err(self.not_running()),
             Some((_, true)) | None => Err(ToolError::invalid_argument(
                 "continue",
                 "has no command to wait for: the last command's result was already returned \
