@@ -111,6 +111,9 @@ fn pieces(text: &str, max: usize) -> impl Iterator<Item = &str> {
 pub struct Calls {
     /// A pipe shell has had its first command (which prepares it: aliases in bash).
     prepared: bool,
+    /// The last call returned command `.0` waiting for input, its output and input as of
+    /// `.1` (its last traffic): `continue` waits for something to happen after that.
+    answered_waiting: Option<(u64, std::time::Instant)>,
 }
 
 /// How waiting for a command ended.
@@ -188,10 +191,20 @@ impl Session {
             None => self.to_continue()?,
         };
         let watch_input = self.mode == Mode::Pty;
+        // A program still waiting as it was when the last call said so (nothing written to
+        // it, nothing printed since) is no news: `continue` waits for some.
+        let unchanged_since = calls
+            .answered_waiting
+            .take()
+            .filter(|(waiting, _)| request.command.is_none() && *waiting == seq)
+            .map(|(_, traffic)| traffic);
         let waited = tokio::select! {
-            waited = self.wait_command(seq, deadline, watch_input) => waited,
+            waited = self.wait_command(seq, deadline, watch_input, unchanged_since) => waited,
             () = cancel.cancelled() => Waited::TimedOut,
         };
+        if matches!(waited, Waited::AwaitingInput) {
+            calls.answered_waiting = Some((seq, self.inspect(|s| s.last_traffic())));
+        }
         match (waited, request.on_timeout) {
             (Waited::Ended, _) => Ok(self.result(seq, "completed").await),
             (Waited::AwaitingInput, _) => match self.cancel_unfinished(seq, request).await {
@@ -216,7 +229,7 @@ impl Session {
             (Waited::TimedOut, OnTimeout::Interrupt) => {
                 self.interrupt().await;
                 let settle = Instant::now() + EXEC_INTERRUPT_SETTLE;
-                self.wait_command(seq, settle, false).await;
+                self.wait_command(seq, settle, false, None).await;
                 Ok(self.result(seq, "timeout").await)
             }
         }
@@ -465,9 +478,19 @@ impl Session {
 
     /// Wait until command `seq` ended, the shell ended, or `deadline`; with `watch_input`,
     /// also until the command, once started, waits for input (looked at once the output is
-    /// quiet, then at most every `AWAIT_POLL` while it stays quiet).
-    async fn wait_command(&self, seq: u64, deadline: Instant, watch_input: bool) -> Waited {
+    /// quiet, then at most every `AWAIT_POLL` while it stays quiet), but, with
+    /// `unchanged_since`, not while no output or input went by since then: it waits as
+    /// before until then, and says so at `deadline` if it still does.
+    async fn wait_command(
+        &self,
+        seq: u64,
+        deadline: Instant,
+        watch_input: bool,
+        unchanged_since: Option<std::time::Instant>,
+    ) -> Waited {
         let mut changes = self.changed.subscribe();
+        let unchanged =
+            |s: &Self| unchanged_since.is_some_and(|at| s.inspect(|s| s.last_traffic()) <= at);
         loop {
             let (ended, started, shell_ended) = self.inspect(|s| {
                 let command = s.shell().and_then(|t| t.current()).filter(|c| c.seq == seq);
@@ -485,11 +508,18 @@ impl Session {
             }
             let now = Instant::now();
             if now >= deadline {
+                if watch_input && unchanged(self) && self.awaiting_confirmed().await == Some(true) {
+                    return Waited::AwaitingInput;
+                }
                 return Waited::TimedOut;
             }
             let look_at = if watch_input && started {
                 let quiet = Instant::from_std(self.quiet_at());
-                if now < quiet {
+                if unchanged(self) {
+                    // Output, input or the command's end wakes this; a program that stopped
+                    // waiting in silence is looked at by the deadline.
+                    None
+                } else if now < quiet {
                     Some(quiet)
                 } else if self.awaiting_confirmed().await == Some(true) {
                     // The shell back at its prompt reads the terminal too: the command may
@@ -552,7 +582,10 @@ impl Session {
         }
         self.interrupt().await;
         let settle = Instant::now() + EXEC_INTERRUPT_SETTLE;
-        if !matches!(self.wait_command(seq, settle, false).await, Waited::Ended) {
+        if !matches!(
+            self.wait_command(seq, settle, false, None).await,
+            Waited::Ended
+        ) {
             return None;
         }
         // Its result is settled: nothing is left to collect.
