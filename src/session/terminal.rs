@@ -5,16 +5,20 @@ use nix::sys::signal::Signal;
 
 use super::sink::Feed;
 use super::{Session, lock_screen};
+use crate::config::Mode;
 use crate::errors::{ErrorCode, ToolError};
 use crate::limits::{CAP_TOTAL_EMULATOR_CELLS, SCREEN_CATCH_UP};
 use crate::output::{Screen, ScreenView};
-use crate::process::{signal_group, signal_process};
+use crate::process::{procfs, signal_group, signal_process};
 
 /// Who receives a signal.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Target {
     Group,
     Leader,
+    /// In a shell session: the command's processes, never the shell (on a terminal its
+    /// foreground group; on pipes every process of its session but the shell).
+    Command,
 }
 
 impl Session {
@@ -87,13 +91,56 @@ impl Session {
     }
 
     /// Deliver a signal; the lifecycle follows from what the process does with it.
-    pub fn signal(&self, signal: Signal, target: Target) -> Result<(), ToolError> {
+    pub async fn signal(&self, signal: Signal, target: Target) -> Result<(), ToolError> {
         if self.status().is_final() {
             return Err(self.not_running());
         }
         match target {
             Target::Group => signal_group(self.pid, signal),
             Target::Leader => signal_process(self.pid, signal),
+            Target::Command => self.signal_command(signal).await?,
+        }
+        Ok(())
+    }
+
+    /// A signal for what a shell runs, the shell spared: a program that ignores Ctrl-C
+    /// (SIGINT) gets SIGTERM or SIGKILL, and the shell's state stays.
+    async fn signal_command(&self, signal: Signal) -> Result<(), ToolError> {
+        if self.inspect(|s| s.shell().is_none()) {
+            return Err(ToolError::invalid_argument(
+                "target",
+                "`command` is for a shell session (one that runs terminal_exec); use \
+                 `group` or `leader`",
+            ));
+        }
+        let shell = self.shell_group.get().copied().unwrap_or(self.pid);
+        let nothing = || {
+            ToolError::invalid_argument(
+                "target",
+                "`command` found nothing to signal: no program runs in the shell's \
+                 foreground (the shell itself is there)",
+            )
+        };
+        match self.mode {
+            Mode::Pty => match self.terminal().and_then(|t| t.foreground()) {
+                Some(group) if group != shell => signal_group(group, signal),
+                _ => return Err(nothing()),
+            },
+            Mode::Pipe => {
+                let members =
+                    tokio::task::spawn_blocking(move || procfs::session_members(shell)).await;
+                let members: Vec<i32> = members
+                    .unwrap_or_default()
+                    .into_iter()
+                    .filter(|pid| *pid != shell)
+                    .collect();
+                if members.is_empty() {
+                    return Err(nothing());
+                }
+                for pid in members {
+                    signal_process(pid, signal);
+                }
+            }
         }
         Ok(())
     }

@@ -47,7 +47,7 @@ impl TerminalServer {
             "terminal_list" => self.list(),
             "terminal_forget" => self.forget(args),
             "terminal_wait" => self.wait(args, context).await,
-            "terminal_signal" => self.signal(args),
+            "terminal_signal" => self.signal(args).await,
             "terminal_keys" => self.keys(args, cancel).await,
             "terminal_resize" => self.resize(args).await,
             "terminal_screen" => ok(self
@@ -205,15 +205,16 @@ impl TerminalServer {
         ok(json!({ "forgotten": id }))
     }
 
-    fn signal(&self, args: &Args) -> Result<Value, ToolError> {
+    async fn signal(&self, args: &Args) -> Result<Value, ToolError> {
         let signal = Signal::from_str(args.choice("signal"))
             .map_err(|_| ToolError::invalid_argument("signal", "is not a signal"))?;
         let target = match args.choice("target") {
             "leader" => Target::Leader,
+            "command" => Target::Command,
             _ => Target::Group,
         };
         let session = self.session(args)?;
-        session.signal(signal, target)?;
+        session.signal(signal, target).await?;
         ok(session.snapshot())
     }
 

@@ -514,12 +514,13 @@ fn base_catalog(config: &Config) -> Vec<ToolSpec> {
         spec(
             "terminal_signal",
             "Send a signal to a session's process group or its leader (SIGINT is Ctrl-C on \
-             pipes); to end a session for sure use terminal_terminate."
+             pipes), or a shell's running command; to end a session for sure use \
+             terminal_terminate."
                 .into(),
             vec![
                 session_id(),
                 Param::new("signal", Kind::OneOf(SIGNALS), "").required(),
-                Param::new("target", Kind::OneOf(&["group", "leader"]), ""),
+                Param::new("target", Kind::OneOf(&["group", "leader", "command"]), ""),
             ],
             envelope(ended_properties()),
             Effect::Act,

@@ -152,9 +152,10 @@ fn uncollected(last: &super::Command) -> Option<ToolError> {
 const PIPE_BUSY: &str = "collect its result with terminal_exec `continue: true`; to stop \
     it, `continue: true` with `on_timeout: \"interrupt\"` interrupts it when that call times \
     out (SIGINT to its processes, and the shell ends the command line there, a loop it runs \
-    itself included). Should it run on (a program that ignores SIGINT, a command that \
-    removed the shell's WINCH trap), terminal_signal SIGTERM ends the shell (its session \
-    ends, and a new one starts afresh)";
+    itself included). Should it run on (a program that ignores SIGINT), terminal_signal \
+    SIGTERM (or SIGKILL) with target \"command\" ends its processes and spares the shell; \
+    what a command that removed the shell's WINCH trap runs, only terminal_signal SIGTERM \
+    to the whole group ends (the shell too: a new session starts afresh)";
 
 /// A terminal shell whose stderr a command sent elsewhere.
 const STDERR_AWAY: &str = "the shell's stderr no longer goes to the terminal (a command \
