@@ -46,10 +46,13 @@ const GUARD_INDEX: u32 = 6973;
 
 /// What puts bash's stderr back on the terminal after a command sent it elsewhere (`exec
 /// 2>/dev/null`): bash prints its start mark and readline its echo there. `__mt_d` sees
-/// the shell's stderr as its fd 3 and sets `__mt_r=exec __mt_t=/dev/tty` when it is no
-/// terminal. Otherwise this is a command of no words, which opens `/dev/null` for a
-/// moment, and which `set -x` does not trace (a command run in the hook would show).
-const RESTORE: &str = "$__mt_r 2>${__mt_t:-/dev/null}";
+/// the shell's stderr as its fd 3 (outside the hook's own `2>/dev/null`) and sets
+/// `__mt_r='eval exec 2>/dev/tty'` when it is no terminal. Otherwise `__mt_r` is empty and
+/// this is a command of no words: nothing runs, and `set -x` traces nothing. It must run
+/// outside a redirected group (which would undo the `exec`), after the hook: in bash 5.1
+/// and later at the end of the guard's element; before, in the first element, followed
+/// by `__mt_q`, which gives that element's later commands the command's `$?` again.
+const RESTORE: &str = "$__mt_r";
 
 /// The line that integrates a terminal shell (without its Enter).
 pub fn install_line(nonce: &str) -> String {
@@ -58,13 +61,14 @@ pub fn install_line(nonce: &str) -> String {
     format!(
         "__mt_n={nonce}; if [ -n \"${{BASH_VERSION-}}\" ]; then \
          __mt_d() {{ local s=${{1-$?}}; __mt_s=$s; [[ -o vi ]] && set -o emacs; \
-         if [[ -t 3 ]]; then __mt_r= __mt_t=; else __mt_r=exec __mt_t=/dev/tty; fi; \
+         if [[ -t 3 ]]; then __mt_r=; else __mt_r='eval exec 2>/dev/tty'; fi; \
          [[ ${{PS0-}} == *\"$__mt_n\"* ]] || PS0='\\e]6973;'\"$__mt_n\"';C\\a'\"${{PS0-}}\"; \
          [[ ${{PS2-}} == *\"$__mt_n\"* ]] || {{ [[ $__mt_k == readline ]] && PS2=$__mt_p${{PS2-}} || PS2=$__mt_p; }}; printf '{OSC}%s;D;%s{BEL}' \"$__mt_n\" \"$s\" >/dev/tty; return $s; }}; \
-         __mt_q() {{ return $__mt_s; }}; \
-         PROMPT_COMMAND=\"{{ __mt_d; }} 3>&2 2>/dev/null;{restore};{{ __mt_q; }} 2>/dev/null${{PROMPT_COMMAND:+;$PROMPT_COMMAND}}\"; \
-         [ \"${{BASH_VERSINFO[0]}}${{BASH_VERSINFO[1]}}\" -ge 51 ] && \
+         __mt_q() {{ return $__mt_s; }}; __mt_o=${{PROMPT_COMMAND-}}; \
+         if [ \"${{BASH_VERSINFO[0]}}${{BASH_VERSINFO[1]}}\" -ge 51 ]; then \
+         PROMPT_COMMAND=\"{{ __mt_d; }} 3>&2 2>/dev/null${{__mt_o:+;$__mt_o}}\"; \
          PROMPT_COMMAND[{GUARD_INDEX}]='{{ __mt_e=$?; [[ ${{PROMPT_COMMAND[0]-}} == *__mt_d* ]] || __mt_d $__mt_e; }} 3>&2 2>/dev/null;{RESTORE}'; \
+         else PROMPT_COMMAND=\"{{ __mt_d; }} 3>&2 2>/dev/null;{restore};{{ __mt_q; }} 2>/dev/null${{__mt_o:+;$__mt_o}}\"; fi; unset __mt_o; \
          PS0='\\e]6973;'\"$__mt_n\"';C\\a'\"${{PS0-}}\"; set +H; unset HISTFILE; \
          history -d -1 2>/dev/null; \
          if shopt -oq emacs || shopt -oq vi; then set -o emacs; \
