@@ -15,6 +15,8 @@ pub struct Stat {
     pub session: i32,
     /// Its threads; 0 where the field cannot be read.
     pub threads: u32,
+    /// When it started, in clock ticks since boot; 0 where the field cannot be read.
+    pub started: u64,
 }
 
 /// `/proc/PID/stat` of `pid`; `None` if it does not exist (or cannot be read).
@@ -38,12 +40,15 @@ fn parse_stat(text: &str) -> Option<Stat> {
     let (ppid, pgrp, session) = (int()?, int()?, int()?);
     // tty_nr, tpgid, flags, four fault counts, four times, priority and nice come between.
     let threads = fields.nth(13).and_then(|n| n.parse().ok()).unwrap_or(0);
+    // itrealvalue comes between.
+    let started = fields.nth(1).and_then(|n| n.parse().ok()).unwrap_or(0);
     Some(Stat {
         state,
         ppid,
         pgrp,
         session,
         threads,
+        started,
     })
 }
 
@@ -235,6 +240,14 @@ fn task_exists(task: &fs::DirEntry) -> bool {
 }
 
 /// The processes of the POSIX session led by `sid`, the leader first.
+/// The moment `ago` before now, in the clock ticks since boot that `Stat::started` counts.
+pub fn ticks_since_boot(ago: std::time::Duration) -> Option<u64> {
+    let now = nix::time::clock_gettime(nix::time::ClockId::CLOCK_BOOTTIME).ok()?;
+    let at = std::time::Duration::from(now).checked_sub(ago)?;
+    let per_second = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK).ok()??;
+    Some((at.as_secs_f64() * per_second as f64) as u64)
+}
+
 pub fn session_members(sid: i32) -> Vec<i32> {
     let mut members: Vec<i32> = pids()
         .into_iter()
@@ -347,6 +360,7 @@ mod tests {
                 pgrp: 42,
                 session: 42,
                 threads: 3,
+                started: 9,
             }
         );
         assert_eq!(parse_name(text).as_deref(), Some("a) b (c)"));

@@ -237,6 +237,16 @@ fn blocked_on(text: &str) -> Option<Blocked> {
     Some(Blocked::Call(Call { nr, args }))
 }
 
+/// How many bytes the `read` a process is blocked in (its `/proc/PID/syscall` text) asks
+/// for, when it is blocked in one: dash reads its own input a block at a time, and its
+/// `read` builtin a byte at a time.
+pub fn read_count(syscall: &str) -> Option<u64> {
+    match blocked_on(syscall)? {
+        Blocked::Call(Call { nr, args }) if nr == libc::SYS_read => Some(args[2]),
+        _ => None,
+    }
+}
+
 /// Whether `call` of `pid` waits to read `input`; `None` when its wait set cannot be read.
 fn reads(pid: i32, call: &Call, input: &InputFile) -> Option<bool> {
     let is_input = |fd: u64| {

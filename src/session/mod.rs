@@ -400,6 +400,12 @@ impl Session {
         self.inspect(|s| s.final_since().is_some_and(|at| at.elapsed() >= retention))
     }
 
+    /// The shell's process group (its leader's ID): the group the integration saw in the
+    /// foreground when it was installed, else the session's leader.
+    fn shell_group(&self) -> i32 {
+        self.shell_group.get().copied().unwrap_or(self.pid)
+    }
+
     /// Since when the shell's commands leave it idle: `None` while a `terminal_exec` call
     /// waits on it or a command it typed runs; else the last command's end, or, for one
     /// that waits for input (a pager, a REPL, a prompt nobody answered), its last output

@@ -113,12 +113,12 @@ impl Session {
                  `group` or `leader`",
             ));
         }
-        let shell = self.shell_group.get().copied().unwrap_or(self.pid);
+        let shell = self.shell_group();
         let nothing = || {
             ToolError::invalid_argument(
                 "target",
-                "`command` found nothing to signal: no program runs in the shell's \
-                 foreground (the shell itself is there)",
+                "`command` found nothing to signal: no command runs in the shell now (on \
+                 a terminal, the shell itself is in its foreground)",
             )
         };
         match self.mode {
@@ -127,13 +127,29 @@ impl Session {
                 _ => return Err(nothing()),
             },
             Mode::Pipe => {
-                let members =
-                    tokio::task::spawn_blocking(move || procfs::session_members(shell)).await;
-                let members: Vec<i32> = members
-                    .unwrap_or_default()
-                    .into_iter()
-                    .filter(|pid| *pid != shell)
-                    .collect();
+                // A job an earlier command left in the background (`server &`) is in the
+                // shell's session too: only what started since this command began is its.
+                let began = self.inspect(|s| {
+                    let command = s.shell().and_then(|t| t.current());
+                    command.filter(|c| c.ended.is_none()).map(|c| c.began_at)
+                });
+                let Some(began) = began else {
+                    return Err(nothing());
+                };
+                let ago = began.elapsed().unwrap_or_default();
+                let members = tokio::task::spawn_blocking(move || {
+                    let since = procfs::ticks_since_boot(ago);
+                    procfs::session_members(shell)
+                        .into_iter()
+                        .filter(|pid| *pid != shell)
+                        .filter(|pid| {
+                            let started = procfs::stat(*pid).map(|s| s.started);
+                            since.is_none_or(|since| started.is_some_and(|at| at >= since))
+                        })
+                        .collect::<Vec<i32>>()
+                })
+                .await
+                .unwrap_or_default();
                 if members.is_empty() {
                     return Err(nothing());
                 }

@@ -78,7 +78,7 @@ impl Session {
             );
         }
         // The group alone is looked at; its program's name is read only to say why.
-        let shell = self.shell_group.get().copied().unwrap_or(self.pid);
+        let shell = self.shell_group();
         (self.foreground_group()? != shell).then(|| {
             let name = self
                 .foreground()
@@ -95,7 +95,7 @@ impl Session {
     /// prints its prompt, no longer goes to the terminal (a command sent it elsewhere:
     /// `exec 2>/dev/null`). dash prints the end of each command with its prompt.
     pub fn shell_stderr_elsewhere(&self) -> bool {
-        let shell = self.shell_group.get().copied().unwrap_or(self.pid);
+        let shell = self.shell_group();
         let Some(terminal) = self.terminal().filter(|t| t.foreground() == Some(shell)) else {
             return false;
         };
@@ -103,7 +103,7 @@ impl Session {
             return false;
         };
         // Opened as `/dev/tty` (`exec 2>/dev/tty`), the shell's controlling terminal: this.
-        std::fs::read_link(format!("/proc/{}/fd/2", self.pid))
+        std::fs::read_link(format!("/proc/{shell}/fd/2"))
             .is_ok_and(|stderr| stderr.as_os_str() != path && stderr.as_os_str() != "/dev/tty")
     }
 

@@ -31,6 +31,7 @@ use crate::config::Mode;
 use crate::errors::{ErrorCode, ToolError};
 use crate::limits::{AWAIT_POLL, DRAIN_DEADLINE, EXEC_INTERRUPT_SETTLE, EXEC_PROMPT_GRACE};
 use crate::output::{Kept, Omitted, Shape, Stream};
+use crate::process::waiting::read_count;
 use crate::process::{procfs, signal_group, signal_process};
 use crate::session::Foreground;
 use crate::session::Session;
@@ -153,9 +154,9 @@ const PIPE_BUSY: &str = "collect its result with terminal_exec `continue: true`;
     it, `continue: true` with `on_timeout: \"interrupt\"` interrupts it when that call times \
     out (SIGINT to its processes, and the shell ends the command line there, a loop it runs \
     itself included). Should it run on (a program that ignores SIGINT), terminal_signal \
-    SIGTERM (or SIGKILL) with target \"command\" ends its processes and spares the shell; \
-    what a command that removed the shell's WINCH trap runs, only terminal_signal SIGTERM \
-    to the whole group ends (the shell too: a new session starts afresh)";
+    SIGTERM (or SIGKILL) with target \"command\" ends what the command started and spares \
+    the shell. A command that removed the shell's WINCH trap cannot be interrupted as a \
+    whole: terminal_terminate ends it with the shell (then start a new session)";
 
 /// A terminal shell whose stderr a command sent elsewhere.
 const STDERR_AWAY: &str = "the shell's stderr no longer goes to the terminal (a command \
@@ -203,9 +204,6 @@ impl Session {
             waited = self.wait_command(seq, deadline, watch_input, unchanged_since) => waited,
             () = cancel.cancelled() => Waited::TimedOut,
         };
-        if matches!(waited, Waited::AwaitingInput) {
-            calls.answered_waiting = Some((seq, self.inspect(|s| s.last_traffic())));
-        }
         match (waited, request.on_timeout) {
             (Waited::Ended, _) => Ok(self.result(seq, "completed").await),
             (Waited::AwaitingInput, _) => match self.cancel_unfinished(seq, request).await {
@@ -218,7 +216,10 @@ impl Session {
                          wait to their timeout. {PUT_STDERR_BACK}"
                     ),
                 )),
-                None => Ok(self.result(seq, "awaiting_input").await),
+                None => {
+                    calls.answered_waiting = Some((seq, self.inspect(|s| s.last_traffic())));
+                    Ok(self.result(seq, "awaiting_input").await)
+                }
             },
             (Waited::ShellEnded, _) => {
                 // The readers end the captures at EOF.
@@ -577,7 +578,7 @@ impl Session {
                 _ => None,
             }
         })?;
-        let shell = self.shell_group.get().copied().unwrap_or(self.pid);
+        let shell = self.shell_group();
         if self.terminal()?.foreground() != Some(shell) {
             return None;
         }
@@ -628,13 +629,22 @@ impl Session {
 
     /// A shell that prints the end of each command with its prompt (dash: bash prints it
     /// from its prompt hook straight to the terminal, and puts its stderr back there), in
-    /// the foreground, its stderr sent elsewhere.
+    /// the foreground, its stderr sent elsewhere, and reading its own input (a block at a
+    /// time: a `read 2>/dev/null`, whose redirection dash applies to itself, reads a byte
+    /// at a time).
     fn prompt_sent_away(&self) -> bool {
-        let bash = std::fs::read_link(format!("/proc/{}/exe", self.pid)).is_ok_and(|exe| {
+        let shell = self.shell_group();
+        let bash = std::fs::read_link(format!("/proc/{shell}/exe")).is_ok_and(|exe| {
             exe.file_name()
                 .is_some_and(|name| name.to_string_lossy().starts_with("bash"))
         });
-        !bash && self.shell_stderr_elsewhere()
+        let reads_input = || {
+            std::fs::read_to_string(format!("/proc/{shell}/syscall"))
+                .ok()
+                .and_then(|call| read_count(&call))
+                .is_some_and(|bytes| bytes > 1)
+        };
+        !bash && self.shell_stderr_elsewhere() && reads_input()
     }
 
     /// Ctrl-C for the command: the terminal's interrupt character, or on pipes SIGINT to
@@ -801,7 +811,7 @@ impl Session {
             Busy::Command(seq) if self.mode == Mode::Pty => {
                 // The shell itself waiting for input: a `read`, or its prompt after a
                 // command that removed the integration, which no mark will ever end.
-                let shell = self.shell_group.get().copied().unwrap_or(self.pid);
+                let shell = self.shell_group();
                 let hint = match self.foreground() {
                     Some(f) if f.pid == shell && self.prompt_sent_away() => {
                         &format!(". If the command ran, {STDERR_AWAY}. {PUT_STDERR_BACK}")

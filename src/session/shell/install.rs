@@ -39,9 +39,11 @@ pub fn new_nonce() -> String {
 }
 
 /// Where bash 5.1 and later keep a second hook in the `PROMPT_COMMAND` array, which prints
-/// the end mark when the first element no longer does: a command that sets
-/// `PROMPT_COMMAND='history -a'` (as many a `.bashrc` does) replaces the first element
-/// only. Each element sees the command's own `$?`.
+/// the end mark when the first element's did not at this prompt (`__mt_f` unset): a
+/// command that sets `PROMPT_COMMAND='history -a'` (as many a `.bashrc` does) replaces the
+/// first element only. Each element sees the command's own `$?`, and the hook gives it
+/// back to the commands after it in its element, but under `set -e`, where a hook that
+/// fails ends the shell (a failed `a && b` does not).
 const GUARD_INDEX: u32 = 6973;
 
 /// What puts bash's stderr back on the terminal after a command sent it elsewhere (`exec
@@ -51,7 +53,10 @@ const GUARD_INDEX: u32 = 6973;
 /// this is a command of no words: nothing runs, and `set -x` traces nothing. It must run
 /// outside a redirected group (which would undo the `exec`), after the hook: in bash 5.1
 /// and later at the end of the guard's element; before, in the first element, followed
-/// by `__mt_q`, which gives that element's later commands the command's `$?` again.
+/// by `__mt_q`, which gives that element's later commands the command's `$?` again. A
+/// closed stderr (`exec 2>&-`) fails the hook's `3>&2`: `__mt_d` then runs again with
+/// only `2>/dev/null` (fd 3 no terminal, so the restore follows), the command's status
+/// taken first in a group that closes stderr for a moment (never fails, traces nothing).
 const RESTORE: &str = "$__mt_r";
 
 /// The line that integrates a terminal shell (without its Enter).
@@ -60,15 +65,15 @@ pub fn install_line(nonce: &str) -> String {
     let restore = RESTORE.replace('$', "\\$");
     format!(
         "__mt_n={nonce}; if [ -n \"${{BASH_VERSION-}}\" ]; then \
-         __mt_d() {{ local s=${{1-$?}}; __mt_s=$s; [[ -o vi ]] && set -o emacs; \
+         __mt_d() {{ local s=${{1-$?}}; __mt_s=$s __mt_f=1; [[ -o vi ]] && set -o emacs; \
          if [[ -t 3 ]]; then __mt_r=; else __mt_r='eval exec 2>/dev/tty'; fi; \
          [[ ${{PS0-}} == *\"$__mt_n\"* ]] || PS0='\\e]6973;'\"$__mt_n\"';C\\a'\"${{PS0-}}\"; \
-         [[ ${{PS2-}} == *\"$__mt_n\"* ]] || {{ [[ $__mt_k == readline ]] && PS2=$__mt_p${{PS2-}} || PS2=$__mt_p; }}; printf '{OSC}%s;D;%s{BEL}' \"$__mt_n\" \"$s\" >/dev/tty; return $s; }}; \
-         __mt_q() {{ return $__mt_s; }}; __mt_o=${{PROMPT_COMMAND-}}; \
+         [[ ${{PS2-}} == *\"$__mt_n\"* ]] || {{ [[ $__mt_k == readline ]] && PS2=$__mt_p${{PS2-}} || PS2=$__mt_p; }}; printf '{OSC}%s;D;%s{BEL}' \"$__mt_n\" \"$s\" >/dev/tty; [[ $- == *e* ]] || return $s; }}; \
+         __mt_q() {{ [[ $- == *e* ]] || return $__mt_s; }}; __mt_o=${{PROMPT_COMMAND-}}; \
          if [ \"${{BASH_VERSINFO[0]}}${{BASH_VERSINFO[1]}}\" -ge 51 ]; then \
          PROMPT_COMMAND=\"{{ __mt_d; }} 3>&2 2>/dev/null${{__mt_o:+;$__mt_o}}\"; \
-         PROMPT_COMMAND[{GUARD_INDEX}]='{{ __mt_e=$?; [[ ${{PROMPT_COMMAND[0]-}} == *__mt_d* ]] || __mt_d $__mt_e; }} 3>&2 2>/dev/null;{RESTORE}'; \
-         else PROMPT_COMMAND=\"{{ __mt_d; }} 3>&2 2>/dev/null;{restore};{{ __mt_q; }} 2>/dev/null${{__mt_o:+;$__mt_o}}\"; fi; unset __mt_o; \
+         PROMPT_COMMAND[{GUARD_INDEX}]='{{ __mt_e=$?; }} 2>&-;{{ [[ -n ${{__mt_f-}} ]] || __mt_d $__mt_e; __mt_f=; }} 3>&2 2>/dev/null || {{ [[ -n ${{__mt_f-}} ]] || __mt_d $__mt_e; __mt_f=; }} 2>/dev/null;{RESTORE}'; \
+         else PROMPT_COMMAND=\"{{ __mt_e=\\$?; }} 2>&-;{{ __mt_d \\$__mt_e; :; }} 3>&2 2>/dev/null || {{ __mt_d \\$__mt_e; }} 2>/dev/null;{restore};{{ __mt_q; }} 2>/dev/null${{__mt_o:+;$__mt_o}}\"; fi; unset __mt_o; __mt_r=; \
          PS0='\\e]6973;'\"$__mt_n\"';C\\a'\"${{PS0-}}\"; set +H; unset HISTFILE; \
          history -d -1 2>/dev/null; \
          if shopt -oq emacs || shopt -oq vi; then set -o emacs; \
@@ -154,6 +159,13 @@ fn printf_format(command: &str) -> String {
 /// own (so it runs even when the command does not parse). The line begins
 /// with a simple command: after a syntax error in `eval`, bash fails to parse a line that
 /// begins with `case` or `{`.
+///
+/// Under `set -e`, a command line whose last list fails where `set -e` lets it (`[ -f x ]
+/// && make`) leaves the shell running when the shell reads it itself, but `eval` of it
+/// returns that status, a failure `set -e` ends the shell for. So the `eval`'s text then
+/// ends with a line of its own (after an empty one, which ends a trailing backslash's
+/// line) that keeps the command's status in `__mt_e`, its trace hidden: the `eval`
+/// returns 0 unless the command ended the shell itself.
 pub fn pipe_wrapper(command: &str, nonce: &str, prepare: bool) -> String {
     let mut text = String::new();
     if prepare {
@@ -172,11 +184,14 @@ pub fn pipe_wrapper(command: &str, nonce: &str, prepare: bool) -> String {
     let _ = writeln!(
         text,
         "{start} 2>/dev/null >&{STDOUT_COPY_FD}; {start} 2>/dev/null >&{STDERR_COPY_FD}; \
-         case $- in *x*) __mt_x=1; set +x;; esac 2>/dev/null; __mt_b=; \
+         case $- in *x*) __mt_x=1; set +x;; esac 2>/dev/null; __mt_b= __mt_e=; \
+         case $- in *e*) __mt_t='
+
+{{ __mt_e=$?; }} 2>/dev/null';; *) __mt_t=;; esac; \
          for __mt_l in 1; do command eval \"${{__mt_x:+set -x
-}}{}\" \
+}}{}$__mt_t\" \
          </dev/null {STDERR_COPY_FD}>&- {STDOUT_COPY_FD}>&- {MARKS_FD}>&-; \
-         {{ __mt_s=$? __mt_l=; }} 2>/dev/null; done; \
+         {{ __mt_s=${{__mt_e:-$?}} __mt_l=; }} 2>/dev/null; done; \
          case $- in *) case $__mt_l,$__mt_b in 1,1) __mt_s=130;; 1,) __mt_s=1; \
          command printf '%s\\n' '{STRAY_LEAVE}' >&{STDERR_COPY_FD};; esac; \
          case $- in *x*) __mt_x=1;; *) __mt_x=;; esac; set +x;; esac 2>/dev/null; \
