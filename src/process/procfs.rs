@@ -240,6 +240,18 @@ fn task_exists(task: &fs::DirEntry) -> bool {
 }
 
 /// The processes of the POSIX session led by `sid`, the leader first.
+/// The last process ID the system gave out (in this PID namespace); read through a
+/// descriptor held open, one `pread` a call.
+pub fn last_pid() -> Option<i32> {
+    static FILE: std::sync::OnceLock<Option<fs::File>> = std::sync::OnceLock::new();
+    let file = FILE
+        .get_or_init(|| fs::File::open("/proc/sys/kernel/ns_last_pid").ok())
+        .as_ref()?;
+    let mut buf = [0u8; 16];
+    let n = file.read_at(&mut buf, 0).ok()?;
+    std::str::from_utf8(&buf[..n]).ok()?.trim().parse().ok()
+}
+
 /// The moment `ago` before now, in the clock ticks since boot that `Stat::started` counts.
 pub fn ticks_since_boot(ago: std::time::Duration) -> Option<u64> {
     let now = nix::time::clock_gettime(nix::time::ClockId::CLOCK_BOOTTIME).ok()?;

@@ -32,7 +32,7 @@ mod view;
 mod wait;
 mod waiting;
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime};
 
@@ -110,6 +110,10 @@ pub struct Session {
     /// A terminal shell's own process group, as its integration found it in the foreground
     /// (the session's program may have started the shell: `sh -c 'bash -i'`, `su`).
     shell_group: std::sync::OnceLock<i32>,
+    /// On pipes: the last process ID the system gave out when the running command was
+    /// submitted (0 when unknown): what its shell's session holds above it is the
+    /// command's, what lies below an earlier command left behind.
+    pids_before_command: AtomicI32,
     /// The process groups to signal, found once when termination first needs them.
     groups: tokio::sync::OnceCell<SessionGroups>,
     /// Declared last, so dropped after everything above.
@@ -245,6 +249,7 @@ impl Session {
             recording: parts.recording,
             typed: parts.typed,
             shell_group: std::sync::OnceLock::new(),
+            pids_before_command: AtomicI32::new(0),
             groups: tokio::sync::OnceCell::new(),
             _returns_memory: ReturnMemory,
         }

@@ -1,6 +1,8 @@
 //! What only some sessions can do: resize and render a terminal; and signals, which every
 //! session takes.
 
+use std::sync::atomic::Ordering;
+
 use nix::sys::signal::Signal;
 
 use super::sink::Feed;
@@ -128,7 +130,10 @@ impl Session {
             },
             Mode::Pipe => {
                 // A job an earlier command left in the background (`server &`) is in the
-                // shell's session too: only what started since this command began is its.
+                // shell's session too: only what started since this command began is its,
+                // told by process ID (given out in order) unless the IDs wrapped around
+                // since, else by start time (to the clock tick: a job started in the same
+                // tick counts as the command's).
                 let began = self.inspect(|s| {
                     let command = s.shell().and_then(|t| t.current());
                     command.filter(|c| c.ended.is_none()).map(|c| c.began_at)
@@ -137,15 +142,20 @@ impl Session {
                     return Err(nothing());
                 };
                 let ago = began.elapsed().unwrap_or_default();
+                let before = self.pids_before_command.load(Ordering::Relaxed);
                 let members = tokio::task::spawn_blocking(move || {
+                    let by_id = before > 0 && procfs::last_pid().is_some_and(|now| now >= before);
                     let since = procfs::ticks_since_boot(ago);
+                    let new = |pid: i32| {
+                        if by_id {
+                            return pid > before;
+                        }
+                        let started = procfs::stat(pid).map(|s| s.started);
+                        since.is_none_or(|since| started.is_some_and(|at| at >= since))
+                    };
                     procfs::session_members(shell)
                         .into_iter()
-                        .filter(|pid| *pid != shell)
-                        .filter(|pid| {
-                            let started = procfs::stat(*pid).map(|s| s.started);
-                            since.is_none_or(|since| started.is_some_and(|at| at >= since))
-                        })
+                        .filter(|pid| *pid != shell && new(*pid))
                         .collect::<Vec<i32>>()
                 })
                 .await

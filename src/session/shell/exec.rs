@@ -340,6 +340,10 @@ impl Session {
         }
         // The history (the live view, the snapshot) keeps no secret value.
         let kept = self.redact_typed(command);
+        if self.mode == Mode::Pipe {
+            let before = procfs::last_pid().unwrap_or(0);
+            self.pids_before_command.store(before, Ordering::Relaxed);
+        }
         let seq = self.update(|s| s.shell_submit(&kept));
         let typed = match (typing, self.mode) {
             (Typing::Readline, _) => {
