@@ -11,6 +11,11 @@
 //! it holds — waits until its newline comes or the caller gives up waiting (`flush`). A
 //! hold-back that depended on whether the text could begin a value would tell anyone who
 //! times the output which prefixes are right.
+//!
+//! A partial line longer than a bound is released but for its last bytes, as many as the
+//! longest value has less one (so a value that begins in the part released ends in the
+//! text seen, and is replaced whole): that rule too looks only at sizes, and a value cut
+//! by it cannot escape.
 
 use aho_corasick::{AhoCorasick, MatchKind};
 
@@ -24,6 +29,10 @@ pub struct Redactor {
     /// A carriage return ends a line too (typed input, where Enter is `\r`): values hold
     /// none either.
     cr_ends_lines: bool,
+    /// The most of a partial line held back (`REDACT_HOLD_MAX_BYTES`).
+    hold_max: usize,
+    /// The longest value's length in bytes.
+    longest: usize,
 }
 
 impl Redactor {
@@ -45,6 +54,8 @@ impl Redactor {
                 .collect(),
             pending: String::new(),
             cr_ends_lines: false,
+            hold_max: REDACT_HOLD_MAX_BYTES,
+            longest: secrets.iter().map(|(_, value)| value.len()).max()?,
         })
     }
 
@@ -72,18 +83,14 @@ impl Redactor {
         !self.pending.is_empty()
     }
 
-    /// Redact the next piece of the stream, appending every complete line to `out`. A
-    /// partial line longer than `REDACT_HOLD_MAX_BYTES` is released too (a bound on memory
-    /// that, like the rest, looks only at sizes).
+    /// Redact the next piece of the stream, appending every complete line to `out`. Of a
+    /// partial line longer than `REDACT_HOLD_MAX_BYTES`, all but its last bytes are
+    /// released too (a bound on memory that, like the rest, looks only at sizes).
     pub fn push(&mut self, text: &str, out: &mut String) {
         if text.is_empty() {
             return;
         }
         self.pending.push_str(text);
-        if self.pending.len() > REDACT_HOLD_MAX_BYTES {
-            self.flush(out);
-            return;
-        }
         let line_end = if self.cr_ends_lines {
             text.rfind(['\n', '\r'])
         } else {
@@ -94,6 +101,32 @@ impl Redactor {
             self.replace(&self.pending[..decided], out);
             self.pending.drain(..decided);
         }
+        if self.pending.len() > self.hold_max {
+            self.release_to_tail(out);
+        }
+    }
+
+    /// Release the partial line but its last `longest - 1` bytes (to a code point's
+    /// start). A value that begins before them ends within the line: the values found in
+    /// the whole line that begin there are final, and the release goes on to the end of
+    /// one that crosses into them.
+    fn release_to_tail(&mut self, out: &mut String) {
+        let mut cut = self.pending.len().saturating_sub(self.longest - 1);
+        while !self.pending.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        let mut at = 0;
+        for found in self.automaton.find_iter(&self.pending) {
+            if found.start() >= cut {
+                break;
+            }
+            out.push_str(&self.pending[at..found.start()]);
+            out.push_str(&self.markers[found.pattern().as_usize()]);
+            at = found.end();
+        }
+        let end = cut.max(at);
+        out.push_str(&self.pending[at..end]);
+        self.pending.drain(..end);
     }
 
     /// Give up waiting: release the partial line, with the whole values in it replaced.
@@ -141,7 +174,13 @@ mod tests {
     }
 
     fn streamed(secrets: &[(String, String)], pieces: &[&str]) -> String {
+        streamed_within(secrets, pieces, REDACT_HOLD_MAX_BYTES)
+    }
+
+    /// Streamed, with a partial line held back up to `hold_max` bytes.
+    fn streamed_within(secrets: &[(String, String)], pieces: &[&str], hold_max: usize) -> String {
         let mut r = Redactor::new(secrets).unwrap();
+        r.hold_max = hold_max;
         let mut out = String::new();
         for piece in pieces {
             r.push(piece, &mut out);
@@ -206,15 +245,37 @@ mod tests {
     }
 
     #[test]
-    fn a_partial_line_over_the_bound_is_released() {
+    fn a_partial_line_over_the_bound_is_released_but_for_what_may_begin_a_value() {
         let s = secrets(&["hunter2"]);
         let mut r = Redactor::new(&s).unwrap();
         let mut out = String::new();
         r.push(&"x".repeat(REDACT_HOLD_MAX_BYTES), &mut out);
         assert!(out.is_empty());
-        r.push("yhunter2", &mut out);
-        assert!(out.ends_with("y[secret:S0]"));
+        r.push("yhunt", &mut out);
+        assert_eq!(
+            out.len(),
+            REDACT_HOLD_MAX_BYTES - 1,
+            "the last 6 bytes are held"
+        );
+        assert!(r.holding());
+        r.push("er2\n", &mut out);
+        assert!(out.ends_with("xy[secret:S0]\n"));
         assert!(!r.holding());
+        // A value that straddles the bound, in one piece or cut anywhere, is replaced.
+        let line = format!(
+            "{}token=hunter2{}\n",
+            "a".repeat(REDACT_HOLD_MAX_BYTES - 9),
+            "b".repeat(5000)
+        );
+        let want = line.replace("hunter2", "[secret:S0]");
+        for cut in [
+            0,
+            REDACT_HOLD_MAX_BYTES - 5,
+            REDACT_HOLD_MAX_BYTES - 1,
+            REDACT_HOLD_MAX_BYTES + 2,
+        ] {
+            assert_eq!(streamed(&s, &[&line[..cut], &line[cut..]]), want, "{cut}");
+        }
     }
 
     #[test]
@@ -257,6 +318,7 @@ mod tests {
             values in proptest::collection::vec(value_strategy(), 1..4),
             parts in proptest::collection::vec((0usize..4, proptest::collection::vec(prop_oneof![Just('a'), Just('b'), Just('x'), Just('\n'), Just('é')], 0..4)), 0..12),
             cuts in proptest::collection::vec(0usize..200, 0..10),
+            hold_max in 1usize..40,
         ) {
             let s: Vec<(String, String)> = values.iter().enumerate().map(|(i, v)| (format!("S{i}"), v.clone())).collect();
             let mut text = String::new();
@@ -268,6 +330,9 @@ mod tests {
             }
             let pieces = super::super::cut_at(&text, &cuts);
             let got = streamed(&s, &pieces);
+            prop_assert_eq!(&got, &reference(&s, &text));
+            // Also when partial lines outgrow a bound (here a small one).
+            let got = streamed_within(&s, &pieces, hold_max);
             prop_assert_eq!(&got, &reference(&s, &text));
             for v in &values {
                 prop_assert!(!got.contains(v.as_str()), "{got:?} contains {v:?}");
