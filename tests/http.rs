@@ -1552,7 +1552,21 @@ impl Server {
     /// Send a tools/call in session `id` and return once the answer's headers came (the
     /// answer itself streams later): the request is then in flight.
     async fn send_call(&self, id: &str, tool: &str, arguments: Value) -> reqwest::Response {
-        let request = json!({"jsonrpc": "2.0", "id": 9, "method": "tools/call",
+        // Each request in flight has an id of its own.
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1000);
+        let request_id = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.send_call_as(id, request_id, tool, arguments).await
+    }
+
+    /// `send_call` with the JSON-RPC id `request_id`.
+    async fn send_call_as(
+        &self,
+        id: &str,
+        request_id: u64,
+        tool: &str,
+        arguments: Value,
+    ) -> reqwest::Response {
+        let request = json!({"jsonrpc": "2.0", "id": request_id, "method": "tools/call",
             "params": {"name": tool, "arguments": arguments}});
         self.authed(&request)
             .header("Mcp-Session-Id", id)
@@ -1626,6 +1640,45 @@ async fn requests_in_flight_are_capped_per_mcp_session_and_for_the_server() {
         assert!(Instant::now() < deadline, "the place was never given back");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_request_whose_id_is_in_flight_in_its_session_is_answered_with_an_error() {
+    let server = Server::start(&["--listen", "127.0.0.1:0"], LOG);
+    let (a, b) = (
+        server.open_session().await.unwrap(),
+        server.open_session().await.unwrap(),
+    );
+    let started = server
+        .call(&a, "terminal_start", json!({"command_id": "long"}))
+        .await;
+    let sid = started["structuredContent"]["session_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let wait = json!({"session_id": sid, "pattern": "never printed by the long demo", "timeout_ms": 60_000});
+    let first = server
+        .send_call_as(&a, 7, "terminal_wait", wait.clone())
+        .await;
+    assert_eq!(first.status(), StatusCode::OK);
+    // As on stdio: a JSON-RPC error naming the id, at once, not an answer that never comes
+    // (or comes on the other request's stream).
+    let again = server.send_call_as(&a, 7, "terminal_list", json!({})).await;
+    assert_eq!(again.status(), StatusCode::OK);
+    let body: Value = again.json().await.unwrap();
+    assert_eq!(body["id"], json!(7), "{body}");
+    assert_eq!(body["error"]["code"], json!(-32600), "{body}");
+    let message = body["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("id 7 belongs to a request not yet answered"),
+        "{message}"
+    );
+    // Another session's requests have ids of their own.
+    let other = server.send_call_as(&b, 7, "terminal_list", json!({})).await;
+    assert_eq!(other.status(), StatusCode::OK);
+    let text = other.text().await.unwrap();
+    assert!(text.contains("\"sessions\""), "{text}");
+    drop(first);
 }
 
 /// The most resident memory process `pid` has had, in KiB (VmHWM).

@@ -3,9 +3,11 @@
 //! one session cannot take every place. A JSON-RPC request holds its place until its answer
 //! has gone out (the end of its response body); a request past either cap gets 429 at once.
 //! Notifications and responses (a cancellation among them) take no place and are never
-//! refused here.
+//! refused here. A request whose id one of its MCP session's requests in flight already
+//! has is answered with a JSON-RPC error, as on stdio: its answer could not be told from
+//! the other's.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
 use axum::body::Body;
@@ -27,14 +29,25 @@ pub struct InFlight {
 #[derive(Default)]
 struct Counts {
     server: usize,
-    /// By `Mcp-Session-Id`; a session with none in flight has no entry.
-    sessions: HashMap<String, usize>,
+    /// By `Mcp-Session-Id`, the ids (as JSON text) of its requests in flight; a session
+    /// with none in flight has no entry.
+    sessions: HashMap<String, HashSet<String>>,
 }
 
 /// A place taken, given back when dropped.
 struct Place {
     in_flight: Arc<InFlight>,
-    session: Option<String>,
+    /// The MCP session and the request's id.
+    session: Option<(String, String)>,
+}
+
+/// Why a request gets no place.
+#[derive(Debug)]
+enum Refusal {
+    /// 429: a cap is reached.
+    Full(String),
+    /// A JSON-RPC error: a request of the same session with this id is in flight.
+    IdInFlight,
 }
 
 impl InFlight {
@@ -42,29 +55,32 @@ impl InFlight {
         self.counts.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// A place for a request of `session`, or why there is none.
-    fn take(self: &Arc<Self>, session: Option<&str>) -> Result<Place, String> {
+    /// A place for the request `id` (as JSON text) of `session`, or why there is none.
+    fn take(self: &Arc<Self>, session: Option<&str>, id: &str) -> Result<Place, Refusal> {
         let mut counts = self.counts();
         if counts.server >= MAX_IN_FLIGHT {
-            return Err(format!(
+            return Err(Refusal::Full(format!(
                 "{MAX_IN_FLIGHT} requests are in flight on this server, the most it serves at \
                  once"
-            ));
+            )));
         }
         if let Some(session) = session {
             let of_session = counts.sessions.entry(session.to_owned()).or_default();
-            if *of_session >= MCP_SESSION_MAX_IN_FLIGHT {
-                return Err(format!(
+            if of_session.contains(id) {
+                return Err(Refusal::IdInFlight);
+            }
+            if of_session.len() >= MCP_SESSION_MAX_IN_FLIGHT {
+                return Err(Refusal::Full(format!(
                     "{MCP_SESSION_MAX_IN_FLIGHT} requests of this MCP session are in flight, \
                      the most one session may have"
-                ));
+                )));
             }
-            *of_session += 1;
+            of_session.insert(id.to_owned());
         }
         counts.server += 1;
         Ok(Place {
             in_flight: self.clone(),
-            session: session.map(str::to_owned),
+            session: session.map(|session| (session.to_owned(), id.to_owned())),
         })
     }
 }
@@ -73,11 +89,11 @@ impl Drop for Place {
     fn drop(&mut self) {
         let mut counts = self.in_flight.counts();
         counts.server -= 1;
-        if let Some(session) = &self.session
-            && let Some(count) = counts.sessions.get_mut(session)
+        if let Some((session, id)) = &self.session
+            && let Some(ids) = counts.sessions.get_mut(session)
         {
-            *count -= 1;
-            if *count == 0 {
+            ids.remove(id);
+            if ids.is_empty() {
                 counts.sessions.remove(session);
             }
         }
@@ -87,7 +103,7 @@ impl Drop for Place {
 /// What tells a JSON-RPC request from a notification or a response.
 #[derive(Deserialize)]
 struct Kind {
-    id: Option<IgnoredAny>,
+    id: Option<serde_json::Value>,
     method: Option<IgnoredAny>,
 }
 
@@ -105,20 +121,39 @@ pub async fn cap(State(in_flight): State<Arc<InFlight>>, request: Request, next:
         )
             .into_response();
     };
-    let is_request = serde_json::from_slice::<Kind>(&bytes)
-        .is_ok_and(|kind| kind.id.is_some() && kind.method.is_some());
+    let id = serde_json::from_slice::<Kind>(&bytes)
+        .ok()
+        .filter(|kind| kind.method.is_some())
+        .and_then(|kind| kind.id);
     let session = parts
         .headers
         .get("mcp-session-id")
         .and_then(|v| v.to_str().ok())
         .map(str::to_owned);
     let request = Request::from_parts(parts, Body::from(bytes));
-    if !is_request {
+    let Some(id) = id else {
         return next.run(request).await;
-    }
-    let place = match in_flight.take(session.as_deref()) {
+    };
+    let place = match in_flight.take(session.as_deref(), &id.to_string()) {
         Ok(place) => place,
-        Err(why) => {
+        Err(Refusal::IdInFlight) => {
+            tracing::warn!("refused a request whose id {id} is already in flight");
+            let why = format!(
+                "Invalid Request: id {id} belongs to a request not yet answered; give each \
+                 request in flight its own id"
+            );
+            let error = serde_json::json!({
+                "jsonrpc": "2.0",
+                "id": id,
+                "error": {"code": -32600, "message": why},
+            });
+            return (
+                [(header::CONTENT_TYPE, "application/json")],
+                error.to_string(),
+            )
+                .into_response();
+        }
+        Err(Refusal::Full(why)) => {
             tracing::warn!("refused a request: {why}");
             return (
                 StatusCode::TOO_MANY_REQUESTS,
@@ -145,21 +180,48 @@ mod tests {
     #[test]
     fn a_session_takes_at_most_its_share_and_the_server_at_most_its_whole() {
         let in_flight = Arc::new(InFlight::default());
+        let full = |refusal: Option<Refusal>| match refusal {
+            Some(Refusal::Full(why)) => why,
+            _ => panic!("not refused as full"),
+        };
         let first: Vec<Place> = (0..MCP_SESSION_MAX_IN_FLIGHT)
-            .map(|_| in_flight.take(Some("a")).unwrap())
+            .map(|i| in_flight.take(Some("a"), &i.to_string()).unwrap())
             .collect();
-        let refused = in_flight.take(Some("a")).err().unwrap();
+        let refused = full(in_flight.take(Some("a"), "\"x\"").err());
         assert!(refused.contains("of this MCP session"), "{refused}");
         let mut others: Vec<Place> = (MCP_SESSION_MAX_IN_FLIGHT..MAX_IN_FLIGHT)
-            .map(|i| in_flight.take(Some(&format!("s{i}"))).unwrap())
+            .map(|i| in_flight.take(Some(&format!("s{i}")), "1").unwrap())
             .collect();
-        let refused = in_flight.take(None).err().unwrap();
+        let refused = full(in_flight.take(None, "1").err());
         assert!(refused.contains("on this server"), "{refused}");
         others.pop();
-        assert!(in_flight.take(None).is_ok(), "a place given back is free");
+        assert!(
+            in_flight.take(None, "1").is_ok(),
+            "a place given back is free"
+        );
         drop((first, others));
         let counts = in_flight.counts();
         assert_eq!(counts.server, 0);
         assert!(counts.sessions.is_empty(), "no entry outlives its requests");
+    }
+
+    #[test]
+    fn an_id_in_flight_in_a_session_is_refused_until_answered() {
+        let in_flight = Arc::new(InFlight::default());
+        let first = in_flight.take(Some("a"), "7").unwrap();
+        assert!(matches!(
+            in_flight.take(Some("a"), "7").err(),
+            Some(Refusal::IdInFlight)
+        ));
+        assert!(
+            in_flight.take(Some("b"), "7").is_ok(),
+            "another session's id 7"
+        );
+        assert!(
+            in_flight.take(Some("a"), "\"7\"").is_ok(),
+            "the string \"7\""
+        );
+        drop(first);
+        assert!(in_flight.take(Some("a"), "7").is_ok(), "free once answered");
     }
 }
