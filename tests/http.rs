@@ -1558,6 +1558,16 @@ impl Server {
         self.send_call_as(id, request_id, tool, arguments).await
     }
 
+    /// The arguments of a terminal_wait that outlasts a test, on a `long` session started
+    /// in MCP session `id`.
+    async fn endless_wait(&self, id: &str) -> Value {
+        let started = self
+            .call(id, "terminal_start", json!({"command_id": "long"}))
+            .await;
+        let sid = started["structuredContent"]["session_id"].as_str().unwrap();
+        json!({"session_id": sid, "pattern": "never printed by the long demo", "timeout_ms": 60_000})
+    }
+
     /// `send_call` with the JSON-RPC id `request_id`.
     async fn send_call_as(
         &self,
@@ -1584,15 +1594,8 @@ async fn requests_in_flight_are_capped_per_mcp_session_and_for_the_server() {
         server.open_session().await.unwrap(),
         server.open_session().await.unwrap(),
     );
-    let started = server
-        .call(&a, "terminal_start", json!({"command_id": "long"}))
-        .await;
-    let sid = started["structuredContent"]["session_id"]
-        .as_str()
-        .unwrap()
-        .to_string();
     // Waits that outlast the test: each holds its place until the server is dropped.
-    let wait = json!({"session_id": sid, "pattern": "never printed by the long demo", "timeout_ms": 60_000});
+    let wait = server.endless_wait(&a).await;
     let mut in_flight = Vec::new();
     for _ in 0..32 {
         let response = server.send_call(&a, "terminal_wait", wait.clone()).await;
@@ -1649,14 +1652,7 @@ async fn a_request_whose_id_is_in_flight_in_its_session_is_answered_with_an_erro
         server.open_session().await.unwrap(),
         server.open_session().await.unwrap(),
     );
-    let started = server
-        .call(&a, "terminal_start", json!({"command_id": "long"}))
-        .await;
-    let sid = started["structuredContent"]["session_id"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    let wait = json!({"session_id": sid, "pattern": "never printed by the long demo", "timeout_ms": 60_000});
+    let wait = server.endless_wait(&a).await;
     let first = server
         .send_call_as(&a, 7, "terminal_wait", wait.clone())
         .await;
