@@ -107,6 +107,22 @@ struct Kind {
     method: Option<IgnoredAny>,
 }
 
+/// How the MCP service tells request ids apart: a number by its integer value (`7`,
+/// `7.0` and `70e-1` are one id), a string by its text, apart from numbers.
+fn id_key(id: &serde_json::Value) -> String {
+    match id {
+        serde_json::Value::Number(n) => match n.as_i64() {
+            Some(i) => format!("n{i}"),
+            None => match n.as_f64() {
+                Some(f) if f.fract() == 0.0 && f.abs() < 9.3e18 => format!("n{}", f as i64),
+                _ => format!("n{n}"),
+            },
+        },
+        serde_json::Value::String(text) => format!("s{text}"),
+        other => other.to_string(),
+    }
+}
+
 /// `/mcp`: a POST carrying a request takes a place for as long as its answer streams, or
 /// gets 429 Too Many Requests.
 pub async fn cap(State(in_flight): State<Arc<InFlight>>, request: Request, next: Next) -> Response {
@@ -134,7 +150,7 @@ pub async fn cap(State(in_flight): State<Arc<InFlight>>, request: Request, next:
     let Some(id) = id else {
         return next.run(request).await;
     };
-    let place = match in_flight.take(session.as_deref(), &id.to_string()) {
+    let place = match in_flight.take(session.as_deref(), &id_key(&id)) {
         Ok(place) => place,
         Err(Refusal::IdInFlight) => {
             tracing::warn!("refused a request whose id {id} is already in flight");
@@ -221,6 +237,11 @@ mod tests {
             in_flight.take(Some("a"), "\"7\"").is_ok(),
             "the string \"7\""
         );
+        let key = |text: &str| id_key(&serde_json::from_str(text).unwrap());
+        assert_eq!(key("7"), key("7.0"));
+        assert_eq!(key("7"), key("70e-1"));
+        assert_ne!(key("7"), key("\"7\""));
+        assert_ne!(key("7"), key("7.5"));
         drop(first);
         assert!(in_flight.take(Some("a"), "7").is_ok(), "free once answered");
     }

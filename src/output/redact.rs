@@ -33,6 +33,9 @@ pub struct Redactor {
     hold_max: usize,
     /// The longest value's length in bytes.
     longest: usize,
+    /// How many times text of a partial line was released (at its newline or by the
+    /// bound): what is held since began then.
+    releases: u64,
 }
 
 impl Redactor {
@@ -56,6 +59,7 @@ impl Redactor {
             cr_ends_lines: false,
             hold_max: REDACT_HOLD_MAX_BYTES,
             longest: secrets.iter().map(|(_, value)| value.len()).max()?,
+            releases: 0,
         })
     }
 
@@ -83,6 +87,12 @@ impl Redactor {
         !self.pending.is_empty()
     }
 
+    /// How many times held text was released before its time ran out (a line's end, the
+    /// bound): the hold of what is held now began at the last of them.
+    pub fn releases(&self) -> u64 {
+        self.releases
+    }
+
     /// Redact the next piece of the stream, appending every complete line to `out`. Of a
     /// partial line longer than `REDACT_HOLD_MAX_BYTES`, all but its last bytes are
     /// released too (a bound on memory that, like the rest, looks only at sizes).
@@ -100,6 +110,7 @@ impl Redactor {
             let decided = self.pending.len() - (text.len() - newline - 1);
             self.replace(&self.pending[..decided], out);
             self.pending.drain(..decided);
+            self.releases += 1;
         }
         if self.pending.len() > self.hold_max {
             self.release_to_tail(out);
@@ -127,6 +138,7 @@ impl Redactor {
         let end = cut.max(at);
         out.push_str(&self.pending[at..end]);
         self.pending.drain(..end);
+        self.releases += 1;
     }
 
     /// Give up waiting: release the partial line, with the whole values in it replaced.

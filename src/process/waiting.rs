@@ -237,12 +237,12 @@ fn blocked_on(text: &str) -> Option<Blocked> {
     Some(Blocked::Call(Call { nr, args }))
 }
 
-/// How many bytes the `read` a process is blocked in (its `/proc/PID/syscall` text) asks
-/// for, when it is blocked in one: dash reads its own input a block at a time, and its
-/// `read` builtin a byte at a time.
-pub fn read_count(syscall: &str) -> Option<u64> {
+/// The descriptor a process is blocked reading (its `/proc/PID/syscall` text) and how
+/// many bytes it asks for, when it is blocked in a `read`: dash reads its own input a
+/// block at a time, and its `read` builtin a byte at a time.
+pub fn read_call(syscall: &str) -> Option<(u64, u64)> {
     match blocked_on(syscall)? {
-        Blocked::Call(Call { nr, args }) if nr == libc::SYS_read => Some(args[2]),
+        Blocked::Call(Call { nr, args }) if nr == libc::SYS_read => Some((args[0], args[2])),
         _ => None,
     }
 }

@@ -131,9 +131,9 @@ impl Session {
             Mode::Pipe => {
                 // A job an earlier command left in the background (`server &`) is in the
                 // shell's session too: only what started since this command began is its,
-                // told by process ID (given out in order) unless the IDs wrapped around
-                // since, else by start time (to the clock tick: a job started in the same
-                // tick counts as the command's).
+                // told by start time (to the clock tick) and, unless the IDs wrapped around
+                // since, by process ID (given out in order), which tells apart what started
+                // in the same tick.
                 let began = self.inspect(|s| {
                     let command = s.shell().and_then(|t| t.current());
                     command.filter(|c| c.ended.is_none()).map(|c| c.began_at)
@@ -146,9 +146,12 @@ impl Session {
                 let members = tokio::task::spawn_blocking(move || {
                     let by_id = before > 0 && procfs::last_pid().is_some_and(|now| now >= before);
                     let since = procfs::ticks_since_boot(ago);
+                    // Both where both can be told: an ID given out before the IDs last
+                    // wrapped around may be above `before`, and a job started in the
+                    // command's first tick is not its.
                     let new = |pid: i32| {
-                        if by_id {
-                            return pid > before;
+                        if by_id && pid <= before {
+                            return false;
                         }
                         let started = procfs::stat(pid).map(|s| s.started);
                         since.is_none_or(|since| started.is_some_and(|at| at >= since))

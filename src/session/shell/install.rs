@@ -54,7 +54,8 @@ const GUARD_INDEX: u32 = 6973;
 /// outside a redirected group (which would undo the `exec`), after the hook: in bash 5.1
 /// and later at the end of the guard's element; before, in the first element, followed
 /// by `__mt_q`, which gives that element's later commands the command's `$?` again. A
-/// closed stderr (`exec 2>&-`) fails the hook's `3>&2`: `__mt_d` then runs again with
+/// closed stderr (`exec 2>&-`) fails the hook's `3>&2` (and `__mt_q` after it keeps that
+/// failure from ending a shell under `set -e`): `__mt_d` then runs again with
 /// only `2>/dev/null` (fd 3 no terminal, so the restore follows), the command's status
 /// taken first in a group that closes stderr for a moment (never fails, traces nothing).
 const RESTORE: &str = "$__mt_r";
@@ -71,7 +72,7 @@ pub fn install_line(nonce: &str) -> String {
          [[ ${{PS2-}} == *\"$__mt_n\"* ]] || {{ [[ $__mt_k == readline ]] && PS2=$__mt_p${{PS2-}} || PS2=$__mt_p; }}; printf '{OSC}%s;D;%s{BEL}' \"$__mt_n\" \"$s\" >/dev/tty; [[ $- == *e* ]] || return $s; }}; \
          __mt_q() {{ [[ $- == *e* ]] || return $__mt_s; }}; __mt_o=${{PROMPT_COMMAND-}}; \
          if [ \"${{BASH_VERSINFO[0]}}${{BASH_VERSINFO[1]}}\" -ge 51 ]; then \
-         PROMPT_COMMAND=\"{{ __mt_d; }} 3>&2 2>/dev/null${{__mt_o:+;$__mt_o}}\"; \
+         PROMPT_COMMAND=\"{{ __mt_d; }} 3>&2 2>/dev/null || {{ __mt_q; }} 2>/dev/null${{__mt_o:+;$__mt_o}}\"; \
          PROMPT_COMMAND[{GUARD_INDEX}]='{{ __mt_e=$?; }} 2>&-;{{ [[ -n ${{__mt_f-}} ]] || __mt_d $__mt_e; __mt_f=; }} 3>&2 2>/dev/null || {{ [[ -n ${{__mt_f-}} ]] || __mt_d $__mt_e; __mt_f=; }} 2>/dev/null;{RESTORE}'; \
          else PROMPT_COMMAND=\"{{ __mt_e=\\$?; }} 2>&-;{{ __mt_d \\$__mt_e; :; }} 3>&2 2>/dev/null || {{ __mt_d \\$__mt_e; }} 2>/dev/null;{restore};{{ __mt_q; }} 2>/dev/null${{__mt_o:+;$__mt_o}}\"; fi; unset __mt_o; __mt_r=; \
          PS0='\\e]6973;'\"$__mt_n\"';C\\a'\"${{PS0-}}\"; set +H; unset HISTFILE; \
