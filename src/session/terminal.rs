@@ -19,7 +19,8 @@ pub enum Target {
     Group,
     Leader,
     /// In a shell session: the command's processes, never the shell (on a terminal its
-    /// foreground group; on pipes every process of its session but the shell).
+    /// foreground group; on pipes the processes of its session started since the command
+    /// began).
     Command,
 }
 
