@@ -153,6 +153,20 @@ impl Held {
     }
 }
 
+/// What descriptor `fd` of `pid` is open on, as `/proc/PID/fd/N` names it (a path,
+/// `pipe:[INODE]`, `socket:[INODE]`); `None` when it is not open or cannot be read.
+pub fn descriptor(pid: i32, fd: u64) -> Option<String> {
+    fs::read_link(format!("/proc/{pid}/fd/{fd}"))
+        .ok()
+        .map(|link| link.to_string_lossy().into_owned())
+}
+
+/// The file name of the program `pid` runs (`/proc/PID/exe`): `bash`, `dash`.
+pub fn program(pid: i32) -> Option<String> {
+    let exe = fs::read_link(format!("/proc/{pid}/exe")).ok()?;
+    Some(exe.file_name()?.to_string_lossy().into_owned())
+}
+
 /// Every process ID in `/proc` now.
 pub fn pids() -> Vec<i32> {
     let Ok(entries) = fs::read_dir("/proc") else {

@@ -26,7 +26,8 @@ pub enum InputFile {
 }
 
 impl InputFile {
-    fn is(&self, link: &str) -> bool {
+    /// Whether a descriptor open on `link` (its `/proc/PID/fd/N` name) is this input.
+    pub fn is(&self, link: &str) -> bool {
         match self {
             // `/dev/tty` opened by a program is its controlling terminal, which for the
             // session's processes is the session's terminal.
@@ -237,23 +238,24 @@ fn blocked_on(text: &str) -> Option<Blocked> {
     Some(Blocked::Call(Call { nr, args }))
 }
 
-/// The descriptor a process is blocked reading (its `/proc/PID/syscall` text) and how
-/// many bytes it asks for, when it is blocked in a `read`: dash reads its own input a
-/// block at a time, and its `read` builtin a byte at a time.
-pub fn read_call(syscall: &str) -> Option<(u64, u64)> {
-    match blocked_on(syscall)? {
-        Blocked::Call(Call { nr, args }) if nr == libc::SYS_read => Some((args[0], args[2])),
-        _ => None,
-    }
+/// Whether process `pid` (of one thread) is blocked in a `read` of `input` asking for
+/// more than one byte: a shell reading its own input a block at a time (dash's `read`
+/// builtin asks for a byte at a time).
+pub fn reads_blocks(pid: i32, input: &InputFile) -> bool {
+    let Some(Blocked::Call(Call { nr, args })) = fs::read_to_string(format!("/proc/{pid}/syscall"))
+        .ok()
+        .and_then(|text| blocked_on(&text))
+    else {
+        return false;
+    };
+    nr == libc::SYS_read
+        && args[2] > 1
+        && procfs::descriptor(pid, args[0]).is_some_and(|link| input.is(&link))
 }
 
 /// Whether `call` of `pid` waits to read `input`; `None` when its wait set cannot be read.
 fn reads(pid: i32, call: &Call, input: &InputFile) -> Option<bool> {
-    let is_input = |fd: u64| {
-        fs::read_link(format!("/proc/{pid}/fd/{fd}"))
-            .ok()
-            .is_some_and(|link| input.is(&link.to_string_lossy()))
-    };
+    let is_input = |fd: u64| procfs::descriptor(pid, fd).is_some_and(|link| input.is(&link));
     let nr = call.nr;
     if [
         libc::SYS_read,

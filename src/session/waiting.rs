@@ -15,7 +15,7 @@ use super::Session;
 use crate::config::Mode;
 use crate::limits::AWAIT_QUIET;
 use crate::output::Stream;
-use crate::process::waiting::{InputFile, awaiting, group_members, reading};
+use crate::process::waiting::{InputFile, awaiting, group_members, reading, reads_blocks};
 use crate::process::{procfs, unread};
 
 /// The program in a session's foreground.
@@ -93,18 +93,28 @@ impl Session {
 
     /// On a terminal: the shell itself is in the foreground, and its stderr, where a shell
     /// prints its prompt, no longer goes to the terminal (a command sent it elsewhere:
-    /// `exec 2>/dev/null`). dash prints the end of each command with its prompt.
+    /// `exec 2>/dev/null`, or closed it). dash prints the end of each command with its prompt.
     pub fn shell_stderr_elsewhere(&self) -> bool {
         let shell = self.shell_group();
-        let Some(terminal) = self.terminal().filter(|t| t.foreground() == Some(shell)) else {
-            return false;
-        };
-        let Some(path) = terminal.path() else {
-            return false;
-        };
-        // Opened as `/dev/tty` (`exec 2>/dev/tty`), the shell's controlling terminal: this.
-        std::fs::read_link(format!("/proc/{shell}/fd/2"))
-            .is_ok_and(|stderr| stderr.as_os_str() != path && stderr.as_os_str() != "/dev/tty")
+        let foreground = self
+            .terminal()
+            .is_some_and(|t| t.foreground() == Some(shell));
+        match &self.input_file {
+            Some(input @ InputFile::Terminal(_)) if foreground => {
+                // Closed (`exec 2>&-`) is elsewhere too.
+                procfs::descriptor(shell, 2).is_none_or(|stderr| !input.is(&stderr))
+            }
+            _ => false,
+        }
+    }
+
+    /// The shell itself reads its own input, the terminal, a block at a time: at its prompt
+    /// or a continuation line (a `read` builtin asks for a byte at a time; a command
+    /// substitution reads a pipe, `. FILE` a file).
+    pub fn shell_reads_its_input(&self) -> bool {
+        self.input_file
+            .as_ref()
+            .is_some_and(|input| reads_blocks(self.shell_group(), input))
     }
 
     /// The program in the foreground.

@@ -31,7 +31,6 @@ use crate::config::Mode;
 use crate::errors::{ErrorCode, ToolError};
 use crate::limits::{AWAIT_POLL, DRAIN_DEADLINE, EXEC_INTERRUPT_SETTLE, EXEC_PROMPT_GRACE};
 use crate::output::{Kept, Omitted, Shape, Stream};
-use crate::process::waiting::read_call;
 use crate::process::{procfs, signal_group, signal_process};
 use crate::session::Foreground;
 use crate::session::Session;
@@ -633,31 +632,12 @@ impl Session {
 
     /// A shell that prints the end of each command with its prompt (dash: bash prints it
     /// from its prompt hook straight to the terminal, and puts its stderr back there), in
-    /// the foreground, its stderr sent elsewhere, and reading its own input, the terminal,
-    /// a block at a time (a `read 2>/dev/null`, whose redirection dash applies to itself,
-    /// reads a byte at a time).
+    /// the foreground, its stderr sent elsewhere, and reading its own input (a
+    /// `read 2>/dev/null`, whose redirection dash applies to itself, is not that).
     fn prompt_sent_away(&self) -> bool {
-        let shell = self.shell_group();
-        let bash = std::fs::read_link(format!("/proc/{shell}/exe")).is_ok_and(|exe| {
-            exe.file_name()
-                .is_some_and(|name| name.to_string_lossy().starts_with("bash"))
-        });
-        // Its own input is the terminal (a command substitution reads a pipe, `. FILE` a
-        // file, a block at a time too).
-        let reads_input = || {
-            let Some((fd, bytes)) = std::fs::read_to_string(format!("/proc/{shell}/syscall"))
-                .ok()
-                .and_then(|call| read_call(&call))
-            else {
-                return false;
-            };
-            let terminal = self.terminal().and_then(|t| t.path().map(str::to_owned));
-            let input = std::fs::read_link(format!("/proc/{shell}/fd/{fd}")).ok();
-            bytes > 1
-                && terminal
-                    .is_some_and(|path| input.is_some_and(|i| i.as_os_str() == path.as_str()))
-        };
-        !bash && self.shell_stderr_elsewhere() && reads_input()
+        self.shell_stderr_elsewhere()
+            && self.shell_reads_its_input()
+            && !procfs::program(self.shell_group()).is_some_and(|name| name.starts_with("bash"))
     }
 
     /// Ctrl-C for the command: the terminal's interrupt character, or on pipes SIGINT to
