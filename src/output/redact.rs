@@ -33,9 +33,9 @@ pub struct Redactor {
     hold_max: usize,
     /// The longest value's length in bytes.
     longest: usize,
-    /// How many times text of a partial line was released (at its newline or by the
-    /// bound): what is held since began then.
-    releases: u64,
+    /// Text of a partial line was released (at its newline or by the bound) since
+    /// `take_released` was last asked: what is held now began then.
+    released: bool,
 }
 
 impl Redactor {
@@ -59,7 +59,7 @@ impl Redactor {
             cr_ends_lines: false,
             hold_max: REDACT_HOLD_MAX_BYTES,
             longest: secrets.iter().map(|(_, value)| value.len()).max()?,
-            releases: 0,
+            released: false,
         })
     }
 
@@ -87,10 +87,10 @@ impl Redactor {
         !self.pending.is_empty()
     }
 
-    /// How many times held text was released before its time ran out (a line's end, the
-    /// bound): the hold of what is held now began at the last of them.
-    pub fn releases(&self) -> u64 {
-        self.releases
+    /// Whether held text was released before its time ran out (a line's end, the bound)
+    /// since this was last asked: the hold of what is held now began then.
+    pub fn take_released(&mut self) -> bool {
+        std::mem::take(&mut self.released)
     }
 
     /// Redact the next piece of the stream, appending every complete line to `out`. Of a
@@ -110,7 +110,7 @@ impl Redactor {
             let decided = self.pending.len() - (text.len() - newline - 1);
             self.replace(&self.pending[..decided], out);
             self.pending.drain(..decided);
-            self.releases += 1;
+            self.released = true;
         }
         if self.pending.len() > self.hold_max {
             self.release_to_tail(out);
@@ -138,7 +138,7 @@ impl Redactor {
         let end = cut.max(at);
         out.push_str(&self.pending[at..end]);
         self.pending.drain(..end);
-        self.releases += 1;
+        self.released = true;
     }
 
     /// Give up waiting: release the partial line, with the whole values in it replaced.

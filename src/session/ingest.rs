@@ -284,7 +284,6 @@ impl Reader {
     async fn take(&mut self, bytes: &[u8]) -> bool {
         let mut decoded = String::new();
         self.decoder.push(bytes, &mut decoded);
-        let releases = self.redactor.as_ref().map(Redactor::releases);
         let live = self.process(&decoded, false).await;
         let holding = self.scanner.as_ref().is_some_and(Scanner::holding)
             || self.redactor.as_ref().is_some_and(Redactor::holding);
@@ -292,7 +291,7 @@ impl Reader {
         // What the redactor held before was released (its line ended, or the bound cut
         // it): what it holds now began now, as a line that streams on for more than the
         // hold's whole time is held and released a bound's length at a time.
-        let renewed = self.redactor.as_ref().map(Redactor::releases) != releases;
+        let renewed = self.redactor.as_mut().is_some_and(Redactor::take_released);
         let first = match self.held {
             Some((first, _)) if !renewed => first,
             _ => now,
