@@ -15,7 +15,10 @@
 //!   unfinished), put back the same way, as is the shell's stderr, where bash prints
 //!   that start mark and readline its echo, should a command send it elsewhere (`exec
 //!   2>/dev/null`); history expansion is off (`!` is plain text, as on pipes),
-//!   and the shell's history is not written to a file;
+//!   and the shell's history goes nowhere (`HISTFILE=/dev/null`: a `history -a` in a
+//!   `PROMPT_COMMAND` still succeeds, which under `set -e` matters); the first element of
+//!   `PROMPT_COMMAND` begins with the hook, put back there at each prompt should a command
+//!   replace that element or put a command of its own before the hook;
 //! - other POSIX shells (dash): `PS1` prints the end mark with `$?` (dash expands
 //!   parameters in its prompt), `PS2` a mark of its own (continuation lines of a multi-line
 //!   command print no prompt into its output, each line is typed once the shell asked for
@@ -41,9 +44,14 @@ pub fn new_nonce() -> String {
 /// Where bash 5.1 and later keep a second hook in the `PROMPT_COMMAND` array, which prints
 /// the end mark when the first element's did not at this prompt (`__mt_f` unset): a
 /// command that sets `PROMPT_COMMAND='history -a'` (as many a `.bashrc` does) replaces the
-/// first element only. Each element sees the command's own `$?`, and the hook gives it
-/// back to the commands after it in its element, but under `set -e`, where a hook that
-/// fails ends the shell (a failed `a && b` does not).
+/// first element only, and one that sets `PROMPT_COMMAND="history -a; $PROMPT_COMMAND"`
+/// puts a command before the hook, which then would see that command's `$?`. Each element
+/// sees the command's own `$?`. `__mt_d` called from the first element (no argument) when
+/// that element does not begin with the hook (`__mt_h`) leaves the end to this one, and
+/// either call puts the hook back first, the hook's text in the rest replaced by `__mt_q`
+/// (which gives the status on). The hook gives `$?` back to the commands after it in its
+/// element, but under `set -e`, where a hook that fails ends the shell (a failed `a && b`
+/// does not).
 const GUARD_INDEX: u32 = 6973;
 
 /// What puts bash's stderr back on the terminal after a command sent it elsewhere (`exec
@@ -62,20 +70,22 @@ const RESTORE: &str = "$__mt_r";
 
 /// The line that integrates a terminal shell (without its Enter).
 pub fn install_line(nonce: &str) -> String {
-    // Within double quotes.
-    let restore = RESTORE.replace('$', "\\$");
     format!(
         "__mt_n={nonce}; if [ -n \"${{BASH_VERSION-}}\" ]; then \
-         __mt_d() {{ local s=${{1-$?}}; __mt_s=$s __mt_f=1; [[ -o vi ]] && set -o emacs; \
+         __mt_d() {{ local s=${{1-$?}}; __mt_s=$s; [[ ${{PROMPT_COMMAND[0]-}} == \"$__mt_h\"* ]] || \
+         {{ PROMPT_COMMAND[0]=$__mt_h\\;${{PROMPT_COMMAND[0]//\"$__mt_h\"/'{{ __mt_q; }} 2>/dev/null'}}; \
+         [[ $# -gt 0 ]] || return $s; }}; __mt_f=1; [[ -o vi ]] && set -o emacs; \
          if [[ -t 3 ]]; then __mt_r=; else __mt_r='eval exec 2>/dev/tty'; fi; \
          [[ ${{PS0-}} == *\"$__mt_n\"* ]] || PS0='\\e]6973;'\"$__mt_n\"';C\\a'\"${{PS0-}}\"; \
          [[ ${{PS2-}} == *\"$__mt_n\"* ]] || {{ [[ $__mt_k == readline ]] && PS2=$__mt_p${{PS2-}} || PS2=$__mt_p; }}; printf '{OSC}%s;D;%s{BEL}' \"$__mt_n\" \"$s\" >/dev/tty; [[ $- == *e* ]] || return $s; }}; \
          __mt_q() {{ [[ $- == *e* ]] || return $__mt_s; }}; __mt_o=${{PROMPT_COMMAND-}}; \
          if [ \"${{BASH_VERSINFO[0]}}${{BASH_VERSINFO[1]}}\" -ge 51 ]; then \
-         PROMPT_COMMAND=\"{{ __mt_d; }} 3>&2 2>/dev/null || {{ __mt_q; }} 2>/dev/null${{__mt_o:+;$__mt_o}}\"; \
+         __mt_h='{{ __mt_d; }} 3>&2 2>/dev/null || {{ __mt_q; }} 2>/dev/null'; \
+         PROMPT_COMMAND=\"$__mt_h${{__mt_o:+;$__mt_o}}\"; \
          PROMPT_COMMAND[{GUARD_INDEX}]='{{ __mt_e=$?; }} 2>&-;{{ [[ -n ${{__mt_f-}} ]] || __mt_d $__mt_e; __mt_f=; }} 3>&2 2>/dev/null || {{ [[ -n ${{__mt_f-}} ]] || __mt_d $__mt_e; __mt_f=; }} 2>/dev/null;{RESTORE}'; \
-         else PROMPT_COMMAND=\"{{ __mt_e=\\$?; }} 2>&-;{{ __mt_d \\$__mt_e; :; }} 3>&2 2>/dev/null || {{ __mt_d \\$__mt_e; }} 2>/dev/null;{restore};{{ __mt_q; }} 2>/dev/null${{__mt_o:+;$__mt_o}}\"; fi; unset __mt_o; __mt_r=; \
-         PS0='\\e]6973;'\"$__mt_n\"';C\\a'\"${{PS0-}}\"; set +H; unset HISTFILE; \
+         else __mt_h='{{ __mt_e=$?; }} 2>&-;{{ __mt_d $__mt_e; :; }} 3>&2 2>/dev/null || {{ __mt_d $__mt_e; }} 2>/dev/null;{RESTORE};{{ __mt_q; }} 2>/dev/null'; \
+         PROMPT_COMMAND=\"$__mt_h${{__mt_o:+;$__mt_o}}\"; fi; unset __mt_o; __mt_r=; \
+         PS0='\\e]6973;'\"$__mt_n\"';C\\a'\"${{PS0-}}\"; set +H; HISTFILE=/dev/null; \
          history -d -1 2>/dev/null; \
          if shopt -oq emacs || shopt -oq vi; then set -o emacs; \
          bind 'set enable-bracketed-paste on' 2>/dev/null; bind 'set enable-active-region off' 2>/dev/null; __mt_k=readline; \
