@@ -107,7 +107,9 @@ impl Session {
     }
 
     /// A signal for what a shell runs, the shell spared: a program that ignores Ctrl-C
-    /// (SIGINT) gets SIGTERM or SIGKILL, and the shell's state stays.
+    /// (SIGINT) gets SIGTERM or SIGKILL, and the shell's state stays. SIGINT ends the
+    /// command line too, on pipes as on a terminal; another signal ends only the programs
+    /// it kills, and the line goes on, as in a terminal shell.
     async fn signal_command(&self, signal: Signal) -> Result<(), ToolError> {
         if self.inspect(|s| s.shell().is_none()) {
             return Err(ToolError::invalid_argument(
@@ -117,11 +119,25 @@ impl Session {
             ));
         }
         let shell = self.shell_group();
+        let running = self.inspect(|s| {
+            let command = s.shell().and_then(|t| t.current());
+            command.is_some_and(|c| c.ended.is_none())
+        });
         let nothing = || {
+            let why = match (running, self.mode) {
+                (false, _) => "no command runs in the shell now",
+                (true, Mode::Pty) => {
+                    "the shell itself runs the command (a loop or a builtin of its own, \
+                     in its foreground): end it with terminal_keys [\"C-c\"]"
+                }
+                (true, Mode::Pipe) => {
+                    "the shell itself runs the command (a loop or a builtin of its own): \
+                     SIGINT ends the command line"
+                }
+            };
             ToolError::invalid_argument(
                 "target",
-                "`command` found nothing to signal: no command runs in the shell now (on \
-                 a terminal, the shell itself is in its foreground)",
+                format!("`command` found nothing to signal: {why}"),
             )
         };
         match self.mode {
@@ -164,7 +180,13 @@ impl Session {
                 })
                 .await
                 .unwrap_or_default();
-                if members.is_empty() {
+                // Ctrl-C ends the command line, as a terminal shell ends it when its
+                // program dies of SIGINT: the shell's trap (as `interrupt` does) breaks out
+                // once the program it waits for has ended, or at once from a loop of its
+                // own.
+                if signal == Signal::SIGINT {
+                    signal_process(shell, Signal::SIGWINCH);
+                } else if members.is_empty() {
                     return Err(nothing());
                 }
                 for pid in members {
