@@ -1,5 +1,5 @@
-//! Files that must be the server's user's own: the bearer token, `file` secrets and the
-//! audit log. Each is opened without following a symlink at its last component and without
+//! Files that must be the server's user's own: the bearer token, `file` secrets, the
+//! audit log and the live view's address (with its sign-in code). Each is opened without following a symlink at its last component and without
 //! blocking (a FIFO at the path cannot hang start-up), then checked on the opened
 //! descriptor, so that what was checked is what is used: a regular file, owned by the user
 //! the server runs as, with no permission for group or others (an audit log may also be a
@@ -74,6 +74,8 @@ fn opened(path: &Path, options: &mut OpenOptions) -> Result<File, Refusal> {
         }
         Err(e) if e.kind() == io::ErrorKind::NotFound => Err(Refusal::Missing),
         Err(e) if e.raw_os_error() == Some(libc::ELOOP) => Err(Refusal::Symlink),
+        // Opened for writing without blocking, a FIFO no one reads (or a device missing).
+        Err(e) if e.raw_os_error() == Some(libc::ENXIO) => Err(Refusal::NotRegular),
         Err(e) => Err(Refusal::Unopenable(e)),
     }
 }
@@ -139,6 +141,22 @@ fn appendable(file: &File) -> Result<Option<std::fs::Metadata>, Refusal> {
         return Ok(None);
     }
     owned(file).map(Some)
+}
+
+/// Replace what a private file holds with `bytes`, creating it with mode 0600 when absent;
+/// an existing one must be a regular file of the server's user (another user's file, or a
+/// FIFO someone put there, is refused before anything is written), and is made private.
+pub fn overwrite(path: &Path, bytes: &[u8]) -> Result<(), Refusal> {
+    use std::io::Write;
+    let mut file = opened(
+        path,
+        OpenOptions::new().write(true).create(true).mode(0o600),
+    )?;
+    owned(&file)?;
+    file.set_permissions(std::fs::Permissions::from_mode(0o600))
+        .and_then(|()| file.set_len(0))
+        .and_then(|()| file.write_all(bytes))
+        .map_err(Refusal::Unopenable)
 }
 
 /// Whether `open_append` would take `path`, changing nothing: an existing file is opened

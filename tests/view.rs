@@ -583,6 +583,28 @@ async fn the_view_keeps_its_configured_address_moves_on_when_taken_and_web_url_s
     );
 }
 
+/// A FIFO (or another user's file) put where the address goes gets neither the sign-in
+/// code nor a server stuck opening it.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_fifo_at_the_address_file_is_refused_without_blocking() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().canonicalize().unwrap();
+    let file = root.join("web-url");
+    nix::unistd::mkfifo(&file, nix::sys::stat::Mode::from_bits_truncate(0o666)).unwrap();
+    let config = config_with(&root, false, |_| {});
+    let (mut child, stderr) = stdio_with_web(&root, &config, &["--web"]);
+    let (url, _) = sign_in_url(&stderr);
+    let warning = stderr.line("mcp-terminal: warning:");
+    assert!(warning.contains("is not a regular file"), "{warning}");
+    assert!(!warning.contains(&url), "{warning}");
+    drop(child.stdin.take());
+    assert_eq!(child.wait().unwrap().code(), Some(0));
+    let none = web_url(&root, &config);
+    assert_eq!(none.status.code(), Some(2));
+    let message = String::from_utf8_lossy(&none.stderr);
+    assert!(message.contains("is not a regular file"), "{message}");
+}
+
 #[test]
 fn web_listen_outside_loopback_is_a_config_error() {
     let dir = tempfile::tempdir().unwrap();

@@ -6,16 +6,18 @@
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
 use crate::access::{self, Access};
 use crate::limits::{WEB_DEFAULT_LISTEN, WEB_LISTEN_TRIES};
+use crate::private_file;
 
 /// The name of the file beside the config that holds the sign-in URL.
 const URL_FILE: &str = "web-url";
+/// The most of it read: an address and a code.
+const URL_FILE_MAX: usize = 4096;
 
 /// `stdio --web [ADDR]`: the view on its own address, checked and bound before serving.
 pub struct Beside {
@@ -112,27 +114,19 @@ pub fn url_file(config: Option<&Path>) -> Option<PathBuf> {
     Some(config.with_file_name(URL_FILE))
 }
 
-/// Write `url` to `file`, readable by its owner only (never through a symlink); a failure
-/// is a warning, the view is served regardless.
+/// Write `url` to `file`, readable by its owner only (never through a symlink, nor into a
+/// file of another user's or a FIFO put at that path); a failure is a warning, the view is
+/// served regardless.
 pub fn publish(file: &Path, url: &str) {
-    let written = file
-        .parent()
-        .map_or(Ok(()), std::fs::create_dir_all)
-        .and_then(|()| {
-            let mut out = std::fs::OpenOptions::new()
-                .write(true)
-                .create(true)
-                .truncate(true)
-                .mode(0o600)
-                .custom_flags(libc::O_NOFOLLOW)
-                .open(file)?;
-            out.set_permissions(std::fs::Permissions::from_mode(0o600))?;
-            out.write_all(format!("{url}\n").as_bytes())
-        });
-    if let Err(e) = written {
+    let written = match file.parent().map_or(Ok(()), std::fs::create_dir_all) {
+        Ok(()) => private_file::overwrite(file, format!("{url}\n").as_bytes())
+            .map_err(|refusal| refusal.describe(file)),
+        Err(e) => Err(format!("`{}` cannot be made ({e})", file.display())),
+    };
+    if let Err(why) = written {
         eprintln!(
-            "mcp-terminal: warning: cannot write the sign-in URL to {}: {e}",
-            file.display()
+            "mcp-terminal: warning: cannot write the sign-in URL: {why}; the live view is \
+             served, and `mcp-terminal web-url` cannot find it"
         );
     }
 }
@@ -140,12 +134,14 @@ pub fn publish(file: &Path, url: &str) {
 /// `mcp-terminal web-url`: a fresh one-time sign-in URL from the server whose URL is in
 /// `file`, asked for with the bearer token of `token_file` (default: beside the config).
 pub fn fetch_sign_in_url(file: &Path, token_file: Option<PathBuf>) -> Result<String, String> {
-    let published = std::fs::read_to_string(file).map_err(|e| {
-        format!(
-            "no live view address in {} ({e}); start the server with --web",
+    let published = private_file::read(file, URL_FILE_MAX).map_err(|refusal| match refusal {
+        private_file::Refusal::Missing => format!(
+            "no live view address in {}; start the server with --web",
             file.display()
-        )
+        ),
+        refusal => format!("the live view address: {}", refusal.describe(file)),
     })?;
+    let published = String::from_utf8_lossy(&published);
     let host = published
         .trim()
         .strip_prefix("http://")
