@@ -174,6 +174,11 @@ pub fn resolve_cwd(
             return Err(ToolError::out_of_files());
         }
         Err(_) if !inside_roots(&lexical(&joined), roots) => return Err(outside()),
+        // Where resolving got to before something was missing: out through a symlink, it
+        // would tell what does not exist there.
+        Err(_) if resolved_part(&joined).is_some_and(|part| !inside_roots(&part, roots)) => {
+            return Err(outside());
+        }
         Err(_) => {
             return Err(refused(format!(
                 "`{}` does not exist or cannot be resolved",
@@ -212,6 +217,35 @@ pub fn resolve_cwd(
         Err(_) => return Err(ToolError::out_of_files()),
     }
     Ok(Cwd { dir, path: opened })
+}
+
+/// The canonical location of the longest leading part of `path` that resolves (its
+/// components taken in order through the file system, `..` after a symlink included),
+/// on through a dangling symlink's target (as far as 40 links, as the kernel goes).
+fn resolved_part(path: &Path) -> Option<PathBuf> {
+    let mut path = path.to_path_buf();
+    let mut resolved = None;
+    'links: for _ in 0..40 {
+        let mut part = PathBuf::new();
+        let mut components = path.components();
+        for component in components.by_ref() {
+            part.push(component);
+            match part.canonicalize() {
+                Ok(canonical) => resolved = Some(canonical),
+                Err(_) => match std::fs::read_link(&part) {
+                    // A link that leads nowhere: go on where it points.
+                    Ok(target) => {
+                        let base = resolved.clone().unwrap_or_default();
+                        path = base.join(target).join(components.as_path());
+                        continue 'links;
+                    }
+                    Err(_) => break 'links,
+                },
+            }
+        }
+        break;
+    }
+    resolved
 }
 
 /// `path` with `.` and `..` taken away by their names alone, not through the file system:
@@ -318,6 +352,29 @@ mod tests {
         assert!(resolve_cwd("escape", &root, &roots).is_err());
         assert!(resolve_cwd("/", &root, &roots).is_err());
         assert!(resolve_cwd("missing", &root, &roots).is_err());
+        // Missing beyond the link: outside, as what exists there is, never "does not exist".
+        std::os::unix::fs::symlink(outside.path().join("gone"), root.join("dangling")).unwrap();
+        std::os::unix::fs::symlink("sub/gone", root.join("dangling-in")).unwrap();
+        for beyond in [
+            "escape/missing",
+            "escape/../missing",
+            "sub/../escape/missing",
+            "dangling",
+            "dangling/missing",
+        ] {
+            let refused = resolve_cwd(beyond, &root, &roots).err().unwrap();
+            assert!(
+                refused.message.contains("outside the allowed roots"),
+                "{beyond}: {refused:?}"
+            );
+        }
+        for missing in ["sub/missing", "dangling-in"] {
+            let refused = resolve_cwd(missing, &root, &roots).err().unwrap();
+            assert!(
+                refused.message.contains("does not exist"),
+                "{missing}: {refused:?}"
+            );
+        }
         std::fs::write(root.join("file"), "").unwrap();
         assert!(resolve_cwd("file", &root, &roots).is_err());
     }
