@@ -171,6 +171,12 @@ fn printf_format(command: &str) -> String {
 /// with a simple command: after a syntax error in `eval`, bash fails to parse a line that
 /// begins with `case` or `{`.
 ///
+/// A command's `$?` as it begins is the status the one before it ended with, as in a
+/// terminal shell (`false`, then `echo $?`, prints 1): the wrapper's own commands in between
+/// would leave 0, so a function (`__mt_v`) returns it just before the `eval` (and again
+/// after `set -x` inside it when traced). Not under `set -e`, where that failure would end
+/// the shell: there it is 0.
+///
 /// Under `set -e`, a command line whose last list fails where `set -e` lets it (`[ -f x ]
 /// && make`) leaves the shell running when the shell reads it itself, but `eval` of it
 /// returns that status, a failure `set -e` ends the shell for. So the `eval`'s text then
@@ -188,6 +194,11 @@ pub fn pipe_wrapper(command: &str, nonce: &str, prepare: bool) -> String {
         // this once the running program ended: out of every loop, the wrapper's one-pass
         // loop included, its trace hidden.
         text.push_str("trap '{ __mt_b=1; break 99; } 2>/dev/null' WINCH; ");
+        // What gives a command the status the one before it ended with as its `$?`: a
+        // function's return (no fork), after `set -x` when traced, its trace hidden.
+        text.push_str(
+            "__mt_v() { return $1; }; __mt_y='{ set -x; __mt_v $__mt_k \"\"; } 2>/dev/null'; ",
+        );
     }
     let start = print_mark(nonce, "C", "", "");
     let end = print_mark(nonce, "D", ";%s", " \"$__mt_s\"");
@@ -198,8 +209,8 @@ pub fn pipe_wrapper(command: &str, nonce: &str, prepare: bool) -> String {
          case $- in *x*) __mt_x=1; set +x;; esac 2>/dev/null; __mt_b= __mt_e=; \
          case $- in *e*) __mt_t='
 
-{{ __mt_e=$?; }} 2>/dev/null';; *) __mt_t=;; esac; \
-         for __mt_l in 1; do command eval \"${{__mt_x:+set -x
+{{ __mt_e=$?; }} 2>/dev/null' __mt_k=0;; *) __mt_t= __mt_k=${{__mt_s:-0}};; esac; \
+         __mt_v $__mt_k '' 2>/dev/null; for __mt_l in 1; do command eval \"${{__mt_x:+$__mt_y
 }}{}$__mt_t\" \
          </dev/null {STDERR_COPY_FD}>&- {STDOUT_COPY_FD}>&- {MARKS_FD}>&-; \
          {{ __mt_s=${{__mt_e:-$?}} __mt_l=; }} 2>/dev/null; done; \
