@@ -20,7 +20,9 @@
 //!   `PROMPT_COMMAND` begins with the hook, put back there at each prompt should a command
 //!   replace that element or put a command of its own before the hook;
 //! - other POSIX shells (dash): `PS1` prints the end mark with `$?` (dash expands
-//!   parameters in its prompt), `PS2` a mark of its own (continuation lines of a multi-line
+//!   parameters in its prompt; text put before it would print before the end, into the
+//!   command's output, so a virtualenv's `activate` is told not to: it prepends `(venv) `
+//!   unless `VIRTUAL_ENV_DISABLE_PROMPT` is set), `PS2` a mark of its own (continuation lines of a multi-line
 //!   command print no prompt into its output, each line is typed once the shell asked for
 //!   it, and a command line the shell asks more of than was typed is unfinished). So does
 //!   bash without readline.
@@ -91,7 +93,8 @@ pub fn install_line(nonce: &str) -> String {
          bind 'set enable-bracketed-paste on' 2>/dev/null; bind 'set enable-active-region off' 2>/dev/null; __mt_k=readline; \
          __mt_p='\\[\\e]6973;'\"$__mt_n\"';P\\a\\]'; PS2=$__mt_p${{PS2-}}; \
          else __mt_p=\"$(printf '{OSC}%s;P{BEL}' \"$__mt_n\")\"; PS2=$__mt_p; __mt_k=canonical; fi; \
-         else PS1=\"$(printf '{OSC}%s;D;' \"$__mt_n\")\"'$?'\"$(printf '{BEL}')$PS1\"; PS2=\"$(printf '{OSC}%s;P{BEL}' \"$__mt_n\")\"; \
+         else PS1=\"$(printf '{OSC}%s;D;' \"$__mt_n\")\"'$?'\"$(printf '{BEL}')$PS1\"; \
+         export VIRTUAL_ENV_DISABLE_PROMPT=1; PS2=\"$(printf '{OSC}%s;P{BEL}' \"$__mt_n\")\"; \
          __mt_k=canonical; fi; printf '{OSC}%s;I;%s{BEL}' \"$__mt_n\" \"$__mt_k\" >/dev/tty"
     )
 }
