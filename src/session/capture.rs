@@ -107,12 +107,19 @@ impl Captures {
         }
     }
 
-    /// Drop what was taken and take from here on.
-    pub fn restart(&mut self, stream: Stream) {
+    /// Drop what was taken and take from here on, unless what was taken shows as text
+    /// (more than line ends): the shell's own words before the command's start, such as
+    /// a syntax error in an earlier line of it. Whether it restarted.
+    pub fn restart(&mut self, stream: Stream) -> bool {
         let slot = &mut self.streams[stream as usize];
-        if let Some(c) = slot.as_ref().filter(|c| !c.ended) {
-            *slot = Some(Capture::new(c.shape, c.max_bytes, c.screen, true));
+        let Some(c) = slot.as_mut().filter(|c| !c.ended) else {
+            return false;
+        };
+        if !c.kept().text.trim().is_empty() {
+            return false;
         }
+        *slot = Some(Capture::new(c.shape, c.max_bytes, c.screen, true));
+        true
     }
 
     pub fn end(&mut self, stream: Stream) {

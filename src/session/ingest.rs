@@ -635,7 +635,13 @@ impl Session {
         let change = self.inspect(|s| s.shell().and_then(|shell| shell.capture_change(mark)));
         match change {
             Some(CaptureChange::Start) => self.captures().start(stream),
-            Some(CaptureChange::Restart) => self.captures().restart(stream),
+            Some(CaptureChange::Restart) => {
+                let restarted = self.captures().restart(stream);
+                if !restarted {
+                    // What it printed before its start mark is its output: it begins there.
+                    self.update(|s| s.shell_keep_start());
+                }
+            }
             Some(CaptureChange::End) => {
                 let mut captures = self.captures();
                 captures.end(Stream::Stdout);

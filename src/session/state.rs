@@ -363,6 +363,14 @@ impl State {
         }
     }
 
+    /// The open command's output begins where the shell's echo of it ended, not at its
+    /// start mark.
+    pub fn shell_keep_start(&mut self) {
+        if let Some(shell) = self.shell.as_mut() {
+            shell.keep_start();
+        }
+    }
+
     /// A pipe shell's start mark on stderr was found at `at`.
     pub fn shell_stderr_start(&mut self, at: u64) {
         if let Some(shell) = self.shell.as_mut() {

@@ -300,6 +300,15 @@ impl Track {
         }
     }
 
+    /// The open command's output begins where readline's echo of it ended: the shell
+    /// printed something of its own there (a syntax error in an earlier line of it) before
+    /// its start mark, which then moves nothing.
+    pub fn keep_start(&mut self) {
+        if let Some(command) = self.open() {
+            command.started_at_echo_end = false;
+        }
+    }
+
     /// A pipe shell's start mark on stderr, found at cursor `at`.
     pub fn stderr_start(&mut self, at: u64) {
         if let Some(command) = self.open() {
