@@ -311,6 +311,15 @@ impl Session {
             s.status().is_final() || s.shell().is_none_or(|t| t.ready_to_type())
         })
         .await;
+        // A shell reading lines prints its prompt after the end mark (bash prints the mark
+        // from its prompt hook, then its prompt): a command typed before would be echoed
+        // before that prompt, which would land in its output. Typed once the shell reads.
+        if typing == Typing::Canonical {
+            let until = deadline.min(Instant::now() + EXEC_PROMPT_GRACE);
+            while !self.shell_reads_its_input() && Instant::now() < until {
+                tokio::time::sleep(AWAIT_POLL).await;
+            }
+        }
         // What runs right after the end mark (a program of the user's PROMPT_COMMAND) has a
         // moment to finish; a line typed ahead runs for longer.
         if let Some(why) = self
