@@ -107,15 +107,16 @@ impl Captures {
         }
     }
 
-    /// Drop what was taken and take from here on, unless what was taken shows as text
-    /// (more than line ends): the shell's own words before the command's start, such as
-    /// a syntax error in an earlier line of it. Whether it restarted.
-    pub fn restart(&mut self, stream: Stream) -> bool {
+    /// Drop what was taken and take from here on; with `unless_shown`, not when what was
+    /// taken shows as text (more than line ends): the shell's own words before the
+    /// command's start, such as a syntax error in an earlier line of it. Whether it
+    /// restarted.
+    pub fn restart(&mut self, stream: Stream, unless_shown: bool) -> bool {
         let slot = &mut self.streams[stream as usize];
         let Some(c) = slot.as_mut().filter(|c| !c.ended) else {
             return false;
         };
-        if !c.kept().text.trim().is_empty() {
+        if unless_shown && !c.kept().text.trim().is_empty() {
             return false;
         }
         *slot = Some(Capture::new(c.shape, c.max_bytes, c.screen, true));

@@ -145,19 +145,32 @@ pub enum Control {
 struct Echo {
     want: Vec<char>,
     seen: usize,
+    /// Text other than the echo came after a whole line of it: the shell printed something
+    /// while the command was typed (a syntax error in that line, which ends the command
+    /// before the rest is typed; or a background job's output).
+    interrupted: bool,
 }
 
 impl Echo {
     /// Split `text` where the echo ends (the start mark there), into `out`; true once the
-    /// whole echo went by.
+    /// whole echo went by. Text that is not the echo after a whole line of it is marked as
+    /// where the command's output begins for now (`InputEnd`): should the command end
+    /// before the rest of its echo, that text is its output; else the start mark, where
+    /// the echo ends, takes its place.
     fn split(&mut self, text: &str, out: &mut Vec<Owned>) -> bool {
+        let mut from = 0;
         for (i, c) in text.char_indices() {
             if self.want.get(self.seen) == Some(&c) {
                 self.seen += 1;
+            } else if !self.interrupted && self.seen > 0 && self.want[self.seen - 1] == '\n' {
+                self.interrupted = true;
+                out.push(Owned::Text(text[..i].to_owned()));
+                out.push(Owned::Mark(Mark::InputEnd));
+                from = i;
             }
             if self.seen == self.want.len() {
                 let end = i + c.len_utf8();
-                out.push(Owned::Text(text[..end].to_owned()));
+                out.push(Owned::Text(text[from..end].to_owned()));
                 out.push(Owned::Mark(Mark::Start));
                 if end < text.len() {
                     out.push(Owned::Text(text[end..].to_owned()));
@@ -165,7 +178,7 @@ impl Echo {
                 return true;
             }
         }
-        out.push(Owned::Text(text.to_owned()));
+        out.push(Owned::Text(text[from..].to_owned()));
         false
     }
 }
@@ -480,6 +493,7 @@ impl Reader {
             self.echo = Some(Echo {
                 want: echo.chars().filter(|c| *c != '\t').collect(),
                 seen: 0,
+                interrupted: false,
             });
         }
         let _ = done.send(());
@@ -636,7 +650,13 @@ impl Session {
         match change {
             Some(CaptureChange::Start) => self.captures().start(stream),
             Some(CaptureChange::Restart) => {
-                let restarted = self.captures().restart(stream);
+                // Readline's echo is followed by nothing of the shell's but its own line
+                // ends; a line-discipline shell's echo of the whole command, by what it
+                // printed while the command was typed, which is not the command's.
+                let readline = self.inspect(|s| {
+                    s.shell().and_then(|shell| shell.typing()) == Some(Typing::Readline)
+                });
+                let restarted = self.captures().restart(stream, readline);
                 if !restarted {
                     // What it printed before its start mark is its output: it begins there.
                     self.update(|s| s.shell_keep_start());

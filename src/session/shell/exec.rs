@@ -455,6 +455,11 @@ impl Session {
                             .is_some_and(|c| c.continued >= asked)
                 })
                 .await;
+                // Ended by a line before (a syntax error in it): the rest is not typed,
+                // or the shell would run it as commands of their own.
+                if self.inspect(ended) {
+                    break;
+                }
             }
             for piece in pieces(line, CANONICAL_PIECE_BYTES) {
                 self.send_as(piece.as_bytes(), false, &never, Typed::Unrecorded)
