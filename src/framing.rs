@@ -8,6 +8,8 @@
 //! and `id: null`, except a notification, which is never answered. The server keeps
 //! serving. At most `REPLY_QUEUE_MAX` such answers wait for stdout: while they do, input
 //! is not read, so a client that writes garbage and never reads cannot grow the server.
+//! Each POST body over HTTP is read the same way (`read`), so both transports answer a
+//! message alike.
 //!
 //! At most `MAX_IN_FLIGHT` requests are with the service unanswered (`InFlight`): beyond
 //! that no more input is read until an answer has been written to stdout. A client that
@@ -159,20 +161,17 @@ impl<R: AsyncRead + Unpin> Guard<R> {
         }
     }
 
-    /// Parsed once, as the service's message; only what that parse refuses is looked at
-    /// again, to answer it.
+    /// What `read` makes of it, with the places in flight kept: a request waits for one, a
+    /// cancellation (readable or not) frees its request's.
     fn judge(&self, body: &[u8]) -> Verdict {
-        let Ok(text) = std::str::from_utf8(body) else {
-            return refuse_unparsed("the message is not valid UTF-8");
-        };
-        let error = match serde_json::from_str::<ClientJsonRpcMessage>(text) {
+        match read(body) {
             Ok(JsonRpcMessage::Request(request)) => {
                 let id = request.id.clone();
                 let message = JsonRpcMessage::Request(request);
-                return match invalid_params(&message) {
+                match invalid_params(&message) {
                     Some(answer) => Verdict::Answer(answer),
                     None => Verdict::Admit(id, message),
-                };
+                }
             }
             Ok(message) => {
                 if let JsonRpcMessage::Notification(notification) = &message
@@ -182,35 +181,80 @@ impl<R: AsyncRead + Unpin> Guard<R> {
                 {
                     self.in_flight.settle(&id_text(id));
                 }
-                return Verdict::Deliver(message);
+                Verdict::Deliver(message)
             }
-            Err(e) => e,
-        };
-        // Parsed as the service would parse it, so what it would drop unanswered (nesting
-        // past serde_json's depth limit, a number out of range) is answered here.
-        let message = match serde_json::from_str::<serde_json::Value>(text) {
-            Ok(message) => message,
-            Err(e) => return refuse_unparsed(&format!("the message is not valid JSON ({e})")),
-        };
-        if let Some(id) = cancelled_id(&message) {
-            self.in_flight.settle(&id);
-        }
-        match request_id(&message) {
-            // Answered with its id: the service would answer it with `id: null`.
-            Some(id) if !repeats_a_key(text) => {
-                tracing::warn!("refused a request: {error}");
-                let why = format!("Invalid Request: not a valid MCP request ({error})");
-                Verdict::Answer(error_frame(id.clone(), -32600, &why))
+            Err(unreadable) => {
+                if let Some(id) = &unreadable.cancelled {
+                    self.in_flight.settle(id);
+                }
+                unreadable
+                    .answer
+                    .map_or(Verdict::Ignore, |answer| Verdict::Answer(answer.frame))
             }
-            _ if message.get("method").is_some() && message.get("id").is_none() => Verdict::Ignore,
-            // No id that can be read (none, or of the wrong type, or two of them).
-            _ => Verdict::Answer(error_frame(
-                serde_json::Value::Null,
-                -32600,
-                "Invalid request",
-            )),
         }
     }
+}
+
+/// A message the service cannot read, and how it is answered in the service's place.
+#[derive(Debug)]
+pub struct Unreadable {
+    /// `None` for a notification: JSON-RPC answers no notification.
+    pub answer: Option<Answer>,
+    /// The request (its id as JSON text) given up on, when this is a cancellation.
+    cancelled: Option<String>,
+}
+
+/// A JSON-RPC error answer, newline included.
+#[derive(Debug)]
+pub struct Answer {
+    /// The id it carries: the request's, or null when none could be read.
+    pub id: serde_json::Value,
+    pub frame: Vec<u8>,
+}
+
+impl Answer {
+    fn new(id: serde_json::Value, code: i64, message: &str) -> Answer {
+        let frame = error_frame(id.clone(), code, message);
+        Answer { id, frame }
+    }
+}
+
+/// One message (a line of stdin, a body over HTTP) parsed once, straight into the service's
+/// message type; only what that parse refuses is looked at again, to answer it. Both
+/// transports read with this, so a message is answered alike over either.
+pub fn read(body: &[u8]) -> Result<ClientJsonRpcMessage, Unreadable> {
+    let Ok(text) = std::str::from_utf8(body) else {
+        return Err(unparsed("the message is not valid UTF-8"));
+    };
+    let error = match serde_json::from_str::<ClientJsonRpcMessage>(text) {
+        Ok(message) => return Ok(message),
+        Err(e) => e,
+    };
+    // Parsed as the service would parse it, so what it would drop unanswered (nesting
+    // past serde_json's depth limit, a number out of range) is answered here.
+    let message = match serde_json::from_str::<serde_json::Value>(text) {
+        Ok(message) => message,
+        Err(e) => return Err(unparsed(&format!("the message is not valid JSON ({e})"))),
+    };
+    let answer = match request_id(&message) {
+        // Answered with its id: the service would answer it with `id: null`.
+        Some(id) if !repeats_a_key(text) => {
+            tracing::warn!("refused a request: {error}");
+            let why = format!("Invalid Request: not a valid MCP request ({error})");
+            Some(Answer::new(id.clone(), -32600, &why))
+        }
+        _ if message.get("method").is_some() && message.get("id").is_none() => None,
+        // No id that can be read (none, or of the wrong type, or two of them).
+        _ => Some(Answer::new(
+            serde_json::Value::Null,
+            -32600,
+            "Invalid request",
+        )),
+    };
+    Err(Unreadable {
+        answer,
+        cancelled: cancelled_id(&message),
+    })
 }
 
 /// The requests MCP defines that a client sends this server.
@@ -260,18 +304,18 @@ pub fn invalid_params(message: &ClientJsonRpcMessage) -> Option<Vec<u8>> {
     Some(error_frame(id_value(&request.id), -32602, &message))
 }
 
-fn refuse_unparsed(why: &str) -> Verdict {
-    Verdict::Answer(parse_error(why))
-}
-
-/// The answer to a message that is not JSON: "Parse error", saying why, with `id: null`.
-pub fn parse_error(why: &str) -> Vec<u8> {
+/// A message that is not JSON: answered "Parse error", saying why, with `id: null`.
+fn unparsed(why: &str) -> Unreadable {
     tracing::warn!("refused a message: {why}");
-    error_frame(
+    let answer = Answer::new(
         serde_json::Value::Null,
         -32700,
         &format!("Parse error: {why}"),
-    )
+    );
+    Unreadable {
+        answer: Some(answer),
+        cancelled: None,
+    }
 }
 
 /// A request id as JSON text: how `InFlight` knows it.
@@ -325,14 +369,12 @@ impl InFlight {
     }
 }
 
-/// The id of what has the shape of a request: `jsonrpc: "2.0"`, a method name, and an id
-/// that is a string or an integer.
+/// The id of what has the shape of a request: a method name and an id that is a string or
+/// an integer. A `jsonrpc` member missing or wrong does not hide the id: its sender still
+/// waits for the answer with that id.
 fn request_id(message: &serde_json::Value) -> Option<&serde_json::Value> {
     let object = message.as_object()?;
     object.get("method")?.as_str()?;
-    if object.get("jsonrpc")?.as_str()? != "2.0" {
-        return None;
-    }
     let id = object.get("id")?;
     (id.is_string() || id.is_i64() || id.is_u64()).then_some(id)
 }
@@ -500,6 +542,9 @@ mod tests {
                 r#"{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"x","_meta":5}}"#,
                 json!(5),
             ),
+            // Without `jsonrpc` (or with another version) the id is still there to answer.
+            (r#"{"id":1,"method":"ping"}"#, json!(1)),
+            (r#"{"jsonrpc":"1.0","id":"v","method":"ping"}"#, json!("v")),
         ];
         let without_id = [
             r#"{"jsonrpc":"2.0","id":null,"method":"ping"}"#,
@@ -507,7 +552,6 @@ mod tests {
             r#"{"jsonrpc":"2.0","id":true,"method":"ping"}"#,
             r#"{"jsonrpc":"2.0","id":[1],"method":"ping"}"#,
             r#"{"jsonrpc":"2.0","id":123456789012345678901234567890,"method":"ping"}"#,
-            r#"{"id":1,"method":"ping"}"#,
             r#"{"jsonrpc":"2.0","id":1,"method":"ping","id":2}"#,
             r#"[{"jsonrpc":"2.0","id":1,"method":"ping"}]"#,
         ];

@@ -446,6 +446,86 @@ async fn unreadable_bodies_are_answered_as_on_stdio() {
     assert_eq!(tokenless.status(), StatusCode::UNAUTHORIZED);
 }
 
+/// JSON that is no valid JSON-RPC request gets the answer stdio gives the same line (code,
+/// message, id), as JSON, never rmcp's 415 in plain text: "Invalid Request" with the id when
+/// one can be read (200, as any answer to a request), else with `id: null` and 400, as a
+/// body that is not JSON.
+#[tokio::test]
+async fn bodies_that_are_no_valid_request_are_answered_as_on_stdio() {
+    let deep = format!(
+        r#"{{"jsonrpc":"2.0","id":12,"method":"tools/list","params":{{"a":{}{}}}}}"#,
+        "[".repeat(200),
+        "]".repeat(200)
+    );
+    let bodies: [(&[u8], StatusCode, i64, Value); 7] = [
+        (
+            br#"[{"jsonrpc":"2.0","id":5,"method":"tools/list"}]"#,
+            StatusCode::BAD_REQUEST,
+            -32600,
+            Value::Null,
+        ),
+        (
+            br#"{"jsonrpc":"2.0","id":1.5,"method":"tools/list"}"#,
+            StatusCode::BAD_REQUEST,
+            -32600,
+            Value::Null,
+        ),
+        (
+            br#"{"jsonrpc":"2.0","id":13,"id":14,"method":"tools/list"}"#,
+            StatusCode::BAD_REQUEST,
+            -32600,
+            Value::Null,
+        ),
+        (
+            br#"{"jsonrpc":"2.0","id":10,"method":"tools/call","params":"x"}"#,
+            StatusCode::OK,
+            -32600,
+            json!(10),
+        ),
+        (
+            br#"{"id":7,"method":"tools/list"}"#,
+            StatusCode::OK,
+            -32600,
+            json!(7),
+        ),
+        (
+            deep.as_bytes(),
+            StatusCode::BAD_REQUEST,
+            -32700,
+            Value::Null,
+        ),
+        (
+            b"{\"jsonrpc\":\"2.0\",\"id\":15,\"method\":\"tools/list\",\"params\":{\"x\":\"\xff\"}}",
+            StatusCode::BAD_REQUEST,
+            -32700,
+            Value::Null,
+        ),
+    ];
+    let server = Server::start(&["--listen", "127.0.0.1:0"], LOG);
+    let session = server.open_session().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let mut stdio = StdioServer::start(dir.path(), &[]);
+    for (body, status, code, id) in bodies {
+        let shown = String::from_utf8_lossy(body);
+        let response = server
+            .post(&json!({}))
+            .bearer_auth(&server.token)
+            .header("Mcp-Session-Id", &session)
+            .body(body.to_vec())
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), status, "{shown}");
+        let kind = response.headers()[reqwest::header::CONTENT_TYPE].clone();
+        assert_eq!(kind, "application/json", "{shown}");
+        let answer: Value = response.json().await.unwrap();
+        assert_eq!(answer["error"]["code"], json!(code), "{shown}: {answer}");
+        assert_eq!(answer["id"], id, "{shown}: {answer}");
+        assert_eq!(answer, stdio.answer_line(body), "{shown}");
+    }
+    stdio.finish();
+}
+
 #[tokio::test]
 async fn request_bodies_over_1_mib_get_413() {
     let server = Server::start(&["--listen", "127.0.0.1:0"], LOG);
@@ -1435,6 +1515,20 @@ impl StdioServer {
                 None => {}
             }
         }
+    }
+
+    /// Send `line` as it is and read the next line written: its answer, when nothing else
+    /// is outstanding.
+    fn answer_line(&mut self, line: &[u8]) -> Value {
+        use std::io::{BufRead, Write};
+        self.stdin.write_all(line).unwrap();
+        self.stdin.write_all(b"\n").unwrap();
+        let mut answer = String::new();
+        assert!(
+            self.stdout.read_line(&mut answer).unwrap() > 0,
+            "stdout closed"
+        );
+        serde_json::from_str(&answer).unwrap()
     }
 
     /// Send a tools/call without waiting for its answer: its id.

@@ -1,11 +1,13 @@
 //! What `/mcp` reads before rmcp does: a request body is taken whole (at most
-//! `HTTP_MAX_BODY_BYTES`, counted as it streams in: 413 past it) and answered here when rmcp
-//! would answer it wrongly, as the stdio guard answers it (`framing`): a body that is not
-//! JSON gets 400 with a JSON-RPC "Parse error" (rmcp answered 415, "Unsupported Media
-//! Type", to `application/json`), and a request of a method MCP defines whose params are
-//! not as it defines them gets "Invalid params" (rmcp's service answered "method not
-//! found") — unless it names an MCP session that is not open, which rmcp answers 404 (the
-//! client must initialize again). Anything else goes on to rmcp as it came.
+//! `HTTP_MAX_BODY_BYTES`, counted as it streams in: 413 past it) and read as the stdio guard
+//! reads a line (`framing::read`), so that what rmcp would answer wrongly is answered here as
+//! on stdio, in JSON. What the service cannot read (rmcp answered it 415, "Unsupported Media
+//! Type", in plain text) gets the guard's "Parse error" or "Invalid Request": with the
+//! request's id when one can be read, else with `id: null`. A request of a method MCP
+//! defines whose params are not as it defines them gets "Invalid params" (rmcp's service
+//! answered "method not found") — unless it names an MCP session that is not open, which
+//! rmcp answers 404 (the client must initialize again). Anything else goes on to rmcp as it
+//! came, a notification the service cannot read among it: JSON-RPC gives it no answer.
 
 use std::sync::Arc;
 
@@ -14,7 +16,6 @@ use axum::extract::{Request, State};
 use axum::http::{HeaderMap, Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use rmcp::model::ClientJsonRpcMessage;
 use rmcp::transport::streamable_http_server::SessionManager;
 
 use super::mcp_sessions::CappedSessions;
@@ -43,9 +44,7 @@ pub async fn answer_unreadable(
             return (StatusCode::BAD_REQUEST, why).into_response();
         }
     };
-    // Parsed once as rmcp will parse it; only a body it cannot read is looked at again, to
-    // tell JSON that is no MCP message (rmcp's to answer) from text that is no JSON.
-    match serde_json::from_slice::<ClientJsonRpcMessage>(&bytes) {
+    match framing::read(&bytes) {
         Ok(message) => {
             if let Some(frame) = framing::invalid_params(&message)
                 && session_open(&sessions, &parts.headers).await
@@ -53,12 +52,11 @@ pub async fn answer_unreadable(
                 return json(StatusCode::OK, frame);
             }
         }
-        Err(_) => {
-            if let Err(e) = serde_json::from_slice::<serde::de::IgnoredAny>(&bytes) {
-                let frame = framing::parse_error(&format!("the body is not valid JSON ({e})"));
-                return json(StatusCode::BAD_REQUEST, frame);
-            }
-        }
+        Err(framing::Unreadable {
+            answer: Some(answer),
+            ..
+        }) => return json(status_of(&answer), answer.frame),
+        Err(_) => {}
     }
     next.run(Request::from_parts(parts, Body::from(bytes)))
         .await
@@ -85,6 +83,17 @@ fn too_long(error: &axum::Error) -> bool {
         source = e.source();
     }
     false
+}
+
+/// An answer with the request's id answers it as any other answer does: 200, as "Invalid
+/// params" and an id in flight are. One with `id: null` answers no request: the body was
+/// refused, 400, as a body that is not JSON always was.
+fn status_of(answer: &framing::Answer) -> StatusCode {
+    if answer.id.is_null() {
+        StatusCode::BAD_REQUEST
+    } else {
+        StatusCode::OK
+    }
 }
 
 fn json(status: StatusCode, frame: Vec<u8>) -> Response {
