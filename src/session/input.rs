@@ -371,6 +371,9 @@ impl Session {
             if line_typed {
                 s.shell_typed_line(ends_before);
             }
+            if !sent.is_empty() && matches!(typed, Typed::Input | Typed::Secret(_)) {
+                s.shell_wrote();
+            }
             let result = match outcome {
                 Some(Ok(Ok(()))) if !is_pty && close => {
                     s.input.close();

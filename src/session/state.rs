@@ -363,6 +363,13 @@ impl State {
         }
     }
 
+    /// Text was written to the shell some other way (`terminal_write`).
+    pub fn shell_wrote(&mut self) {
+        if let Some(shell) = self.shell.as_mut() {
+            shell.wrote();
+        }
+    }
+
     /// The open command's output begins where the shell's echo of it ended, not at its
     /// start mark.
     pub fn shell_keep_start(&mut self) {

@@ -25,7 +25,7 @@ use serde::Serialize;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::install::{canonical_text, pipe_wrapper, readline_text, terminal_wrapper};
+use super::install::{canonical_text, pipe_wrapper, probe_line, readline_text, terminal_wrapper};
 use super::{Busy, Typing};
 use crate::config::Mode;
 use crate::errors::{ErrorCode, ToolError};
@@ -334,6 +334,14 @@ impl Session {
                 ),
             ));
         }
+        // Text written to a shell on pipes may have left a command line open (a quote, a
+        // here-document): the wrapper would go into it, and pieces of it run as commands.
+        // Sent only once the shell is seen to read commands.
+        if self.mode == Mode::Pipe
+            && self.inspect(|s| s.shell().is_some_and(|t| t.written_since_submit()))
+        {
+            self.probe(&nonce, deadline).await?;
+        }
         // Rendered output wraps at the terminal's width, and may go back up its rows.
         let screen = self.terminal().map_or(NO_SCREEN, |t| {
             let (rows, cols) = t.size();
@@ -387,6 +395,36 @@ impl Session {
 
     fn partial_line(&self) -> bool {
         self.inspect(|s| s.input().partial_line())
+    }
+
+    /// Send the probe line, and wait a moment for the shell to run it.
+    async fn probe(&self, nonce: &str, deadline: Instant) -> Result<(), ToolError> {
+        let probes = |s: &State| s.shell().map_or(0, |t| t.probes());
+        let before = self.inspect(probes);
+        let never = CancellationToken::new();
+        self.send_as(
+            probe_line(nonce).as_bytes(),
+            false,
+            &never,
+            Typed::Unrecorded,
+        )
+        .await?;
+        let until = deadline.min(Instant::now() + EXEC_PROMPT_GRACE);
+        if self
+            .wait_until(until, |s| probes(s) > before || s.status().is_final())
+            .await
+        {
+            return Ok(());
+        }
+        Err(ToolError::new(
+            ErrorCode::SessionBusy,
+            "the shell has not run what was written to it with terminal_write: it still runs \
+             it, or that text left a command line unfinished (an open quote or here-document, \
+             a line ending in `|`, `&&` or `\\`, an `if` without its `fi`), and the shell waits \
+             for its end. Nothing of this command ran. Wait and call again, or finish that \
+             line with terminal_write (the closing quote or word and a newline), or end the \
+             session with terminal_terminate",
+        ))
     }
 
     async fn type_as(&self, bytes: &[u8], command: &str) -> Result<(), ToolError> {

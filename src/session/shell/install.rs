@@ -158,6 +158,16 @@ fn printf_format(command: &str) -> String {
     out
 }
 
+/// The line that sees whether a shell on pipes reads commands, after text written to it
+/// some other way: it prints the probe mark on the marks pipe when run. It begins with a
+/// newline (ending a line the text left open) and holds no quote, `$`, backquote or
+/// unescaped `;` of its own (its escapes are backslashes), so inside a quote or a
+/// here-document the text left open it is text, and does nothing.
+pub fn probe_line(nonce: &str) -> String {
+    let (a, b) = nonce.split_at(nonce.len() / 2);
+    format!("\ncommand printf \\\\033]6973\\;%s%s\\;R\\\\007 {a} {b} 2>/dev/null >&{MARKS_FD}\n")
+}
+
 /// The wrapper for a shell on pipes: the start mark on the session's stdout and stderr
 /// pipes (through the copies made at spawn, so an earlier `exec >file` never gets a mark
 /// in its file), where the command's output on each begins; the command (stdin from

@@ -117,6 +117,11 @@ pub struct Track {
     /// A line was typed some other way (`terminal_write` with Enter) since the last command
     /// was submitted: one typed ahead may be the shell's next even after a prompt came.
     typed_since_submit: bool,
+    /// On pipes: text was written to the shell some other way (`terminal_write`) since its
+    /// last command was sent; it may have left a command line unfinished.
+    written_since_submit: bool,
+    /// On pipes: answers to the line that sees whether the shell reads commands.
+    probes: u64,
     /// Oldest first; the last one is the current command.
     commands: VecDeque<Command>,
     next_seq: u64,
@@ -153,6 +158,8 @@ impl Track {
             prompted: false,
             reading: false,
             typed_since_submit: false,
+            written_since_submit: false,
+            probes: 0,
             commands: VecDeque::new(),
             next_seq: 1,
         }
@@ -225,6 +232,23 @@ impl Track {
         }
     }
 
+    /// Text was written to the shell some other way (`terminal_write`).
+    pub fn wrote(&mut self) {
+        if self.typing == Some(Typing::Wrapper) {
+            self.written_since_submit = true;
+        }
+    }
+
+    /// Whether text was written to a shell on pipes since the last command was submitted.
+    pub fn written_since_submit(&self) -> bool {
+        self.written_since_submit
+    }
+
+    /// Answers to the probe line so far.
+    pub fn probes(&self) -> u64 {
+        self.probes
+    }
+
     /// Whether a line was typed some other way since the last command was submitted.
     pub fn typed_since_submit(&self) -> bool {
         self.typed_since_submit
@@ -242,6 +266,7 @@ impl Track {
         self.next_seq += 1;
         self.reading = false;
         self.typed_since_submit = false;
+        self.written_since_submit = false;
         self.commands.push_back(Command {
             seq,
             text: text.to_owned(),
@@ -296,7 +321,8 @@ impl Track {
             | Mark::InputEnd
             | Mark::InputReady
             | Mark::Installed(_)
-            | Mark::Continued => None,
+            | Mark::Continued
+            | Mark::Probed => None,
         }
     }
 
@@ -324,6 +350,7 @@ impl Track {
         }
         match mark {
             Mark::InputReady => {}
+            Mark::Probed => self.probes += 1,
             Mark::Continued => {
                 if let Some(command) = self.open() {
                     command.continued += 1;

@@ -28,6 +28,9 @@ pub enum Mark {
     /// A shell reading lines from the terminal asks for another line of the command it is
     /// reading (its `PS2`): what it read so far is no whole command.
     Continued,
+    /// A shell on pipes ran the line sent to see whether it reads commands (after text
+    /// written to it some other way, which may have left a command line unfinished).
+    Probed,
 }
 
 #[derive(Debug, PartialEq, Eq)]
@@ -195,6 +198,7 @@ fn parse(body: &str) -> Option<Mark> {
         },
         "C" => Some(Mark::Start),
         "P" => Some(Mark::Continued),
+        "R" => Some(Mark::Probed),
         // A prompt printed by hand (`echo "$PS1"` in dash) shows `$?` unexpanded: not a mark.
         "D" => data.parse().ok().map(|status| Mark::End(Some(status))),
         _ => None,
