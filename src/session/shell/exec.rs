@@ -203,6 +203,16 @@ impl Session {
             waited = self.wait_command(seq, deadline, watch_input, unchanged_since) => waited,
             () = cancel.cancelled() => Waited::TimedOut,
         };
+        // `continue` asked to interrupt at its timeout (it keeps by default): a program
+        // still waiting for input then is interrupted too, as one still running would be.
+        let waited = match (waited, request.on_timeout) {
+            (Waited::AwaitingInput, OnTimeout::Interrupt)
+                if request.command.is_none() && Instant::now() >= deadline =>
+            {
+                Waited::TimedOut
+            }
+            (waited, _) => waited,
+        };
         match (waited, request.on_timeout) {
             (Waited::Ended, _) => Ok(self.result(seq, "completed").await),
             (Waited::AwaitingInput, _) => match self.cancel_unfinished(seq, request).await {
