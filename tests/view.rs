@@ -490,7 +490,8 @@ async fn the_view_keeps_its_configured_address_moves_on_when_taken_and_web_url_s
     let (url, base) = sign_in_url(&stderr);
     let warning = stderr.line("mcp-terminal: warning:");
     assert!(
-        warning.contains(&format!("127.0.0.1:{port} is taken")),
+        warning.contains(&format!("127.0.0.1:{port} is taken"))
+            && warning.contains("--web IP:PORT"),
         "{warning}"
     );
     let moved: u16 = base.rsplit(':').next().unwrap().parse().unwrap();

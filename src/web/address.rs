@@ -61,7 +61,7 @@ pub fn prepare_beside(
     let listener = if exact {
         bind(address).map_err(|e| format!("cannot listen on {address}: {e}"))?
     } else {
-        bind_next_free(address)?
+        bind_next_free(address, configured.is_some())?
     };
     Ok(Beside {
         listener,
@@ -74,8 +74,14 @@ fn bind(address: SocketAddr) -> std::io::Result<TcpListener> {
     TcpListener::bind(address).and_then(|l| l.set_nonblocking(true).map(|()| l))
 }
 
-/// `address`, or the first free port after it (with a warning on stderr).
-fn bind_next_free(address: SocketAddr) -> Result<TcpListener, String> {
+/// `address`, or the first free port after it (with a warning on stderr, whose hint
+/// depends on whether the config chose `address`).
+fn bind_next_free(address: SocketAddr, configured: bool) -> Result<TcpListener, String> {
+    let hint = if configured {
+        "`--web IP:PORT` listens on exactly one address, or fails"
+    } else {
+        "set `web_listen` in the config to choose"
+    };
     let mut first_error = None;
     for step in 0..WEB_LISTEN_TRIES {
         let Some(port) = address.port().checked_add(step) else {
@@ -87,7 +93,7 @@ fn bind_next_free(address: SocketAddr) -> Result<TcpListener, String> {
                 if step > 0 {
                     eprintln!(
                         "mcp-terminal: warning: {address} is taken; the live view listens on \
-                         {candidate} instead (set `web_listen` in the config to choose)"
+                         {candidate} instead ({hint})"
                     );
                 }
                 return Ok(listener);
