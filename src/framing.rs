@@ -304,6 +304,16 @@ pub fn invalid_params(message: &ClientJsonRpcMessage) -> Option<Vec<u8>> {
     Some(error_frame(id_value(&request.id), -32602, &message))
 }
 
+/// Over HTTP, where every body gets an answer: a notification the service cannot read
+/// (JSON-RPC answers no notification, and stdio gives it none), refused with `id: null`.
+pub fn unreadable_notification() -> Vec<u8> {
+    error_frame(
+        serde_json::Value::Null,
+        -32600,
+        "Invalid Request: a notification the server cannot read",
+    )
+}
+
 /// A message that is not JSON: answered "Parse error", saying why, with `id: null`.
 fn unparsed(why: &str) -> Unreadable {
     tracing::warn!("refused a message: {why}");

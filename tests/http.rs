@@ -524,6 +524,20 @@ async fn bodies_that_are_no_valid_request_are_answered_as_on_stdio() {
         assert_eq!(answer, stdio.answer_line(body), "{shown}");
     }
     stdio.finish();
+    // A notification the server cannot read gets no answer on stdio; over HTTP, 400 and an
+    // error without an id.
+    let response = server
+        .post(&json!({}))
+        .bearer_auth(&server.token)
+        .header("Mcp-Session-Id", &session)
+        .body(r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":5}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::BAD_REQUEST);
+    let answer: Value = response.json().await.unwrap();
+    assert_eq!(answer["error"]["code"], json!(-32600), "{answer}");
+    assert_eq!(answer["id"], Value::Null, "{answer}");
 }
 
 #[tokio::test]

@@ -6,8 +6,10 @@
 //! request's id when one can be read, else with `id: null`. A request of a method MCP
 //! defines whose params are not as it defines them gets "Invalid params" (rmcp's service
 //! answered "method not found") — unless it names an MCP session that is not open, which
-//! rmcp answers 404 (the client must initialize again). Anything else goes on to rmcp as it
-//! came, a notification the service cannot read among it: JSON-RPC gives it no answer.
+//! rmcp answers 404 (the client must initialize again). A notification the service cannot
+//! read, which JSON-RPC gives no answer (nor does stdio), gets 400 with an error of
+//! `id: null`, as MCP asks of a notification a server does not accept. Anything else goes
+//! on to rmcp as it came.
 
 use std::sync::Arc;
 
@@ -56,7 +58,11 @@ pub async fn answer_unreadable(
             answer: Some(answer),
             ..
         }) => return json(status_of(&answer), answer.frame),
-        Err(_) => {}
+        // rmcp would answer it 415 in plain text; MCP asks for an HTTP error, its body a
+        // JSON-RPC error without an id.
+        Err(_) => {
+            return json(StatusCode::BAD_REQUEST, framing::unreadable_notification());
+        }
     }
     next.run(Request::from_parts(parts, Body::from(bytes)))
         .await
