@@ -142,6 +142,7 @@ pub enum Control {
 
 /// The echo of a command typed into a line-discipline shell: the start mark goes where its
 /// last character is read.
+#[derive(Default)]
 struct Echo {
     want: Vec<char>,
     seen: usize,
@@ -149,9 +150,22 @@ struct Echo {
     /// while the command was typed (a syntax error in that line, which ends the command
     /// before the rest is typed; or a background job's output).
     interrupted: bool,
+    /// Once interrupted, the rest of the echo is looked for whole lines at a time (text the
+    /// shell printed may hold its characters): `seen` where its current line begins,
+    /// whether the output is at a line's start, and whether a run of it matches so far.
+    line: usize,
+    at_line_start: bool,
+    matching: bool,
 }
 
 impl Echo {
+    fn new(want: Vec<char>) -> Self {
+        Echo {
+            want,
+            ..Echo::default()
+        }
+    }
+
     /// Split `text` where the echo ends (the start mark there), into `out`; true once the
     /// whole echo went by. Text that is not the echo after a whole line of it is marked as
     /// where the command's output begins for now (`InputEnd`): should the command end
@@ -160,14 +174,31 @@ impl Echo {
     fn split(&mut self, text: &str, out: &mut Vec<Owned>) -> bool {
         let mut from = 0;
         for (i, c) in text.char_indices() {
-            if self.want.get(self.seen) == Some(&c) {
+            let wanted = self.want.get(self.seen) == Some(&c);
+            // A terminal may echo a tab as spaces (the echo looked for has no tabs).
+            let blank = c == ' ' || c == '\t';
+            if !self.interrupted {
+                if wanted {
+                    self.seen += 1;
+                } else if !blank && self.seen > 0 && self.want[self.seen - 1] == '\n' {
+                    self.interrupted = true;
+                    self.line = self.seen;
+                    out.push(Owned::Text(text[..i].to_owned()));
+                    out.push(Owned::Mark(Mark::InputEnd));
+                    from = i;
+                }
+            } else if wanted && (self.matching || self.at_line_start) {
                 self.seen += 1;
-            } else if !self.interrupted && self.seen > 0 && self.want[self.seen - 1] == '\n' {
-                self.interrupted = true;
-                out.push(Owned::Text(text[..i].to_owned()));
-                out.push(Owned::Mark(Mark::InputEnd));
-                from = i;
+                self.matching = c != '\n';
+                if c == '\n' {
+                    self.line = self.seen;
+                }
+            } else if self.matching && !blank {
+                // Not the echo after all.
+                self.seen = self.line;
+                self.matching = false;
             }
+            self.at_line_start = c == '\n' || (self.at_line_start && blank);
             if self.seen == self.want.len() {
                 let end = i + c.len_utf8();
                 out.push(Owned::Text(text[from..end].to_owned()));
@@ -490,11 +521,7 @@ impl Reader {
         if let Some(echo) = expect {
             self.session.echo_seen.store(0, Ordering::SeqCst);
             // A terminal may echo a tab as spaces; the rest of the echo places the mark.
-            self.echo = Some(Echo {
-                want: echo.chars().filter(|c| *c != '\t').collect(),
-                seen: 0,
-                interrupted: false,
-            });
+            self.echo = Some(Echo::new(echo.chars().filter(|c| *c != '\t').collect()));
         }
         let _ = done.send(());
         true
@@ -714,5 +741,68 @@ impl Session {
         };
         let (done, answered) = oneshot::channel();
         link.controls.send(control(done)).is_ok() && answered.await.is_ok()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What `split` makes of `pieces` of output for the echo `want`: the text, with `|`
+    /// where the output's start is marked for now and `^` where the echo ends.
+    fn split(want: &str, pieces: &[&str]) -> String {
+        let mut echo = Echo::new(want.chars().collect());
+        let mut shown = String::new();
+        let mut done = false;
+        for piece in pieces {
+            if done {
+                shown.push_str(piece);
+                continue;
+            }
+            let mut out = Vec::new();
+            done = echo.split(piece, &mut out);
+            for owned in out {
+                match owned {
+                    Owned::Text(t) => shown.push_str(&t),
+                    Owned::Mark(Mark::InputEnd) => shown.push('|'),
+                    Owned::Mark(Mark::Start) => shown.push('^'),
+                    Owned::Mark(_) => {}
+                }
+            }
+        }
+        shown
+    }
+
+    #[test]
+    fn the_echo_ends_where_its_last_character_is_read() {
+        let echo = "{\r\necho a\r\n}\r\n";
+        assert_eq!(
+            split(echo, &["{\r\n", "echo a\r\n}\r\na\r\n"]),
+            "{\r\necho a\r\n}\r\n^a\r\n"
+        );
+    }
+
+    #[test]
+    fn text_after_a_whole_line_of_the_echo_marks_a_start_for_now() {
+        let echo = "{\r\necho a\r\n)\r\n}\r\n";
+        // A syntax error that holds the rest of the echo's characters ends no echo.
+        let error = "dash: Syntax error: \")\" unexpected (expecting \"}\")\r\n";
+        assert_eq!(
+            split(echo, &["{\r\necho a\r\n)\r\n", error]),
+            format!("{{\r\necho a\r\n)\r\n|{error}")
+        );
+        // A background job's line while the command is typed: the echo goes on after it.
+        let echo = "{\r\necho\tb\r\n}\r\n";
+        let want: String = echo.chars().filter(|c| *c != '\t').collect();
+        assert_eq!(
+            split(&want, &["{\r\n", "job }\r\n", "echo    b\r\n}\r\nb\r\n"]),
+            "{\r\n|job }\r\necho    b\r\n}\r\n^b\r\n"
+        );
+        // Lines that begin with tabs, echoed as tabs or as spaces, are no interruption.
+        let echo = "cat <<-E\r\n\tx\r\n\tE\r\n";
+        let want: String = echo.chars().filter(|c| *c != '\t').collect();
+        assert_eq!(split(&want, &[echo, "x\r\n"]), format!("{echo}^x\r\n"));
+        let spaced = "cat <<-E\r\n        x\r\n        E\r\n";
+        assert_eq!(split(&want, &[spaced, "x\r\n"]), format!("{spaced}^x\r\n"));
     }
 }
