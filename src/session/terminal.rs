@@ -181,13 +181,15 @@ impl Session {
                 .await
                 .unwrap_or_default();
                 // Ctrl-C ends the command line, as a terminal shell ends it when its
-                // program dies of SIGINT: the shell's trap (as `interrupt` does) breaks out
-                // once the program it waits for has ended, or at once from a loop of its
-                // own.
-                if signal == Signal::SIGINT {
-                    signal_process(shell, Signal::SIGWINCH);
-                } else if members.is_empty() {
-                    return Err(nothing());
+                // program dies of SIGINT: the shell's SIGURG trap breaks out once the
+                // program it waits for has ended, if it died of it. A loop of the shell's
+                // own, with no program to signal, gets SIGWINCH, whose trap (as `interrupt`
+                // uses it) breaks out at once.
+                match (signal, members.is_empty()) {
+                    (Signal::SIGINT, true) => signal_process(shell, Signal::SIGWINCH),
+                    (Signal::SIGINT, false) => signal_process(shell, Signal::SIGURG),
+                    (_, true) => return Err(nothing()),
+                    (_, false) => {}
                 }
                 for pid in members {
                     signal_process(pid, signal);

@@ -424,7 +424,23 @@ impl Session {
             .wait_until(until, |s| probes(s) > before || s.status().is_final())
             .await
         {
-            return Ok(());
+            if self.inspect(|s| s.shell().is_some_and(|t| t.probes() > before)) {
+                return Ok(());
+            }
+            // Where nothing but a pattern or a word may follow (`case x in`, `for i in a
+            // b`), any line is a syntax error, which ends a shell on pipes.
+            let ended = self.not_running();
+            return Err(ToolError::new(
+                ErrorCode::SessionNotRunning,
+                format!(
+                    "the shell ended after what was written to it with terminal_write: that \
+                     text ended it, or left a command line unfinished where the next line, \
+                     sent to see whether the shell reads commands, was a syntax error (after \
+                     `case WORD in`, or `for NAME in WORDS` without its `do`), at which a \
+                     shell on pipes ends. Nothing of this command ran. {}",
+                    ended.message
+                ),
+            ));
         }
         Err(ToolError::new(
             ErrorCode::SessionBusy,

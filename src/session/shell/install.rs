@@ -51,7 +51,9 @@ pub fn new_nonce() -> String {
 /// sees the command's own `$?`. `__mt_d` called from the first element (no argument) when
 /// that element does not begin with the hook (`__mt_h`) leaves the end to this one, and
 /// either call puts the hook back first, the hook's text in the rest replaced by `__mt_q`
-/// (which gives the status on). The hook gives `$?` back to the commands after it in its
+/// (which gives the status on); eight times at most (`__mt_c`): a framework that puts
+/// itself first at every prompt (bash-preexec) then keeps its place, and its output shows
+/// in commands' output, rather than the two growing the element without end. The hook gives `$?` back to the commands after it in its
 /// element, but under `set -e`, where a hook that fails ends the shell (a failed `a && b`
 /// does not).
 const GUARD_INDEX: u32 = 6973;
@@ -74,9 +76,10 @@ const RESTORE: &str = "$__mt_r";
 pub fn install_line(nonce: &str) -> String {
     format!(
         "__mt_n={nonce}; if [ -n \"${{BASH_VERSION-}}\" ]; then \
-         __mt_d() {{ local s=${{1-$?}}; __mt_s=$s; [[ ${{PROMPT_COMMAND[0]-}} == \"$__mt_h\"* ]] || \
-         {{ PROMPT_COMMAND[0]=$__mt_h\\;${{PROMPT_COMMAND[0]//\"$__mt_h\"/'{{ __mt_q; }} 2>/dev/null'}}; \
-         [[ $# -gt 0 ]] || return $s; }}; __mt_f=1; [[ -o vi ]] && set -o emacs; \
+         __mt_d() {{ local s=${{1-$?}} p=${{PROMPT_COMMAND[0]-}}; __mt_s=$s; \
+         if [[ $p != \"$__mt_h\"* ]]; then (( ${{__mt_c:-0}} < 8 )) && {{ __mt_c=$(( ${{__mt_c:-0}} + 1 )); \
+         PROMPT_COMMAND[0]=$__mt_h\\;${{p//\"$__mt_h\"/'{{ __mt_q; }} 2>/dev/null'}}; }}; \
+         [[ $# -gt 0 ]] || return $s; fi; __mt_f=1; [[ -o vi ]] && set -o emacs; \
          if [[ -t 3 ]]; then __mt_r=; else __mt_r='eval exec 2>/dev/tty'; fi; \
          [[ ${{PS0-}} == *\"$__mt_n\"* ]] || PS0='\\e]6973;'\"$__mt_n\"';C\\a'\"${{PS0-}}\"; \
          [[ ${{PS2-}} == *\"$__mt_n\"* ]] || {{ [[ $__mt_k == readline ]] && PS2=$__mt_p${{PS2-}} || PS2=$__mt_p; }}; printf '{OSC}%s;D;%s{BEL}' \"$__mt_n\" \"$s\" >/dev/tty; [[ $- == *e* ]] || return $s; }}; \
@@ -187,8 +190,9 @@ pub fn probe_line(nonce: &str) -> String {
 /// A command's `$?` as it begins is the status the one before it ended with, as in a
 /// terminal shell (`false`, then `echo $?`, prints 1): the wrapper's own commands in between
 /// would leave 0, so a function (`__mt_v`) returns it just before the `eval` (and again
-/// after `set -x` inside it when traced). Not under `set -e`, where that failure would end
-/// the shell: there it is 0.
+/// after `set -x` inside it when traced), as the first command of an `&&` list (a failure
+/// there neither ends a shell under `set -e` nor runs an `ERR` trap) whose second, run when
+/// it is 0, returns 0 too: the last argument of either is empty, and so is `$_`.
 ///
 /// Under `set -e`, a command line whose last list fails where `set -e` lets it (`[ -f x ]
 /// && make`) leaves the shell running when the shell reads it itself, but `eval` of it
@@ -207,10 +211,15 @@ pub fn pipe_wrapper(command: &str, nonce: &str, prepare: bool) -> String {
         // this once the running program ended: out of every loop, the wrapper's one-pass
         // loop included, its trace hidden.
         text.push_str("trap '{ __mt_b=1; break 99; } 2>/dev/null' WINCH; ");
+        // Ctrl-C sent to the command's programs (`terminal_signal` SIGINT): SIGURG (ignored
+        // by default too) runs this once the program ends, which ends the line only when
+        // the program died of the SIGINT (status 130), as a terminal shell does; one that
+        // survived it leaves the line running.
+        text.push_str("trap '{ case $? in 130) __mt_b=1; break 99;; esac; } 2>/dev/null' URG; ");
         // What gives a command the status the one before it ended with as its `$?`: a
         // function's return (no fork), after `set -x` when traced, its trace hidden.
         text.push_str(
-            "__mt_v() { return $1; }; __mt_y='{ set -x; __mt_v $__mt_k \"\"; } 2>/dev/null'; ",
+            "__mt_v() { return $1; }; __mt_y='{ set -x; __mt_v ${__mt_s:-0} \"\" && __mt_v 0 \"\"; } 2>/dev/null'; ",
         );
     }
     let start = print_mark(nonce, "C", "", "");
@@ -222,8 +231,8 @@ pub fn pipe_wrapper(command: &str, nonce: &str, prepare: bool) -> String {
          case $- in *x*) __mt_x=1; set +x;; esac 2>/dev/null; __mt_b= __mt_e=; \
          case $- in *e*) __mt_t='
 
-{{ __mt_e=$?; }} 2>/dev/null' __mt_k=0;; *) __mt_t= __mt_k=${{__mt_s:-0}};; esac; \
-         __mt_v $__mt_k '' 2>/dev/null; for __mt_l in 1; do command eval \"${{__mt_x:+$__mt_y
+{{ __mt_e=$?; }} 2>/dev/null';; *) __mt_t=;; esac; \
+         __mt_v ${{__mt_s:-0}} '' 2>/dev/null && __mt_v 0 ''; for __mt_l in 1; do command eval \"${{__mt_x:+$__mt_y
 }}{}$__mt_t\" \
          </dev/null {STDERR_COPY_FD}>&- {STDOUT_COPY_FD}>&- {MARKS_FD}>&-; \
          {{ __mt_s=${{__mt_e:-$?}} __mt_l=; }} 2>/dev/null; done; \
