@@ -832,7 +832,7 @@ fn an_audit_log_is_never_opened_through_a_symlink_and_is_kept_private() {
     std::fs::create_dir(&directory).unwrap();
     for (path, why) in [
         (&link, "is a symbolic link"),
-        (&fifo, "cannot be opened"),
+        (&fifo, "is not a regular file"),
         (&directory, "cannot be opened"),
     ] {
         let out = serve(path);
