@@ -7,8 +7,9 @@
 //!
 //! Which lines are answered, and how (the framing guard's and the service's rules, stated
 //! independently of their code):
-//! - an object with `"jsonrpc": "2.0"`, a string `method` and an `id` that is a string or an
-//!   integer, no key named twice: exactly one answer with that id;
+//! - an object with a string `method` and an `id` that is a string or an integer, no key
+//!   named twice: exactly one answer with that id (without `"jsonrpc": "2.0"` too: its
+//!   sender still waits for that id);
 //! - a line that is not UTF-8 or not JSON, over the frame limit, or JSON that is not an
 //!   object: exactly one answer with `id: null`;
 //! - any other object (a notification, an answer, a request with an id of another type):
@@ -66,8 +67,7 @@ fn due(line: &[u8]) -> (Due, Option<Value>) {
     let id = object
         .get("id")
         .filter(|id| id.is_string() || id.is_i64() || id.is_u64());
-    let request = object.get("jsonrpc") == Some(&json!("2.0"))
-        && object.get("method").is_some_and(Value::is_string);
+    let request = object.get("method").is_some_and(Value::is_string);
     match id {
         Some(id) if request && repeats_a_key(body) => (Due::IdOrNull, Some(id.clone())),
         Some(id) if request => (Due::Id, Some(id.clone())),
