@@ -402,14 +402,7 @@ async fn foreign_origins_and_hosts_are_refused_with_403() {
 async fn unreadable_bodies_are_answered_as_on_stdio() {
     let server = Server::start(&["--listen", "127.0.0.1:0"], LOG);
     let id = server.open_session().await.unwrap();
-    let garbage = server
-        .post(&json!({}))
-        .bearer_auth(&server.token)
-        .header("Mcp-Session-Id", &id)
-        .body("{not json")
-        .send()
-        .await
-        .unwrap();
+    let garbage = post_in_session(&server, &id, "{not json").await;
     assert_eq!(garbage.status(), StatusCode::BAD_REQUEST);
     let answer: Value = garbage.json().await.unwrap();
     assert_eq!(answer["error"]["code"], json!(-32700), "{answer}");
@@ -450,6 +443,22 @@ async fn unreadable_bodies_are_answered_as_on_stdio() {
 /// message, id), as JSON, never rmcp's 415 in plain text: "Invalid Request" with the id when
 /// one can be read (200, as any answer to a request), else with `id: null` and 400, as a
 /// body that is not JSON.
+/// POST `body` as it is, with the token, in MCP session `session`.
+async fn post_in_session(
+    server: &Server,
+    session: &str,
+    body: impl Into<reqwest::Body>,
+) -> reqwest::Response {
+    server
+        .post(&json!({}))
+        .bearer_auth(&server.token)
+        .header("Mcp-Session-Id", session)
+        .body(body)
+        .send()
+        .await
+        .unwrap()
+}
+
 #[tokio::test]
 async fn bodies_that_are_no_valid_request_are_answered_as_on_stdio() {
     let deep = format!(
@@ -507,14 +516,7 @@ async fn bodies_that_are_no_valid_request_are_answered_as_on_stdio() {
     let mut stdio = StdioServer::start(dir.path(), &[]);
     for (body, status, code, id) in bodies {
         let shown = String::from_utf8_lossy(body);
-        let response = server
-            .post(&json!({}))
-            .bearer_auth(&server.token)
-            .header("Mcp-Session-Id", &session)
-            .body(body.to_vec())
-            .send()
-            .await
-            .unwrap();
+        let response = post_in_session(&server, &session, body.to_vec()).await;
         assert_eq!(response.status(), status, "{shown}");
         let kind = response.headers()[reqwest::header::CONTENT_TYPE].clone();
         assert_eq!(kind, "application/json", "{shown}");
@@ -526,14 +528,12 @@ async fn bodies_that_are_no_valid_request_are_answered_as_on_stdio() {
     stdio.finish();
     // A notification the server cannot read gets no answer on stdio; over HTTP, 400 and an
     // error without an id.
-    let response = server
-        .post(&json!({}))
-        .bearer_auth(&server.token)
-        .header("Mcp-Session-Id", &session)
-        .body(r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":5}"#)
-        .send()
-        .await
-        .unwrap();
+    let response = post_in_session(
+        &server,
+        &session,
+        r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":5}"#,
+    )
+    .await;
     assert_eq!(response.status(), StatusCode::BAD_REQUEST);
     let answer: Value = response.json().await.unwrap();
     assert_eq!(answer["error"]["code"], json!(-32600), "{answer}");

@@ -53,9 +53,9 @@ pub fn new_nonce() -> String {
 /// either call puts the hook back first, the hook's text in the rest replaced by `__mt_q`
 /// (which gives the status on); eight times at most (`__mt_c`): a framework that puts
 /// itself first at every prompt (bash-preexec) then keeps its place, and its output shows
-/// in commands' output, rather than the two growing the element without end. The hook gives `$?` back to the commands after it in its
-/// element, but under `set -e`, where a hook that fails ends the shell (a failed `a && b`
-/// does not).
+/// in commands' output, rather than the two growing the element without end. The hook
+/// gives `$?` back to the commands after it in its element, but under `set -e`, where a
+/// hook that fails ends the shell (a failed `a && b` does not).
 const GUARD_INDEX: u32 = 6973;
 
 /// What puts bash's stderr back on the terminal after a command sent it elsewhere (`exec
