@@ -15,7 +15,7 @@ const DEMO_PROFILES: &[(&str, &str)] = &[
     ),
     (
         "interactive",
-        "prints `ready`, echoes each stdin line as `echo: <line>`, prints `bye` and exits 0 on EOF",
+        "prints `ready`, echoes each line as `echo: <line>`; on EOF prints `bye`, exits 0",
     ),
     ("long", "prints `running` and runs until it is terminated"),
     (
@@ -30,7 +30,7 @@ const DEMO_PROFILES: &[(&str, &str)] = &[
     ("empty", "prints nothing and exits 0"),
     (
         "children",
-        "starts same-group descendants, prints `child <pid>` for each and `ready`, exits on stdin EOF",
+        "starts same-group children, prints `child <pid>` each and `ready`; exits on EOF",
     ),
     (
         "closed-stdin",
@@ -47,20 +47,20 @@ const DEMO_PROFILES: &[(&str, &str)] = &[
     ("eof", "reads stdin to EOF and prints `read <n> bytes`"),
     (
         "ignore-term",
-        "ignores SIGTERM (prints `ignoring SIGTERM`), so only SIGKILL ends it",
+        "prints `ignoring SIGTERM` and ignores it: only SIGKILL ends it",
     ),
     (
         "escape",
-        "starts a daemon that leaves the process group (setsid) and keeps writing for 30 s, \
-         prints `daemon <pid>` and exits: the case process-group cleanup cannot reach",
+        "starts a setsid daemon that writes for 30 s (beyond process-group cleanup), prints \
+         `daemon <pid>`, exits",
     ),
 ];
 
 /// The demo profile on a terminal.
 const PTY_TUI: (&str, &str) = (
     "pty-tui",
-    "a full-screen terminal UI (alternate screen, title `pty-tui`): shows its size, key \
-     count, last key and a counter (+/-/Up/Down); redraws on resize; q quits",
+    "full-screen UI (alternate screen): size, key count, last key, a counter (+/-/Up/Down); \
+     redraws on resize; q quits",
 );
 
 /// Where `demo-process` is: the sibling of this executable (both are installed together).
@@ -108,7 +108,7 @@ pub fn shell_profiles() -> BTreeMap<String, Profile> {
         shell(
             vec!["/bin/sh"],
             Mode::Pipe,
-            "a POSIX shell on pipes: run command lines in it with terminal_exec",
+            "POSIX shell on pipes, for terminal_exec",
         ),
     );
     if let Some(bash) = ["/bin/bash", "/usr/bin/bash"]
@@ -120,7 +120,7 @@ pub fn shell_profiles() -> BTreeMap<String, Profile> {
             shell(
                 vec![bash, "--noprofile", "--norc", "-i"],
                 Mode::Pty,
-                "an interactive bash on a terminal: run command lines in it with terminal_exec",
+                "interactive bash on a terminal, for terminal_exec",
             ),
         );
     }
