@@ -192,7 +192,8 @@ pub fn probe_line(nonce: &str) -> String {
 /// would leave 0, so a function (`__mt_v`) returns it just before the `eval` (and again
 /// after `set -x` inside it when traced), as the first command of an `&&` list (a failure
 /// there neither ends a shell under `set -e` nor runs an `ERR` trap) whose second, run when
-/// it is 0, returns 0 too: the last argument of either is empty, and so is `$_`.
+/// it is 0, returns 0 too: the last argument of either is empty, and so is `$_`. When that
+/// status is 0 (most often) the wrapper's own commands left it so already: no call.
 ///
 /// Under `set -e`, a command line whose last list fails where `set -e` lets it (`[ -f x ]
 /// && make`) leaves the shell running when the shell reads it itself, but `eval` of it
@@ -232,7 +233,8 @@ pub fn pipe_wrapper(command: &str, nonce: &str, prepare: bool) -> String {
          case $- in *e*) __mt_t='
 
 {{ __mt_e=$?; }} 2>/dev/null';; *) __mt_t=;; esac; \
-         __mt_v ${{__mt_s:-0}} '' 2>/dev/null && __mt_v 0 ''; for __mt_l in 1; do command eval \"${{__mt_x:+$__mt_y
+         case ${{__mt_s:-0}} in 0) ;; *) __mt_v $__mt_s '' 2>/dev/null && __mt_v 0 '';; esac; \
+         for __mt_l in 1; do command eval \"${{__mt_x:+$__mt_y
 }}{}$__mt_t\" \
          </dev/null {STDERR_COPY_FD}>&- {STDOUT_COPY_FD}>&- {MARKS_FD}>&-; \
          {{ __mt_s=${{__mt_e:-$?}} __mt_l=; }} 2>/dev/null; done; \
