@@ -356,6 +356,13 @@ impl PtyMaster {
         })
     }
 
+    /// Whether the terminal hands its reader whole lines (`icanon`), as for a shell without
+    /// a line editor; readline turns that off while it reads.
+    pub fn reads_whole_lines(&self) -> bool {
+        use nix::sys::termios::{LocalFlags, tcgetattr};
+        tcgetattr(self.fd.get_ref()).is_ok_and(|t| t.local_flags.contains(LocalFlags::ICANON))
+    }
+
     /// Whether the terminal echoes what is typed.
     pub fn echoes(&self) -> bool {
         use nix::sys::termios::{LocalFlags, tcgetattr};

@@ -253,6 +253,18 @@ pub fn reads_blocks(pid: i32, input: &InputFile) -> bool {
         && procfs::descriptor(pid, args[0]).is_some_and(|link| input.is(&link))
 }
 
+/// Whether process `pid` (of one thread) is blocked waiting to read `input`, in a read or
+/// in a poll or select that waits for it (readline waits in `pselect6`).
+pub fn waits_to_read(pid: i32, input: &InputFile) -> bool {
+    let Some(Blocked::Call(call)) = fs::read_to_string(format!("/proc/{pid}/syscall"))
+        .ok()
+        .and_then(|text| blocked_on(&text))
+    else {
+        return false;
+    };
+    reads(pid, &call, input) == Some(true)
+}
+
 /// Whether `call` of `pid` waits to read `input`; `None` when its wait set cannot be read.
 fn reads(pid: i32, call: &Call, input: &InputFile) -> Option<bool> {
     let is_input = |fd: u64| procfs::descriptor(pid, fd).is_some_and(|link| input.is(&link));

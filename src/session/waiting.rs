@@ -15,7 +15,9 @@ use super::Session;
 use crate::config::Mode;
 use crate::limits::AWAIT_QUIET;
 use crate::output::Stream;
-use crate::process::waiting::{InputFile, awaiting, group_members, reading, reads_blocks};
+use crate::process::waiting::{
+    InputFile, awaiting, group_members, reading, reads_blocks, waits_to_read,
+};
 use crate::process::{procfs, unread};
 
 /// The program in a session's foreground.
@@ -115,6 +117,14 @@ impl Session {
         self.input_file
             .as_ref()
             .is_some_and(|input| reads_blocks(self.shell_group(), input))
+    }
+
+    /// The shell itself waits to read its own input, the terminal, in any way (readline
+    /// waits in `pselect6`).
+    pub fn shell_waits_for_its_input(&self) -> bool {
+        self.input_file
+            .as_ref()
+            .is_some_and(|input| waits_to_read(self.shell_group(), input))
     }
 
     /// The program in the foreground.

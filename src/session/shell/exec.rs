@@ -315,12 +315,7 @@ impl Session {
             return Err(uncollected);
         }
         let typing = typing.unwrap_or(Typing::Wrapper);
-        // Between a command's end and its next prompt, readline has not set the terminal up
-        // for itself yet: a paste then would meet the line discipline's line limit.
-        self.wait_until(deadline, |s| {
-            s.status().is_final() || s.shell().is_none_or(|t| t.ready_to_type())
-        })
-        .await;
+        self.until_ready_to_type(deadline).await?;
         // A shell reading lines prints its prompt after the end mark (bash prints the mark
         // from its prompt hook, then its prompt): a command typed before would be echoed
         // before that prompt, which would land in its output. Typed once the shell reads.
@@ -401,6 +396,41 @@ impl Session {
             return Err(e);
         }
         Ok(seq)
+    }
+
+    /// Between a command's end and its next prompt, readline has not set the terminal up
+    /// for itself yet: a paste then would meet the line discipline's line limit. Readline
+    /// says it reads by switching bracketed paste on. One that no longer does (`TERM=dumb`
+    /// set since, its variable turned off) reads all the same once the shell is seen blocked
+    /// reading its terminal, everything printed before taken, with the line discipline's
+    /// line handling off (its paste key still works). A bash whose line editing was turned
+    /// off (`set +o emacs`) reads whole lines instead: a paste would run as garbled lines,
+    /// so it gets none.
+    async fn until_ready_to_type(&self, deadline: Instant) -> Result<(), ToolError> {
+        let ready =
+            |s: &State| s.status().is_final() || s.shell().is_none_or(|t| t.ready_to_type());
+        loop {
+            if self
+                .wait_until(deadline.min(Instant::now() + AWAIT_POLL), ready)
+                .await
+                || Instant::now() >= deadline
+            {
+                return Ok(());
+            }
+            if !self.shell_waits_for_its_input() {
+                continue;
+            }
+            self.drain_reader(Stream::Stdout).await;
+            if self.inspect(ready) || self.terminal().is_none_or(|t| !t.reads_whole_lines()) {
+                return Ok(());
+            }
+            return Err(ToolError::new(
+                ErrorCode::SessionBusy,
+                "this bash no longer edits its command line (`set +o emacs` turned readline \
+                 off), so commands cannot be typed into it: terminate the session and start a \
+                 new shell",
+            ));
+        }
     }
 
     fn partial_line(&self) -> bool {
