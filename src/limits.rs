@@ -258,3 +258,8 @@ pub const WEB_LISTEN_TRIES: u16 = 20;
 
 /// Recordings played in the live view at once (each holds its parsed file and an emulator).
 pub const WEB_MAX_PLAYERS: usize = 4;
+
+/// How much output before a page read with `strip_ansi` is parsed first, in code points,
+/// so a page that begins inside an escape sequence (a title or hyperlink longer than the
+/// page before it) strips the rest of it: longer than any sequence a program sends.
+pub const STRIP_CONTEXT_CHARS: u64 = 1024;

@@ -172,6 +172,63 @@ impl AnsiStripper {
     }
 }
 
+/// Notes whether a sequence fed to it ended: dispatched, printed after, or cancelled.
+#[derive(Default)]
+struct Ended(bool);
+
+impl vte::Perform for Ended {
+    fn print(&mut self, _: char) {
+        self.0 = true;
+    }
+
+    fn execute(&mut self, byte: u8) {
+        // CAN and SUB cancel a sequence; other controls act inside one, which goes on.
+        if byte == 0x18 || byte == 0x1a {
+            self.0 = true;
+        }
+    }
+
+    fn unhook(&mut self) {
+        self.0 = true;
+    }
+
+    fn osc_dispatch(&mut self, _: &[&[u8]], _: bool) {
+        self.0 = true;
+    }
+
+    fn csi_dispatch(&mut self, _: &vte::Params, _: &[u8], _: bool, _: char) {
+        self.0 = true;
+    }
+
+    fn esc_dispatch(&mut self, _: &[u8], _: bool, _: u8) {
+        self.0 = true;
+    }
+}
+
+/// Where the escape sequence that `pieces` (one stream's text, in order) end inside
+/// begins, as (piece, byte offset), if they end inside one: the last ESC, when what
+/// follows it to the end is no whole sequence (vte takes C1 controls as controls, never
+/// as the start of a sequence). A page cut there
+/// leaves the sequence whole for the next page to strip.
+pub fn unfinished_sequence(pieces: &[&str]) -> Option<(usize, usize)> {
+    let (piece, at) = pieces
+        .iter()
+        .enumerate()
+        .rev()
+        .find_map(|(i, text)| memchr::memrchr(0x1b, text.as_bytes()).map(|at| (i, at)))?;
+    let mut parser = vte::Parser::<0>::default();
+    let mut ended = Ended::default();
+    let mut utf8 = [0u8; 4];
+    let rest = std::iter::once(&pieces[piece][at..]).chain(pieces[piece + 1..].iter().copied());
+    for c in rest.flat_map(str::chars) {
+        parser.advance(&mut ended, c.encode_utf8(&mut utf8).as_bytes());
+        if ended.0 {
+            return None;
+        }
+    }
+    Some((piece, at))
+}
+
 /// A pair of strippers, one per output stream (their sequences interleave independently).
 pub fn stripper_pair() -> [AnsiStripper; 2] {
     [AnsiStripper::default(), AnsiStripper::default()]
@@ -181,7 +238,16 @@ pub fn stripper_pair() -> [AnsiStripper; 2] {
 /// sequence split by the other stream's output is still one sequence), dropping entries
 /// left empty.
 pub fn strip_entries(entries: &mut Vec<super::Entry>) {
+    strip_entries_after(&[], entries);
+}
+
+/// `strip_entries`, the parsers first fed `context`, the output right before `entries`: a
+/// page that begins inside a sequence is stripped as the whole output would be.
+pub fn strip_entries_after(context: &[super::Entry], entries: &mut Vec<super::Entry>) {
     let mut strippers = stripper_pair();
+    for e in context {
+        strippers[e.stream as usize].runs(&e.text, |_| {});
+    }
     entries.retain_mut(|e| {
         let stripper = &mut strippers[e.stream as usize];
         let (mut kept, mut whole) = (String::new(), false);
@@ -202,6 +268,28 @@ pub fn strip_entries(entries: &mut Vec<super::Entry>) {
 #[cfg(test)]
 mod tests {
     use proptest::prelude::*;
+
+    use super::unfinished_sequence;
+
+    #[test]
+    fn finds_where_an_unfinished_sequence_begins() {
+        let cases: &[(&[&str], Option<(usize, usize)>)] = &[
+            (&["plain text"], None),
+            (&["a\x1b[31mb"], None),
+            (&["a\x1b[31"], Some((0, 1))),
+            (&["ab\x1b]0;title"], Some((0, 2))),
+            (&["x\x1b]0;t\x07y"], None),
+            (&["x\x1b]0;t\x1b\\"], None),
+            (&["\x1b[1", "2;3"], Some((0, 0))),
+            (&["\x1b[1", "2m"], None),
+            (&["a", "\u{9b}3"], None),
+            (&["\x1b[1\x18x"], None),
+            (&["é\x1bP1;2"], Some((0, 2))),
+        ];
+        for (pieces, expected) in cases {
+            assert_eq!(unfinished_sequence(pieces), *expected, "{pieces:?}");
+        }
+    }
 
     use super::AnsiStripper;
 

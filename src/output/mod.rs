@@ -15,7 +15,9 @@ mod shape;
 mod styled;
 mod tail;
 
-pub use ansi::{AnsiStripper, strip_entries, stripper_pair};
+pub use ansi::{
+    AnsiStripper, strip_entries, strip_entries_after, stripper_pair, unfinished_sequence,
+};
 pub use buffer::{Entry, OutputBuffer, Page, ReadError, Stream, before_char, count_chars};
 pub use decoder::Utf8Decoder;
 pub use headtail::{HeadTail, Kept, Omitted, piece_bytes};

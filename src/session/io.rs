@@ -8,8 +8,11 @@ use tokio::time::Instant;
 use super::Session;
 use super::state::Status;
 use crate::errors::{ErrorCode, ToolError};
-use crate::limits::{PAGE_MAX_ENTRIES, SEARCH_STEP_BYTES};
-use crate::output::{Entry, ReadError, StrippedTailSearch, TailSearch, strip_entries};
+use crate::limits::{PAGE_MAX_ENTRIES, SEARCH_STEP_BYTES, STRIP_CONTEXT_CHARS};
+use crate::output::{
+    Entry, ReadError, Stream, StrippedTailSearch, TailSearch, before_char, count_chars,
+    strip_entries_after, unfinished_sequence,
+};
 
 #[derive(Debug, Serialize)]
 pub struct ReadResult {
@@ -49,6 +52,7 @@ impl Session {
                 .await;
         }
         let start = self.read_start(from, strip).await;
+        let mut context = Vec::new();
         let mut result = self.inspect(|s| {
             // A tail start evicted since it was found: the lines still retained.
             let output = s.output();
@@ -59,6 +63,21 @@ impl Session {
             let page = output
                 .read(cursor, max_bytes, PAGE_MAX_ENTRIES)
                 .map_err(|e| read_error(e, cursor, output.end()))?;
+            // What comes right before the page, for a sequence the page begins inside.
+            let from = cursor
+                .saturating_sub(STRIP_CONTEXT_CHARS)
+                .max(output.base());
+            if strip && from < cursor {
+                let chars = usize::try_from(cursor - from).unwrap_or(usize::MAX);
+                if let Ok(before) = output.read(from, chars.saturating_mul(4), PAGE_MAX_ENTRIES) {
+                    context = before.entries;
+                    context.retain_mut(|e| {
+                        let keep = before_char(&e.text, cursor.saturating_sub(e.cursor)).len();
+                        e.text.truncate(keep);
+                        e.cursor < cursor
+                    });
+                }
+            }
             let snapshot = s.settled_flags();
             Ok::<_, ToolError>(ReadResult {
                 records: page.entries,
@@ -71,12 +90,52 @@ impl Session {
                 output_incomplete: snapshot.1,
             })
         })?;
+        if strip {
+            end_before_unfinished_sequence(&mut result);
+        }
         self.acknowledge(result.next_cursor);
         if strip {
-            strip_entries(&mut result.records);
+            strip_entries_after(&context, &mut result.records);
         }
         Ok(result)
     }
+}
+
+/// A page to be stripped that ends inside an escape sequence (cut by `max_bytes`, or by
+/// the output so far) ends before the sequence instead, unless the sequence begins the
+/// page: the next page, from there, strips it whole, where the rest of it would have
+/// shown as text.
+fn end_before_unfinished_sequence(result: &mut ReadResult) {
+    let Some(first) = result.records.first().map(|e| e.cursor) else {
+        return;
+    };
+    let mut cut: Option<u64> = None;
+    for stream in [Stream::Stdout, Stream::Stderr] {
+        let entries: Vec<&Entry> = result
+            .records
+            .iter()
+            .filter(|e| e.stream == stream)
+            .collect();
+        let texts: Vec<&str> = entries.iter().map(|e| e.text.as_str()).collect();
+        if let Some((i, at)) = unfinished_sequence(&texts) {
+            let entry = entries[i];
+            let at = entry.cursor + count_chars(&entry.text.as_bytes()[..at]);
+            cut = Some(cut.map_or(at, |cut| cut.min(at)));
+        }
+    }
+    let Some(cut) = cut.filter(|cut| *cut > first) else {
+        return;
+    };
+    result.records.retain_mut(|e| {
+        if e.cursor >= cut {
+            return false;
+        }
+        let keep = before_char(&e.text, cut - e.cursor).len();
+        e.text.truncate(keep);
+        true
+    });
+    result.next_cursor = cut;
+    result.has_more = true;
 }
 
 impl Session {
