@@ -273,7 +273,8 @@ mod tests {
 
     #[test]
     fn finds_where_an_unfinished_sequence_begins() {
-        let cases: &[(&[&str], Option<(usize, usize)>)] = &[
+        type Case<'a> = (&'a [&'a str], Option<(usize, usize)>);
+        let cases: &[Case] = &[
             (&["plain text"], None),
             (&["a\x1b[31mb"], None),
             (&["a\x1b[31"], Some((0, 1))),
