@@ -21,7 +21,7 @@ pub use ansi::{
 pub use buffer::{Entry, OutputBuffer, Page, ReadError, Stream, before_char, count_chars};
 pub use decoder::Utf8Decoder;
 pub use headtail::{HeadTail, Kept, Omitted, piece_bytes};
-pub use redact::Redactor;
+pub use redact::{Flush, Redactor};
 pub use screen::{Screen, ScreenView};
 pub use search::{Leftmost, Search};
 pub use shape::{Shape, Shaper};

@@ -16,10 +16,25 @@
 //! longest value has less one (so a value that begins in the part released ends in the
 //! text seen, and is replaced whole): that rule too looks only at sizes, and a value cut
 //! by it cannot escape.
+//!
+//! A partial line released before its end (it waited too long, or a shell's mark came
+//! after it) may end with the beginning of a value: the end of what was released is kept,
+//! and when the rest of the value follows it is replaced by the value's marker. No value
+//! is ever whole in the output, whenever its pieces came; what may show is a beginning of
+//! one, never more (and only when its pieces came further apart than the hold allows).
 
 use aho_corasick::{AhoCorasick, MatchKind};
 
 use crate::limits::REDACT_HOLD_MAX_BYTES;
+
+/// How much of what is held back to release.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Flush {
+    No,
+    /// All but what may begin a value (`Redactor::release_all_but_tail`).
+    AllButTail,
+    All,
+}
 
 pub struct Redactor {
     automaton: AhoCorasick,
@@ -36,6 +51,11 @@ pub struct Redactor {
     /// Text of a partial line was released (at its newline or by the bound) since
     /// `take_released` was last asked: what is held now began then.
     released: bool,
+    /// The end of the line released so far, when it did not end (released by `flush` or
+    /// the bound), at most the longest value less one byte: a value that began in it and
+    /// ends in what comes next has its rest replaced by its marker, so no value is ever
+    /// whole in the output, however its pieces were timed.
+    carry: String,
 }
 
 impl Redactor {
@@ -60,6 +80,7 @@ impl Redactor {
             hold_max: REDACT_HOLD_MAX_BYTES,
             longest: secrets.iter().map(|(_, value)| value.len()).max()?,
             released: false,
+            carry: String::new(),
         })
     }
 
@@ -108,11 +129,31 @@ impl Redactor {
         };
         if let Some(newline) = line_end {
             let decided = self.pending.len() - (text.len() - newline - 1);
-            self.replace(&self.pending[..decided], out);
+            let pending = std::mem::take(&mut self.pending);
+            self.emit(&pending[..decided], out);
+            self.pending = pending;
             self.pending.drain(..decided);
             self.released = true;
         }
         if self.pending.len() > self.hold_max {
+            self.release_to_tail(out);
+        }
+    }
+
+    /// Release held text as `flush` says.
+    pub fn release(&mut self, flush: Flush, out: &mut String) {
+        match flush {
+            Flush::No => {}
+            Flush::AllButTail => self.release_all_but_tail(out),
+            Flush::All => self.flush(out),
+        }
+    }
+
+    /// The partial line was held as long as a hold lasts, while more of it kept coming:
+    /// release it but for what may begin a value (its last bytes, by size alone), which
+    /// is held on, so a value whose pieces straddle that moment is still replaced whole.
+    pub fn release_all_but_tail(&mut self, out: &mut String) {
+        if self.pending.len() >= self.longest {
             self.release_to_tail(out);
         }
     }
@@ -126,25 +167,88 @@ impl Redactor {
         while !self.pending.is_char_boundary(cut) {
             cut -= 1;
         }
-        let mut at = 0;
-        for found in self.automaton.find_iter(&self.pending) {
-            if found.start() >= cut {
+        let from = out.len();
+        let skip = self.rest_of_carried(&self.pending, out);
+        let mut at = skip;
+        for found in self.automaton.find_iter(&self.pending[skip..]) {
+            let (start, end) = (skip + found.start(), skip + found.end());
+            if start >= cut {
                 break;
             }
-            out.push_str(&self.pending[at..found.start()]);
+            out.push_str(&self.pending[at..start]);
             out.push_str(&self.markers[found.pattern().as_usize()]);
-            at = found.end();
+            at = end;
         }
         let end = cut.max(at);
         out.push_str(&self.pending[at..end]);
         self.pending.drain(..end);
         self.released = true;
+        self.carry_on(from, out);
     }
 
     /// Give up waiting: release the partial line, with the whole values in it replaced.
     pub fn flush(&mut self, out: &mut String) {
         let pending = std::mem::take(&mut self.pending);
-        self.replace(&pending, out);
+        self.emit(&pending, out);
+    }
+
+    /// Release `text`, what follows the output released so far: a value begun in the
+    /// carried end of that output and ending in `text` has its rest replaced by its
+    /// marker, then every value in the rest of `text` is.
+    fn emit(&mut self, text: &str, out: &mut String) {
+        let from = out.len();
+        let skip = self.rest_of_carried(text, out);
+        self.replace(&text[skip..], out);
+        self.carry_on(from, out);
+    }
+
+    /// Where `text` goes on after the rest of a value begun in the carried output (its
+    /// marker then written to `out`); 0 when none ends in it.
+    fn rest_of_carried(&self, text: &str, out: &mut String) -> usize {
+        if self.carry.is_empty() || text.is_empty() {
+            return 0;
+        }
+        // The rest of a value is shorter than the value.
+        let mut head = text.len().min(self.longest);
+        while !text.is_char_boundary(head) {
+            head -= 1;
+        }
+        let joined = format!("{}{}", self.carry, &text[..head]);
+        let carried = self.carry.len();
+        let crossing = self
+            .automaton
+            .find_iter(&joined)
+            .find(|found| found.end() > carried)
+            .filter(|found| found.start() < carried);
+        match crossing {
+            Some(found) => {
+                out.push_str(&self.markers[found.pattern().as_usize()]);
+                found.end() - carried
+            }
+            None => 0,
+        }
+    }
+
+    /// `out[from..]` was just released: the carried end of the line goes on with it, or
+    /// starts again after a line's end in it.
+    fn carry_on(&mut self, from: usize, out: &str) {
+        let released = &out[from..];
+        let ends = |c: char| c == '\n' || (self.cr_ends_lines && c == '\r');
+        match released.rfind(ends) {
+            Some(end) => {
+                self.carry.clear();
+                self.carry.push_str(&released[end + 1..]);
+            }
+            None => self.carry.push_str(released),
+        }
+        let max = self.longest - 1;
+        if self.carry.len() > max {
+            let mut cut = self.carry.len() - max;
+            while !self.carry.is_char_boundary(cut) {
+                cut += 1;
+            }
+            self.carry.drain(..cut);
+        }
     }
 
     /// Append `text` to `out` with every value replaced by its marker.
@@ -291,6 +395,22 @@ mod tests {
     }
 
     #[test]
+    fn a_hold_that_ran_out_while_the_line_streams_keeps_what_may_begin_a_value() {
+        let s = secrets(&["hunter2hunter2"]);
+        let mut r = Redactor::new(&s).unwrap();
+        let mut out = String::new();
+        r.push("...", &mut out);
+        r.release(Flush::AllButTail, &mut out);
+        assert_eq!(out, "", "shorter than a value: all held on");
+        r.push("......hunter2", &mut out);
+        r.release(Flush::AllButTail, &mut out);
+        assert_eq!(out, "...", "the last 13 bytes are held on, whatever they are");
+        assert!(r.holding());
+        r.push("hunter2\n", &mut out);
+        assert_eq!(out, ".........[secret:S0]\n");
+    }
+
+    #[test]
     fn overlapping_values_follow_leftmost_longest() {
         let s = secrets(&["abcd", "cdef", "ab"]);
         assert_eq!(streamed(&s, &["xabcdefx"]), "x[secret:S0]efx");
@@ -308,9 +428,32 @@ mod tests {
         assert_eq!(out, "abc secret");
         r.push("value\n", &mut out);
         assert_eq!(
-            out, "abc secretvalue\n",
-            "a value cut by a flush is not matched"
+            out, "abc secret[secret:S0]\n",
+            "the rest of a value cut by a flush is replaced: the value is never whole"
         );
+        // Cut anywhere, by any number of flushes, and beside other text.
+        let s = secrets(&["hunter2hunter2"]);
+        for cut in 1..14 {
+            let value = "hunter2hunter2";
+            let mut r = Redactor::new(&s).unwrap();
+            let mut out = String::new();
+            r.push(&format!("....{}", &value[..cut]), &mut out);
+            r.flush(&mut out);
+            r.push(&value[cut..], &mut out);
+            r.flush(&mut out);
+            r.push(" hunter2 done\nhunter2", &mut out);
+            r.flush(&mut out);
+            r.push("hunter2\n", &mut out);
+            assert!(!out.contains(value), "{cut}: {out:?}");
+            assert_eq!(
+                out,
+                format!(
+                    "....{}[secret:S0] hunter2 done\nhunter2[secret:S0]\n",
+                    &value[..cut]
+                ),
+                "{cut}"
+            );
+        }
     }
 
     fn value_strategy() -> impl Strategy<Value = String> {
@@ -346,6 +489,17 @@ mod tests {
             // Also when partial lines outgrow a bound (here a small one).
             let got = streamed_within(&s, &pieces, hold_max);
             prop_assert_eq!(&got, &reference(&s, &text));
+            for v in &values {
+                prop_assert!(!got.contains(v.as_str()), "{got:?} contains {v:?}");
+            }
+            // Released after every piece (each came too late, or a mark came between):
+            // a value whose pieces were released apart is never whole in the output.
+            let mut r = Redactor::new(&s).unwrap();
+            let mut got = String::new();
+            for piece in &pieces {
+                r.push(piece, &mut got);
+                r.flush(&mut got);
+            }
             for v in &values {
                 prop_assert!(!got.contains(v.as_str()), "{got:?} contains {v:?}");
             }

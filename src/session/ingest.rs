@@ -6,7 +6,8 @@
 //! Held back, and released by one rule: what may still become a mark (an escape sequence cut
 //! by the end of a read) and, in a session whose profile allows secrets, the trailing
 //! partial line. Either is released when more output decides it, when no more came for
-//! `REDACT_HOLD_QUIET`, or `REDACT_HOLD_MAX` after the hold began. While a terminal shell's
+//! `REDACT_HOLD_QUIET`, or `REDACT_HOLD_MAX` after the hold began (the redactor then keeps
+//! what may begin a value, by its size alone, for a new hold, when more keeps coming). While a terminal shell's
 //! integration is being installed, its output is held and then dropped (the shell's start,
 //! with the installing line, is not shown), or released if the integration does not answer
 //! in time.
@@ -36,7 +37,7 @@ use super::shell::scan::{Mark, Piece, Scanner};
 use super::shell::{CaptureChange, Typing};
 use super::{Session, sleep_until};
 use crate::limits::{INSTALL_HELD_MAX_BYTES, READ_CHUNK_BYTES, REDACT_HOLD_MAX, REDACT_HOLD_QUIET};
-use crate::output::{Redactor, Stream, Utf8Decoder};
+use crate::output::{Flush, Redactor, Stream, Utf8Decoder};
 use crate::process::{PtyMaster, unread};
 
 /// Where a reader reads from.
@@ -308,7 +309,7 @@ impl Reader {
         self.idle.store(false, Ordering::SeqCst);
         let mut decoded = String::new();
         self.decoder.finish(&mut decoded);
-        if self.process(&decoded, true).await {
+        if self.process(&decoded, Flush::All).await {
             self.give_up_install().await;
             self.session.captures().end(self.stream);
             self.session.update(|s| s.reader_ended());
@@ -328,7 +329,7 @@ impl Reader {
     async fn take(&mut self, bytes: &[u8]) -> bool {
         let mut decoded = String::new();
         self.decoder.push(bytes, &mut decoded);
-        let live = self.process(&decoded, false).await;
+        let live = self.process(&decoded, Flush::No).await;
         let holding = self.scanner.as_ref().is_some_and(Scanner::holding)
             || self.redactor.as_ref().is_some_and(Redactor::holding);
         let now = Instant::now();
@@ -344,10 +345,26 @@ impl Reader {
         live
     }
 
-    /// Nothing decided the held-back text in time: it is output as it is.
+    /// Nothing decided the held-back text in time: it is output as it is. When the hold's
+    /// whole time ran out while more of the line kept coming, the redactor keeps the end
+    /// that may begin a value (by its size alone) for a new hold.
     async fn release(&mut self) -> bool {
-        self.held = None;
-        let live = self.process("", true).await;
+        let now = Instant::now();
+        let streaming = self
+            .held
+            .take()
+            .filter(|(_, last)| now < *last + REDACT_HOLD_QUIET)
+            .map(|(_, last)| last);
+        let live = match streaming {
+            Some(last) if self.redactor.is_some() => {
+                let live = self.process("", Flush::AllButTail).await;
+                if self.redactor.as_ref().is_some_and(Redactor::holding) {
+                    self.held = Some((now, last));
+                }
+                live
+            }
+            _ => self.process("", Flush::All).await,
+        };
         if self
             .installing
             .as_ref()
@@ -358,14 +375,14 @@ impl Reader {
         live
     }
 
-    /// Take out the marks, redact, deliver; with `flush`, nothing stays held back.
-    async fn process(&mut self, text: &str, flush: bool) -> bool {
+    /// Take out the marks, redact, deliver; with `Flush::All`, nothing stays held back.
+    async fn process(&mut self, text: &str, flush: Flush) -> bool {
         let mut out = String::new();
         if self.scanner.is_none() {
             let text = self.redacted(text, flush, &mut out);
             return self.deliver(text).await;
         }
-        for piece in self.pieces(text, flush) {
+        for piece in self.pieces(text, flush != Flush::No) {
             match piece {
                 Owned::Text(t) => {
                     if let Some(r) = self.redactor.as_mut() {
@@ -387,8 +404,8 @@ impl Reader {
                 }
             }
         }
-        if flush && let Some(r) = self.redactor.as_mut() {
-            r.flush(&mut out);
+        if let Some(r) = self.redactor.as_mut() {
+            r.release(flush, &mut out);
         }
         self.deliver(&out).await
     }
@@ -438,13 +455,11 @@ impl Reader {
     }
 
     /// `text` redacted (into `out`), or `text` itself when there is nothing to redact.
-    fn redacted<'a>(&mut self, text: &'a str, flush: bool, out: &'a mut String) -> &'a str {
+    fn redacted<'a>(&mut self, text: &'a str, flush: Flush, out: &'a mut String) -> &'a str {
         match self.redactor.as_mut() {
             Some(r) => {
                 r.push(text, out);
-                if flush {
-                    r.flush(out);
-                }
+                r.release(flush, out);
                 out
             }
             None => text,
@@ -507,12 +522,12 @@ impl Reader {
             }
         }
         self.held = None;
-        if !self.process("", true).await {
+        if !self.process("", Flush::All).await {
             return false;
         }
         if let Some(echo) = inject {
             let mut out = String::new();
-            let echo = self.redacted(&echo, true, &mut out).to_owned();
+            let echo = self.redacted(&echo, Flush::All, &mut out).to_owned();
             if !self.deliver(&echo).await {
                 return false;
             }
