@@ -387,6 +387,9 @@ async fn foreign_origins_and_hosts_are_refused_with_403() {
         assert_eq!(response.unwrap().status(), StatusCode::FORBIDDEN, "{host}");
     }
     let remote = Server::start(&["--listen", "127.0.0.1:0", "--allow-remote"], LOG);
+    // Said at start: the rebinding check is off, on a loopback address too.
+    let warning = remote.stderr.line("mcp-terminal: warning: --allow-remote");
+    assert!(warning.contains("any Host header is accepted"), "{warning}");
     let response = remote
         .authed(&initialize(1))
         .header("Host", "evil.example")

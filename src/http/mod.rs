@@ -88,6 +88,14 @@ fn listen_address(listen: &str, allow_remote: bool) -> Result<SocketAddr, String
         .first()
         .ok_or_else(|| format!("--listen `{listen}` resolves to no address"))?;
     if addresses.iter().all(|a| a.ip().is_loopback()) {
+        if allow_remote {
+            // A reverse proxy or tunnel on this machine may forward its own Host.
+            eprintln!(
+                "mcp-terminal: warning: --allow-remote: any Host header is accepted, so the \
+                 check against DNS rebinding is off (the Origin check still holds); on a \
+                 loopback address it is only needed behind a proxy that forwards its own Host"
+            );
+        }
         return Ok(address);
     }
     if !allow_remote {

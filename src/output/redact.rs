@@ -404,7 +404,10 @@ mod tests {
         assert_eq!(out, "", "shorter than a value: all held on");
         r.push("......hunter2", &mut out);
         r.release(Flush::AllButTail, &mut out);
-        assert_eq!(out, "...", "the last 13 bytes are held on, whatever they are");
+        assert_eq!(
+            out, "...",
+            "the last 13 bytes are held on, whatever they are"
+        );
         assert!(r.holding());
         r.push("hunter2\n", &mut out);
         assert_eq!(out, ".........[secret:S0]\n");
