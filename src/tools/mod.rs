@@ -133,6 +133,8 @@ impl TerminalServer {
             command_id,
             outcome: match outcome {
                 Ok(_) => "ok".to_owned(),
+                // Given up because the client cancelled the request: no fault of anyone's.
+                Err(_) if context.ct.is_cancelled() => "cancelled".to_owned(),
                 Err(e) => e.code.as_str().to_owned(),
             },
             duration,
