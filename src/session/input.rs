@@ -200,6 +200,26 @@ impl Session {
         cancel: &CancellationToken,
     ) -> Result<(usize, bool), ToolError> {
         self.check_writable()?;
+        // A shell on pipes between commands, nothing written to it since the last (which
+        // could have started a program that reads, or the shell's own `read`), reads its
+        // input for its next command line: it would run the value.
+        if self.mode == Mode::Pipe
+            && self.inspect(|s| {
+                s.shell()
+                    .is_some_and(|t| t.busy().is_none() && !t.written_since_submit())
+            })
+            && self.shell_waits_for_its_input()
+        {
+            return Err(ToolError::new(
+                ErrorCode::SecretNotAllowed,
+                format!(
+                    "the secret `{name}` would be read by the shell itself as a command line \
+                     (between commands, it reads its own input); nothing was written. Start \
+                     the program that asks for it with terminal_write, wait until it asks \
+                     (terminal_wait with `until_input: true`), then write the secret"
+                ),
+            ));
+        }
         // On a terminal the value must reach the program whole: a line the kernel cut
         // would be text no redaction knows (see `PtyMaster::whole_line`).
         let line = match (self.mode, self.terminal()) {
