@@ -352,7 +352,9 @@ impl Sessions {
                 ErrorCode::RecordLimit,
                 format!(
                     "{} sessions are retained, the owner's limit (max_records); finished \
-                     sessions stay readable for {} s after they end",
+                     sessions stay readable for {} s after they end: free a place now with \
+                     terminal_forget on an ended one you have read (terminal_list shows \
+                     them), or terminate a running one and forget it",
                     retained.len(),
                     self.config.limits.retention_seconds
                 ),
