@@ -11,7 +11,9 @@
 //! most `RECORDING_FLUSH_EVERY` after the first unflushed one and at the end, so a killed
 //! server leaves a valid file up to its last flush. A file is capped at
 //! `RECORDING_MAX_BYTES`: a `recording truncated` marker ends it and the session goes on
-//! unrecorded. A write failure is reported once on stderr and stops only the recording.
+//! unrecorded. A write failure (a full disk) is reported once on stderr and stops only the
+//! recording, whose file is cut back to its last whole line written (a file whose header
+//! could not be written is removed).
 
 use std::fs::File;
 use std::io::{BufWriter, Write};
@@ -49,12 +51,37 @@ struct Writer {
     /// `None` once the recording ended, was truncated or failed.
     out: Option<BufWriter<File>>,
     bytes: u64,
+    /// Bytes in the file at the last flush that succeeded: whole lines.
+    flushed: u64,
     dirty: bool,
 }
 
 /// The marker that ends a file at its cap; room for it is kept.
 const TRUNCATED: &str = "recording truncated";
 const MARKER_RESERVE: u64 = 64;
+
+/// Where the last whole line of `file` ends (after its newline), looking back from its end
+/// no further than `known`, a length that ends a line.
+fn last_line_end(file: &File, known: u64) -> u64 {
+    use std::os::unix::fs::FileExt;
+    let Ok(len) = file.metadata().map(|m| m.len()) else {
+        return known;
+    };
+    let mut end = len;
+    let mut chunk = vec![0u8; 64 * 1024];
+    while end > known {
+        let from = end.saturating_sub(chunk.len() as u64).max(known);
+        let part = &mut chunk[..(end - from) as usize];
+        if file.read_exact_at(part, from).is_err() {
+            return known;
+        }
+        if let Some(at) = memchr::memrchr(b'\n', part) {
+            return from + at as u64 + 1;
+        }
+        end = from;
+    }
+    known
+}
 
 /// `20261201T100708Z` from a time.
 fn compact_utc(t: SystemTime) -> String {
@@ -90,7 +117,9 @@ impl Recording {
         .to_string();
         // A new file only (O_EXCL never follows a symlink, and O_NOFOLLOW says so), mode
         // 0600 from its creation.
+        // Read too: after a failed write, the end of its last whole line is found.
         let opened = std::fs::OpenOptions::new()
+            .read(true)
             .write(true)
             .create_new(true)
             .custom_flags(libc::O_NOFOLLOW)
@@ -98,8 +127,13 @@ impl Recording {
             .open(&path)
             .and_then(|file| {
                 let mut out = BufWriter::new(file);
-                writeln!(out, "{line}")?;
-                out.flush()?;
+                let written = writeln!(out, "{line}").and_then(|()| out.flush());
+                if let Err(e) = written {
+                    // No file without its header (a full disk): none at all.
+                    drop(out.into_parts());
+                    let _ = std::fs::remove_file(&path);
+                    return Err(e);
+                }
                 Ok(out)
             });
         let out = match opened {
@@ -121,6 +155,7 @@ impl Recording {
             file: Mutex::new(Writer {
                 out: Some(out),
                 bytes,
+                flushed: bytes,
                 dirty: false,
             }),
             typed: Mutex::new(None),
@@ -176,8 +211,8 @@ impl Recording {
         self.release_input();
         self.event("m", marker);
         let mut w = self.lock();
-        if let Some(mut out) = w.out.take() {
-            self.finish(&mut out);
+        if let Some(out) = w.out.take() {
+            self.finish(out, w.flushed);
         }
     }
 
@@ -214,9 +249,9 @@ impl Recording {
             let marker = json!([seconds, "m", TRUNCATED]).to_string();
             let mut out = w.out.take().expect("checked above");
             if writeln!(out, "{marker}").is_ok() {
-                self.finish(&mut out);
+                self.finish(out, w.flushed);
             } else {
-                self.failed();
+                self.failed(out, w.flushed);
             }
             tracing::warn!(file = %self.path.display(), "recording reached {RECORDING_MAX_BYTES} bytes; the session goes on unrecorded");
             return;
@@ -226,9 +261,9 @@ impl Recording {
             .as_mut()
             .is_some_and(|out| writeln!(out, "{line}").is_ok());
         if !written {
-            w.out = None;
-            drop(guard);
-            self.failed();
+            if let Some(out) = w.out.take() {
+                self.failed(out, w.flushed);
+            }
             return;
         }
         w.bytes += line.len() as u64 + 1;
@@ -243,22 +278,31 @@ impl Recording {
     pub fn flush(&self) {
         let mut w = self.lock();
         w.dirty = false;
-        if let Some(out) = w.out.as_mut()
-            && out.flush().is_err()
-        {
-            w.out = None;
-            drop(w);
-            self.failed();
+        let flushed = w.out.as_mut().map(BufWriter::flush);
+        match flushed {
+            Some(Ok(())) => w.flushed = w.bytes,
+            Some(Err(_)) => {
+                if let Some(out) = w.out.take() {
+                    self.failed(out, w.flushed);
+                }
+            }
+            None => {}
         }
     }
 
-    fn finish(&self, out: &mut BufWriter<File>) {
-        if out.flush().is_err() {
-            self.failed();
+    /// Write out what is buffered and close the file.
+    fn finish(&self, out: BufWriter<File>, flushed: u64) {
+        if let Err(e) = out.into_inner() {
+            self.failed(e.into_inner(), flushed);
         }
     }
 
-    fn failed(&self) {
+    /// A write failed (a full disk): the file is cut back to the end of its last whole
+    /// line (at least what the last flush wrote), so it stays a valid recording up to
+    /// there, and nothing more is written.
+    fn failed(&self, out: BufWriter<File>, flushed: u64) {
+        let (file, _unwritten) = out.into_parts();
+        let _ = file.set_len(last_line_end(&file, flushed));
         tracing::warn!(file = %self.path.display(), "writing the recording failed; it stops here and the session goes on");
     }
 
@@ -272,6 +316,23 @@ impl Recording {
 mod tests {
     use super::*;
     use std::os::unix::fs::PermissionsExt;
+
+    #[test]
+    fn a_failed_write_is_cut_back_to_the_last_whole_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("x.cast");
+        std::fs::write(&path, "{\"version\":2}\n[0.1,\"o\",\"a\"]\n[0.2,\"o\",\"b").unwrap();
+        let file = File::open(&path).unwrap();
+        assert_eq!(last_line_end(&file, 14), 28);
+        assert_eq!(last_line_end(&file, 28), 28);
+        std::fs::write(&path, "{\"version\":2}\n[0.1,\"o\",\"a").unwrap();
+        let file = File::open(&path).unwrap();
+        assert_eq!(
+            last_line_end(&file, 14),
+            14,
+            "no whole line after the header"
+        );
+    }
 
     fn header<'a>(argv: &'a [String], created_at: SystemTime) -> Header<'a> {
         Header {
