@@ -254,7 +254,7 @@ pub fn reads_blocks(pid: i32, input: &InputFile) -> bool {
 }
 
 /// Whether process `pid` (of one thread) is blocked waiting to read `input`, in a read or
-/// in a poll or select that waits for it (readline waits in `pselect6`).
+/// in a poll or select that waits for it.
 pub fn waits_to_read(pid: i32, input: &InputFile) -> bool {
     let Some(Blocked::Call(call)) = fs::read_to_string(format!("/proc/{pid}/syscall"))
         .ok()
@@ -263,6 +263,34 @@ pub fn waits_to_read(pid: i32, input: &InputFile) -> bool {
         return false;
     };
     reads(pid, &call, input) == Some(true)
+}
+
+/// Whether process `pid` (of one thread) waits for a key on `input` as a line editor does:
+/// in a `select` or `pselect6` on it without a timeout (readline waits so; bash's `read`
+/// builtin reads, or selects with a timeout under `-t`).
+pub fn waits_for_a_key(pid: i32, input: &InputFile) -> bool {
+    let Ok(text) = fs::read_to_string(format!("/proc/{pid}/syscall")) else {
+        return false;
+    };
+    let fields: Vec<&str> = text.split_whitespace().collect();
+    let number = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|f| u64::from_str_radix(f.trim_start_matches("0x"), 16).ok())
+    };
+    let Some(nr) = fields.first().and_then(|f| f.parse::<i64>().ok()) else {
+        return false;
+    };
+    let (Some(a0), Some(a1), Some(a2), Some(timeout)) =
+        (number(1), number(2), number(3), number(5))
+    else {
+        return false;
+    };
+    let call = Call {
+        nr,
+        args: [a0, a1, a2],
+    };
+    SELECTS.contains(&nr) && timeout == 0 && reads(pid, &call, input) == Some(true)
 }
 
 /// Whether `call` of `pid` waits to read `input`; `None` when its wait set cannot be read.

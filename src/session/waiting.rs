@@ -16,7 +16,7 @@ use crate::config::Mode;
 use crate::limits::AWAIT_QUIET;
 use crate::output::Stream;
 use crate::process::waiting::{
-    InputFile, awaiting, group_members, reading, reads_blocks, waits_to_read,
+    InputFile, awaiting, group_members, reading, reads_blocks, waits_for_a_key, waits_to_read,
 };
 use crate::process::{procfs, unread};
 
@@ -119,12 +119,19 @@ impl Session {
             .is_some_and(|input| reads_blocks(self.shell_group(), input))
     }
 
-    /// The shell itself waits to read its own input, the terminal, in any way (readline
-    /// waits in `pselect6`).
+    /// The shell itself waits to read its own input, in any way.
     pub fn shell_waits_for_its_input(&self) -> bool {
         self.input_file
             .as_ref()
             .is_some_and(|input| waits_to_read(self.shell_group(), input))
+    }
+
+    /// The shell itself waits for a key on its terminal as readline does (in `pselect6`
+    /// without a timeout).
+    pub fn shell_waits_for_a_key(&self) -> bool {
+        self.input_file
+            .as_ref()
+            .is_some_and(|input| waits_for_a_key(self.shell_group(), input))
     }
 
     /// The program in the foreground.

@@ -131,10 +131,11 @@ impl TerminalServer {
             tool: tool.to_owned(),
             session_id,
             command_id,
+            // The client cancelled the request: its answer went nowhere (a wait given up, a
+            // command interrupted, a run terminated), and no fault of anyone's.
             outcome: match outcome {
+                _ if context.ct.is_cancelled() => "cancelled".to_owned(),
                 Ok(_) => "ok".to_owned(),
-                // Given up because the client cancelled the request: no fault of anyone's.
-                Err(_) if context.ct.is_cancelled() => "cancelled".to_owned(),
                 Err(e) => e.code.as_str().to_owned(),
             },
             duration,

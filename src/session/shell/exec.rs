@@ -399,37 +399,47 @@ impl Session {
     }
 
     /// Between a command's end and its next prompt, readline has not set the terminal up
-    /// for itself yet: a paste then would meet the line discipline's line limit. Readline
-    /// says it reads by switching bracketed paste on. One that no longer does (`TERM=dumb`
-    /// set since, its variable turned off) reads all the same once the shell is seen blocked
-    /// reading its terminal, everything printed before taken, with the line discipline's
-    /// line handling off (its paste key still works). A bash whose line editing was turned
-    /// off (`set +o emacs`) reads whole lines instead: a paste would run as garbled lines,
-    /// so it gets none.
+    /// for itself yet: a paste then would meet the line discipline's line limit, and a
+    /// program of the prompt hook that reads the terminal would take it. Readline says it
+    /// reads by switching bracketed paste on. One that no longer does (`TERM=dumb` set
+    /// since, its variable turned off) is seen waiting for a key as readline waits (in
+    /// `pselect6` without a timeout, where bash's `read` builtin reads, or selects with its
+    /// `-t`), with the line discipline's line handling off, everything printed before
+    /// taken: its paste key still works. Nothing is typed into a shell that does not come
+    /// to that within the call's time (a hook still running, line editing turned off with
+    /// `set +o emacs`, where a paste would run as garbled lines).
     async fn until_ready_to_type(&self, deadline: Instant) -> Result<(), ToolError> {
         let ready =
             |s: &State| s.status().is_final() || s.shell().is_none_or(|t| t.ready_to_type());
+        let began = Instant::now();
         loop {
             if self
                 .wait_until(deadline.min(Instant::now() + AWAIT_POLL), ready)
                 .await
-                || Instant::now() >= deadline
             {
                 return Ok(());
             }
-            if !self.shell_waits_for_its_input() {
+            if Instant::now() >= deadline {
+                return Err(ToolError::new(
+                    ErrorCode::SessionBusy,
+                    format!(
+                        "the shell did not come back to reading commands with its line editor \
+                         within this call's {} ms, so the command was not typed: its prompt \
+                         command may still be running or waiting (see terminal_screen), or \
+                         line editing was turned off (`set +o emacs`), which commands cannot \
+                         be typed into. Try again, or terminate the session and start a new \
+                         shell",
+                        (deadline - began).as_millis()
+                    ),
+                ));
+            }
+            if !self.shell_waits_for_a_key() {
                 continue;
             }
             self.drain_reader(Stream::Stdout).await;
-            if self.inspect(ready) || self.terminal().is_none_or(|t| !t.reads_whole_lines()) {
+            if self.inspect(ready) || self.terminal().is_some_and(|t| !t.reads_whole_lines()) {
                 return Ok(());
             }
-            return Err(ToolError::new(
-                ErrorCode::SessionBusy,
-                "this bash no longer edits its command line (`set +o emacs` turned readline \
-                 off), so commands cannot be typed into it: terminate the session and start a \
-                 new shell",
-            ));
         }
     }
 
