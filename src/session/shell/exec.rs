@@ -359,6 +359,12 @@ impl Session {
                 captures.arm(Stream::Stderr, (shape, screen), request.max_bytes, false);
             }
         }
+        // A session paused by output not yet read (`on_full: "pause"`: a background job's)
+        // would hold the command's start behind it, and the call to its timeout and past:
+        // that output counts as read, as this call's `end_cursor` would count it.
+        if self.inspect(State::paused) {
+            self.acknowledge(self.inspect(|s| s.output().end()));
+        }
         // The history (the live view, the snapshot) keeps no secret value.
         let kept = self.redact_typed(command);
         if self.mode == Mode::Pipe {
