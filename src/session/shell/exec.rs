@@ -315,43 +315,15 @@ impl Session {
             return Err(uncollected);
         }
         let typing = typing.unwrap_or(Typing::Wrapper);
-        self.until_ready_to_type(deadline).await?;
-        // A shell reading lines prints its prompt after the end mark (bash prints the mark
-        // from its prompt hook, then its prompt): a command typed before would be echoed
-        // before that prompt, which would land in its output. Typed once the shell reads.
-        if typing == Typing::Canonical {
-            let until = deadline.min(Instant::now() + EXEC_PROMPT_GRACE);
-            while !self.shell_reads_its_input() && Instant::now() < until {
-                tokio::time::sleep(AWAIT_POLL).await;
-            }
-        }
-        // What runs right after the end mark (a program of the user's PROMPT_COMMAND) has a
-        // moment to finish; a line typed ahead runs for longer.
-        if let Some(why) = self
-            .elsewhere_after(deadline.min(Instant::now() + EXEC_PROMPT_GRACE))
-            .await
-        {
-            return Err(ToolError::new(
-                ErrorCode::SessionBusy,
-                format!(
-                    "{why}: wait for its prompt (terminal_wait with `until_input: true`), or \
-                     send C-c with terminal_keys, before running a command"
-                ),
-            ));
-        }
-        // Text written to a shell on pipes may have left a command line open (a quote, a
-        // here-document): the wrapper would go into it, and pieces of it run as commands.
-        // Sent only once the shell is seen to read commands.
-        if self.mode == Mode::Pipe
-            && self.inspect(|s| s.shell().is_some_and(|t| t.written_since_submit()))
-        {
-            self.probe(&nonce, deadline).await?;
-        }
         // Rendered output wraps at the terminal's width, and may go back up its rows.
         let screen = self.terminal().map_or(NO_SCREEN, |t| {
             let (rows, cols) = t.size();
             (usize::from(rows), usize::from(cols))
         });
+        // Armed before anything waits on the shell: what a capture is armed for counts as
+        // read, so with `on_full: "pause"` output not yet read (a background job's) never
+        // holds back the prompt, a mark or the command's start (output before the command
+        // counts as read, as this call's `end_cursor` would count it).
         {
             let mut captures = self.captures();
             captures.arm(Stream::Stdout, (shape, screen), request.max_bytes, false);
@@ -359,11 +331,14 @@ impl Session {
                 captures.arm(Stream::Stderr, (shape, screen), request.max_bytes, false);
             }
         }
-        // A session paused by output not yet read (`on_full: "pause"`: a background job's)
-        // would hold the command's start behind it, and the call to its timeout and past:
-        // that output counts as read, as this call's `end_cursor` would count it.
         if self.inspect(State::paused) {
             self.acknowledge(self.inspect(|s| s.output().end()));
+        }
+        if let Err(e) = self.until_ready(typing, &nonce, deadline).await {
+            let mut captures = self.captures();
+            captures.end(Stream::Stdout);
+            captures.end(Stream::Stderr);
+            return Err(e);
         }
         // The history (the live view, the snapshot) keeps no secret value.
         let kept = self.redact_typed(command);
@@ -404,6 +379,49 @@ impl Session {
         Ok(seq)
     }
 
+    /// Wait until the shell reads commands, and check that nothing else would take the
+    /// command.
+    async fn until_ready(
+        &self,
+        typing: Typing,
+        nonce: &str,
+        deadline: Instant,
+    ) -> Result<(), ToolError> {
+        self.until_ready_to_type(deadline).await?;
+        // A shell reading lines prints its prompt after the end mark (bash prints the mark
+        // from its prompt hook, then its prompt): a command typed before would be echoed
+        // before that prompt, which would land in its output. Typed once the shell reads.
+        if typing == Typing::Canonical {
+            let until = deadline.min(Instant::now() + EXEC_PROMPT_GRACE);
+            while !self.shell_reads_its_input() && Instant::now() < until {
+                tokio::time::sleep(AWAIT_POLL).await;
+            }
+        }
+        // What runs right after the end mark (a program of the user's PROMPT_COMMAND) has a
+        // moment to finish; a line typed ahead runs for longer.
+        if let Some(why) = self
+            .elsewhere_after(deadline.min(Instant::now() + EXEC_PROMPT_GRACE))
+            .await
+        {
+            return Err(ToolError::new(
+                ErrorCode::SessionBusy,
+                format!(
+                    "{why}: wait for its prompt (terminal_wait with `until_input: true`), or \
+                     send C-c with terminal_keys, before running a command"
+                ),
+            ));
+        }
+        // Text written to a shell on pipes may have left a command line open (a quote, a
+        // here-document): the wrapper would go into it, and pieces of it run as commands.
+        // Sent only once the shell is seen to read commands.
+        if self.mode == Mode::Pipe
+            && self.inspect(|s| s.shell().is_some_and(|t| t.written_since_submit()))
+        {
+            self.probe(nonce, deadline).await?;
+        }
+        Ok(())
+    }
+
     /// Between a command's end and its next prompt, readline has not set the terminal up
     /// for itself yet: a paste then would meet the line discipline's line limit, and a
     /// program of the prompt hook that reads the terminal would take it. Readline says it
@@ -442,7 +460,8 @@ impl Session {
             if !self.shell_waits_for_a_key() {
                 continue;
             }
-            self.drain_reader(Stream::Stdout).await;
+            // Bounded: a reader held by unread output would answer only once read on.
+            let _ = tokio::time::timeout_at(deadline, self.drain_reader(Stream::Stdout)).await;
             if self.inspect(ready) || self.terminal().is_some_and(|t| !t.reads_whole_lines()) {
                 return Ok(());
             }
