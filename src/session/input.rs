@@ -200,16 +200,21 @@ impl Session {
         cancel: &CancellationToken,
     ) -> Result<(usize, bool), ToolError> {
         self.check_writable()?;
-        // A shell on pipes between commands, nothing written to it since the last (which
-        // could have started a program that reads, or the shell's own `read`), reads its
-        // input for its next command line: it would run the value.
-        if self.mode == Mode::Pipe
-            && self.inspect(|s| {
-                s.shell()
-                    .is_some_and(|t| t.busy().is_none() && !t.written_since_submit())
-            })
-            && self.shell_waits_for_its_input()
-        {
+        // A shell on pipes between commands reads its input for its next command line: it
+        // would run the value. So it does when nothing was written to it since the last
+        // command (which could have started a program that reads, or the shell's own
+        // `read`; a command's own stdin is /dev/null), or when it is seen reading its input
+        // a block at a time, as dash reads commands (bash reads a byte at a time, as its
+        // `read` does, so then it cannot be told).
+        let between = self.mode == Mode::Pipe
+            && self
+                .inspect(|s| {
+                    s.shell()
+                        .filter(|t| t.busy().is_none())
+                        .map(|t| t.written_since_submit())
+                })
+                .is_some_and(|written| !written || self.shell_reads_its_input());
+        if between {
             return Err(ToolError::new(
                 ErrorCode::SecretNotAllowed,
                 format!(

@@ -436,6 +436,8 @@ impl Session {
         let ready =
             |s: &State| s.status().is_final() || s.shell().is_none_or(|t| t.ready_to_type());
         let began = Instant::now();
+        // Since when the shell was seen reading its terminal a line at a time.
+        let mut reading_lines: Option<Instant> = None;
         loop {
             if self
                 .wait_until(deadline.min(Instant::now() + AWAIT_POLL), ready)
@@ -443,17 +445,29 @@ impl Session {
             {
                 return Ok(());
             }
-            if Instant::now() >= deadline {
+            // A bash whose line editing was turned off reads whole lines from then on (as
+            // does a hook's `read` that waits for ever): said at once, not at the timeout.
+            let by_lines = !self.shell_waits_for_a_key()
+                && self.shell_waits_for_its_input()
+                && self.terminal().is_some_and(|t| t.reads_whole_lines());
+            reading_lines = reading_lines
+                .filter(|_| by_lines)
+                .or(by_lines.then(Instant::now));
+            let stuck = reading_lines.is_some_and(|since| since.elapsed() >= EXEC_PROMPT_GRACE);
+            if stuck || Instant::now() >= deadline {
                 return Err(ToolError::new(
                     ErrorCode::SessionBusy,
                     format!(
                         "the shell did not come back to reading commands with its line editor \
-                         within this call's {} ms, so the command was not typed: its prompt \
-                         command may still be running or waiting (see terminal_screen), or \
-                         line editing was turned off (`set +o emacs`), which commands cannot \
-                         be typed into. Try again, or terminate the session and start a new \
-                         shell",
-                        (deadline - began).as_millis()
+                         {}, so the command was not typed: its prompt command may still be \
+                         running or waiting (see terminal_screen), or line editing was turned \
+                         off (`set +o emacs`), which commands cannot be typed into. Try again, \
+                         or terminate the session and start a new shell",
+                        if stuck {
+                            "(it reads whole lines from its terminal)".to_owned()
+                        } else {
+                            format!("within this call's {} ms", (deadline - began).as_millis())
+                        }
                     ),
                 ));
             }
