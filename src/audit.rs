@@ -2,8 +2,9 @@
 //!
 //! Each line holds the time, who acted (`by`: `agent`, or `owner` for what the machine's
 //! owner did from the live view), tool, session id, command id, outcome (`ok`, the error
-//! code, or `cancelled` for a call the client cancelled before its answer) and duration; `terminal_exec` command lines in full; written text only as a byte
-//! count, and a secret only by its name, since either may hold what must not be logged.
+//! code, or `cancelled` for a call the client cancelled before its answer) and duration;
+//! `terminal_exec` command lines in full; written text only as a byte count, and a secret
+//! only by its name, since either may hold what must not be logged.
 //! The file is opened once with `O_APPEND` (mode 0600, never through a symlink, see
 //! `private_file`) and each line goes out in one unbuffered write, so lines never
 //! interleave and nothing waits in a buffer. The writes are made by a thread of the log's

@@ -208,8 +208,8 @@ impl vte::Perform for Ended {
 /// Where the escape sequence that `pieces` (one stream's text, in order) end inside
 /// begins, as (piece, byte offset), if they end inside one: the last ESC, when what
 /// follows it to the end is no whole sequence (vte takes C1 controls as controls, never
-/// as the start of a sequence). A page cut there
-/// leaves the sequence whole for the next page to strip.
+/// as the start of a sequence). A page cut there leaves the sequence whole for the next
+/// page to strip.
 pub fn unfinished_sequence(pieces: &[&str]) -> Option<(usize, usize)> {
     let (piece, at) = pieces
         .iter()
@@ -269,7 +269,7 @@ pub fn strip_entries_after(context: &[super::Entry], entries: &mut Vec<super::En
 mod tests {
     use proptest::prelude::*;
 
-    use super::unfinished_sequence;
+    use super::{AnsiStripper, unfinished_sequence};
 
     #[test]
     fn finds_where_an_unfinished_sequence_begins() {
@@ -291,8 +291,6 @@ mod tests {
             assert_eq!(unfinished_sequence(pieces), *expected, "{pieces:?}");
         }
     }
-
-    use super::AnsiStripper;
 
     fn strip_ansi(text: &str) -> String {
         let mut stripper = AnsiStripper::default();

@@ -152,7 +152,7 @@ impl Redactor {
     /// The partial line was held as long as a hold lasts, while more of it kept coming:
     /// release it but for what may begin a value (its last bytes, by size alone), which
     /// is held on, so a value whose pieces straddle that moment is still replaced whole.
-    pub fn release_all_but_tail(&mut self, out: &mut String) {
+    fn release_all_but_tail(&mut self, out: &mut String) {
         if self.pending.len() >= self.longest {
             self.release_to_tail(out);
         }

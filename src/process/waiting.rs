@@ -215,10 +215,10 @@ enum Blocked {
     Call(Call),
 }
 
-/// A system call a process is blocked in: its number and first arguments.
+/// A system call a process is blocked in: its number and first five arguments.
 struct Call {
     nr: i64,
-    args: [u64; 3],
+    args: [u64; 5],
 }
 
 /// What a `/proc/PID/syscall` text says the process is blocked in.
@@ -230,7 +230,7 @@ fn blocked_on(text: &str) -> Option<Blocked> {
     }
     // `-1 …` is a process blocked outside any system call (a page fault): not reading.
     let nr: i64 = first.parse().ok()?;
-    let mut args = [0u64; 3];
+    let mut args = [0u64; 5];
     for arg in &mut args {
         let field = fields.next()?;
         *arg = u64::from_str_radix(field.trim_start_matches("0x"), 16).ok()?;
@@ -253,44 +253,32 @@ pub fn reads_blocks(pid: i32, input: &InputFile) -> bool {
         && procfs::descriptor(pid, args[0]).is_some_and(|link| input.is(&link))
 }
 
-/// Whether process `pid` (of one thread) is blocked waiting to read `input`, in a read or
-/// in a poll or select that waits for it.
-pub fn waits_to_read(pid: i32, input: &InputFile) -> bool {
-    let Some(Blocked::Call(call)) = fs::read_to_string(format!("/proc/{pid}/syscall"))
-        .ok()
-        .and_then(|text| blocked_on(&text))
-    else {
-        return false;
-    };
-    reads(pid, &call, input) == Some(true)
+/// How a process blocked waiting to read its input waits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InputWait {
+    /// As a line editor waits for a key: in a `select` or `pselect6` on it without a
+    /// timeout (readline waits so; bash's `read` builtin reads, or selects with a timeout
+    /// under `-t`).
+    ForAKey,
+    /// In a read, or a poll or select with a timeout.
+    Otherwise,
 }
 
-/// Whether process `pid` (of one thread) waits for a key on `input` as a line editor does:
-/// in a `select` or `pselect6` on it without a timeout (readline waits so; bash's `read`
-/// builtin reads, or selects with a timeout under `-t`).
-pub fn waits_for_a_key(pid: i32, input: &InputFile) -> bool {
-    let Ok(text) = fs::read_to_string(format!("/proc/{pid}/syscall")) else {
-        return false;
+/// How process `pid` (of one thread) waits to read `input`, if it is blocked doing so.
+pub fn input_wait(pid: i32, input: &InputFile) -> Option<InputWait> {
+    let text = fs::read_to_string(format!("/proc/{pid}/syscall")).ok()?;
+    let Blocked::Call(call) = blocked_on(&text)? else {
+        return None;
     };
-    let fields: Vec<&str> = text.split_whitespace().collect();
-    let number = |i: usize| {
-        fields
-            .get(i)
-            .and_then(|f| u64::from_str_radix(f.trim_start_matches("0x"), 16).ok())
-    };
-    let Some(nr) = fields.first().and_then(|f| f.parse::<i64>().ok()) else {
-        return false;
-    };
-    let (Some(a0), Some(a1), Some(a2), Some(timeout)) =
-        (number(1), number(2), number(3), number(5))
-    else {
-        return false;
-    };
-    let call = Call {
-        nr,
-        args: [a0, a1, a2],
-    };
-    SELECTS.contains(&nr) && timeout == 0 && reads(pid, &call, input) == Some(true)
+    if reads(pid, &call, input) != Some(true) {
+        return None;
+    }
+    // The fifth argument of `select` and `pselect6` is the timeout.
+    if SELECTS.contains(&call.nr) && call.args[4] == 0 {
+        Some(InputWait::ForAKey)
+    } else {
+        Some(InputWait::Otherwise)
+    }
 }
 
 /// Whether `call` of `pid` waits to read `input`; `None` when its wait set cannot be read.

@@ -7,10 +7,10 @@
 //! by the end of a read) and, in a session whose profile allows secrets, the trailing
 //! partial line. Either is released when more output decides it, when no more came for
 //! `REDACT_HOLD_QUIET`, or `REDACT_HOLD_MAX` after the hold began (the redactor then keeps
-//! what may begin a value, by its size alone, for a new hold, when more keeps coming). While a terminal shell's
-//! integration is being installed, its output is held and then dropped (the shell's start,
-//! with the installing line, is not shown), or released if the integration does not answer
-//! in time.
+//! what may begin a value, by its size alone, for a new hold, when more keeps coming).
+//! While a terminal shell's integration is being installed, its output is held and then
+//! dropped (the shell's start, with the installing line, is not shown), or released if the
+//! integration does not answer in time.
 //!
 //! A reader also takes requests from `terminal_exec` between reads: `Drain` (deliver what
 //! the pipe holds now and everything held back, so a command's stderr is complete; not

@@ -16,7 +16,7 @@ use crate::config::Mode;
 use crate::limits::AWAIT_QUIET;
 use crate::output::Stream;
 use crate::process::waiting::{
-    InputFile, awaiting, group_members, reading, reads_blocks, waits_for_a_key, waits_to_read,
+    InputFile, InputWait, awaiting, group_members, input_wait, reading, reads_blocks,
 };
 use crate::process::{procfs, unread};
 
@@ -119,19 +119,11 @@ impl Session {
             .is_some_and(|input| reads_blocks(self.shell_group(), input))
     }
 
-    /// The shell itself waits to read its own input, in any way.
-    pub fn shell_waits_for_its_input(&self) -> bool {
+    /// How the shell itself waits to read its own input, if it does.
+    pub fn shell_input_wait(&self) -> Option<InputWait> {
         self.input_file
             .as_ref()
-            .is_some_and(|input| waits_to_read(self.shell_group(), input))
-    }
-
-    /// The shell itself waits for a key on its terminal as readline does (in `pselect6`
-    /// without a timeout).
-    pub fn shell_waits_for_a_key(&self) -> bool {
-        self.input_file
-            .as_ref()
-            .is_some_and(|input| waits_for_a_key(self.shell_group(), input))
+            .and_then(|input| input_wait(self.shell_group(), input))
     }
 
     /// The program in the foreground.

@@ -31,6 +31,7 @@ use crate::config::Mode;
 use crate::errors::{ErrorCode, ToolError};
 use crate::limits::{AWAIT_POLL, DRAIN_DEADLINE, EXEC_INTERRUPT_SETTLE, EXEC_PROMPT_GRACE};
 use crate::output::{Kept, Omitted, Shape, Stream};
+use crate::process::waiting::InputWait;
 use crate::process::{procfs, signal_group, signal_process};
 use crate::session::Foreground;
 use crate::session::Session;
@@ -447,8 +448,8 @@ impl Session {
             }
             // A bash whose line editing was turned off reads whole lines from then on (as
             // does a hook's `read` that waits for ever): said at once, not at the timeout.
-            let by_lines = !self.shell_waits_for_a_key()
-                && self.shell_waits_for_its_input()
+            let wait = self.shell_input_wait();
+            let by_lines = wait == Some(InputWait::Otherwise)
                 && self.terminal().is_some_and(|t| t.reads_whole_lines());
             reading_lines = reading_lines
                 .filter(|_| by_lines)
@@ -471,7 +472,7 @@ impl Session {
                     ),
                 ));
             }
-            if !self.shell_waits_for_a_key() {
+            if wait != Some(InputWait::ForAKey) {
                 continue;
             }
             // Bounded: a reader held by unread output would answer only once read on.
