@@ -519,7 +519,14 @@ fn serve(config: Config, transport: Serve) -> Result<(), String> {
     // Started before the first spawn of a session's process, not here: off the way to the
     // first answer.
     let guardian = Arc::new(LazyGuardian::new(instance.clone()));
-    let runtime = tokio::runtime::Builder::new_multi_thread()
+    // Every task on this one thread. The server waits on pipes, terminals and its client
+    // far more than it computes, and what computes at length (a terminal's emulator,
+    // building a search, writing a recording, spawning) has a thread of its own. With
+    // workers beside the thread serving MCP, each request crossed to a worker and its
+    // answer back, and the task a pipe or a child's exit woke was often taken by another
+    // worker: more cross-thread wake-ups on every call's way, and on a machine of few
+    // cores less of them left to the child processes and the client.
+    let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         // Its blocking threads write recordings, read casts: the main thread takes signals.
         .on_thread_start(process::leave_signals_to_main)
