@@ -82,7 +82,7 @@ pub fn install_line(nonce: &str) -> String {
          [[ $# -gt 0 ]] || return $s; fi; __mt_f=1; [[ -o vi ]] && set -o emacs; \
          if [[ -t 3 ]]; then __mt_r=; else __mt_r='eval exec 2>/dev/tty'; fi; \
          [[ ${{PS0-}} == *\"$__mt_n\"* ]] || PS0='\\e]6973;'\"$__mt_n\"';C\\a'\"${{PS0-}}\"; \
-         [[ ${{PS2-}} == *\"$__mt_n\"* ]] || {{ [[ $__mt_k == readline ]] && PS2=$__mt_p${{PS2-}} || PS2=$__mt_p; }}; printf '{OSC}%s;D;%s{BEL}' \"$__mt_n\" \"$s\" >/dev/tty; [[ $- == *e* ]] || return $s; }}; \
+         [[ ${{PS2-}} == *\"$__mt_n\"* ]] || {{ [[ $__mt_k == readline ]] && PS2=$__mt_p${{PS2-}} || PS2=$__mt_p; }}; builtin printf '{OSC}%s;D;%s{BEL}' \"$__mt_n\" \"$s\" >/dev/tty; [[ $- == *e* ]] || return $s; }}; \
          __mt_q() {{ [[ $- == *e* ]] || return $__mt_s; }}; __mt_o=${{PROMPT_COMMAND-}}; \
          if [ \"${{BASH_VERSINFO[0]}}${{BASH_VERSINFO[1]}}\" -ge 51 ]; then \
          __mt_h='{{ __mt_d; }} 3>&2 2>/dev/null || {{ __mt_q; }} 2>/dev/null'; \
@@ -95,10 +95,10 @@ pub fn install_line(nonce: &str) -> String {
          if shopt -oq emacs || shopt -oq vi; then set -o emacs; \
          bind 'set enable-bracketed-paste on' 2>/dev/null; bind 'set enable-active-region off' 2>/dev/null; __mt_k=readline; \
          __mt_p='\\[\\e]6973;'\"$__mt_n\"';P\\a\\]'; PS2=$__mt_p${{PS2-}}; \
-         else __mt_p=\"$(printf '{OSC}%s;P{BEL}' \"$__mt_n\")\"; PS2=$__mt_p; __mt_k=canonical; fi; \
-         else PS1=\"$(printf '{OSC}%s;D;' \"$__mt_n\")\"'$?'\"$(printf '{BEL}')$PS1\"; \
-         export VIRTUAL_ENV_DISABLE_PROMPT=1; PS2=\"$(printf '{OSC}%s;P{BEL}' \"$__mt_n\")\"; \
-         __mt_k=canonical; fi; printf '{OSC}%s;I;%s{BEL}' \"$__mt_n\" \"$__mt_k\" >/dev/tty"
+         else __mt_p=\"$(builtin printf '{OSC}%s;P{BEL}' \"$__mt_n\")\"; PS2=$__mt_p; __mt_k=canonical; fi; \
+         else PS1=\"$(command printf '{OSC}%s;D;' \"$__mt_n\")\"'$?'\"$(command printf '{BEL}')$PS1\"; \
+         export VIRTUAL_ENV_DISABLE_PROMPT=1; PS2=\"$(command printf '{OSC}%s;P{BEL}' \"$__mt_n\")\"; \
+         __mt_k=canonical; fi; command printf '{OSC}%s;I;%s{BEL}' \"$__mt_n\" \"$__mt_k\" >/dev/tty"
     )
 }
 
