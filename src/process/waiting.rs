@@ -253,6 +253,18 @@ pub fn reads_blocks(pid: i32, input: &InputFile) -> bool {
         && procfs::descriptor(pid, args[0]).is_some_and(|link| input.is(&link))
 }
 
+/// Whether process `pid` (of one thread) is blocked waiting for a child to change state:
+/// a shell waiting for the program it runs.
+pub fn waits_for_a_child(pid: i32) -> bool {
+    fs::read_to_string(format!("/proc/{pid}/syscall"))
+        .ok()
+        .and_then(|text| blocked_on(&text))
+        .is_some_and(|blocked| {
+            matches!(blocked, Blocked::Call(Call { nr, .. })
+                if [libc::SYS_wait4, libc::SYS_waitid].contains(&nr))
+        })
+}
+
 /// How a process blocked waiting to read its input waits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum InputWait {
@@ -366,6 +378,30 @@ fn memory(pid: i32, address: u64, len: usize) -> Option<Vec<u8>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_shell_running_a_program_waits_for_a_child_and_the_program_does_not() {
+        let mut shell = std::process::Command::new("/bin/sh")
+            .args(["-c", "/bin/sleep 5; :"])
+            .spawn()
+            .unwrap();
+        let pid = shell.id() as i32;
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while !waits_for_a_child(pid) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the shell never waited"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        let sleeper = procfs::Held::new(pid)
+            .children()
+            .and_then(|c| c.first().copied());
+        assert!(sleeper.is_some_and(|child| !waits_for_a_child(child)));
+        shell.kill().unwrap();
+        shell.wait().unwrap();
+        assert!(!waits_for_a_child(pid));
+    }
 
     #[test]
     fn an_epoll_set_names_its_readers() {

@@ -11,7 +11,7 @@ use crate::config::Mode;
 use crate::errors::{ErrorCode, ToolError};
 use crate::limits::{CAP_TOTAL_EMULATOR_CELLS, SCREEN_CATCH_UP};
 use crate::output::{Screen, ScreenView};
-use crate::process::{procfs, signal_group, signal_process};
+use crate::process::{procfs, signal_group, signal_process, waiting};
 
 /// Who receives a signal.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -160,7 +160,7 @@ impl Session {
                 };
                 let ago = began.elapsed().unwrap_or_default();
                 let before = self.pids_before_command.load(Ordering::Relaxed);
-                let members = tokio::task::spawn_blocking(move || {
+                let (members, waits) = tokio::task::spawn_blocking(move || {
                     let by_id = before > 0 && procfs::last_pid().is_some_and(|now| now >= before);
                     let since = procfs::ticks_since_boot(ago);
                     // Both where both can be told: an ID given out before the IDs last
@@ -173,21 +173,23 @@ impl Session {
                         let started = procfs::stat(pid).map(|s| s.started);
                         since.is_none_or(|since| started.is_some_and(|at| at >= since))
                     };
-                    procfs::session_members(shell)
+                    let members = procfs::session_members(shell)
                         .into_iter()
                         .filter(|pid| *pid != shell && new(*pid))
-                        .collect::<Vec<i32>>()
+                        .collect::<Vec<i32>>();
+                    (members, waiting::waits_for_a_child(shell))
                 })
                 .await
                 .unwrap_or_default();
                 // Ctrl-C ends the command line, as a terminal shell ends it when its
                 // program dies of SIGINT: the shell's SIGURG trap breaks out once the
                 // program it waits for has ended, if it died of it. A loop of the shell's
-                // own, with no program to signal, gets SIGWINCH, whose trap (as `interrupt`
-                // uses it) breaks out at once.
+                // own (with no program to signal, or with only a job it started in the
+                // background) gets SIGWINCH, whose trap (as `interrupt` uses it) breaks out
+                // at once.
                 match (signal, members.is_empty()) {
-                    (Signal::SIGINT, true) => signal_process(shell, Signal::SIGWINCH),
-                    (Signal::SIGINT, false) => signal_process(shell, Signal::SIGURG),
+                    (Signal::SIGINT, false) if waits => signal_process(shell, Signal::SIGURG),
+                    (Signal::SIGINT, _) => signal_process(shell, Signal::SIGWINCH),
                     (_, true) => return Err(nothing()),
                     (_, false) => {}
                 }

@@ -9,9 +9,11 @@
 //!
 //! A timeout never ends the shell. `interrupt` sends Ctrl-C to the terminal (SIGINT to its
 //! foreground group where the terminal makes no signal of Ctrl-C and the group is not
-//! reading it; pipes: SIGINT to every process of the shell's session but the shell, and
-//! SIGWINCH to the shell, whose trap then ends the command line; a background job ignores
-//! SIGINT, as POSIX has it for a shell without job control) and waits a moment for the prompt:
+//! reading it; pipes: SIGINT to every process of the shell's session but the shell, and to
+//! the shell a signal whose trap then ends the command line, as Ctrl-C ends a terminal
+//! shell's: SIGURG when it waits for a program (the line ends if the program died of the
+//! SIGINT), else SIGWINCH (at once); a background job ignores SIGINT, as POSIX has it for a
+//! shell without job control) and waits a moment for the prompt:
 //! then the outcome is `timeout` with the status; if the program
 //! keeps the terminal (less, vim, a REPL), it is `timeout` with `still_running`, the
 //! foreground program and the screen. `keep` leaves the command running (`running`);
@@ -31,7 +33,7 @@ use crate::config::Mode;
 use crate::errors::{ErrorCode, ToolError};
 use crate::limits::{AWAIT_POLL, DRAIN_DEADLINE, EXEC_INTERRUPT_SETTLE, EXEC_PROMPT_GRACE};
 use crate::output::{Kept, Omitted, Shape, Stream};
-use crate::process::waiting::InputWait;
+use crate::process::waiting::{self, InputWait};
 use crate::process::{procfs, signal_group, signal_process};
 use crate::session::Foreground;
 use crate::session::Session;
@@ -155,7 +157,7 @@ const PIPE_BUSY: &str = "collect its result with terminal_exec `continue: true`;
     out (SIGINT to its processes, and the shell ends the command line there, a loop it runs \
     itself included). Should it run on (a program that ignores SIGINT), terminal_signal \
     SIGTERM (or SIGKILL) with target \"command\" ends what the command started and spares \
-    the shell. A command that removed the shell's WINCH trap cannot be interrupted as a \
+    the shell. A command that removed the shell's WINCH and URG traps cannot be interrupted as a \
     whole: terminal_terminate ends it with the shell (then start a new session)";
 
 /// A terminal shell whose stderr a command sent elsewhere.
@@ -799,8 +801,8 @@ impl Session {
     }
 
     /// Ctrl-C for the command: the terminal's interrupt character, or on pipes SIGINT to
-    /// every process of the shell's session but the shell, which gets SIGWINCH first (its
-    /// trap then ends the command line).
+    /// every process of the shell's session but the shell, which gets a signal first whose
+    /// trap then ends the command line.
     async fn interrupt(&self) {
         match self.mode {
             Mode::Pty => {
@@ -825,17 +827,27 @@ impl Session {
             }
             Mode::Pipe => {
                 let shell = self.pid;
-                // The shell first: its trap (set by the first command) ends the command
-                // line once the program it waits for ends. SIGWINCH, which a shell without
-                // the trap ignores, where SIGINT would end it.
-                signal_process(shell, Signal::SIGWINCH);
-                let members =
-                    tokio::task::spawn_blocking(move || procfs::session_members(shell)).await;
-                for pid in members.unwrap_or_default() {
-                    if pid != shell {
-                        signal_process(pid, Signal::SIGINT);
+                let _ = tokio::task::spawn_blocking(move || {
+                    // The shell first, so its trap (set by the first command) is pending
+                    // when the program it waits for ends. Waiting for one, it gets SIGURG,
+                    // whose trap ends the command line if the program died of the SIGINT,
+                    // as a terminal shell does: a program that survives it (or dies of
+                    // another signal later) leaves the line running. Otherwise (a loop of
+                    // its own, with no program to signal) SIGWINCH, whose trap ends it at
+                    // once. A shell without the traps ignores both, where SIGINT would
+                    // end it.
+                    let trap = match waiting::waits_for_a_child(shell) {
+                        true => Signal::SIGURG,
+                        false => Signal::SIGWINCH,
+                    };
+                    signal_process(shell, trap);
+                    for pid in procfs::session_members(shell) {
+                        if pid != shell {
+                            signal_process(pid, Signal::SIGINT);
+                        }
                     }
-                }
+                })
+                .await;
             }
         }
     }

@@ -212,11 +212,16 @@ pub fn pipe_wrapper(command: &str, nonce: &str, prepare: bool) -> String {
         // this once the running program ended: out of every loop, the wrapper's one-pass
         // loop included, its trace hidden.
         text.push_str("trap '{ __mt_b=1; break 99; } 2>/dev/null' WINCH; ");
-        // Ctrl-C sent to the command's programs (`terminal_signal` SIGINT): SIGURG (ignored
-        // by default too) runs this once the program ends, which ends the line only when
-        // the program died of the SIGINT (status 130), as a terminal shell does; one that
-        // survived it leaves the line running.
-        text.push_str("trap '{ case $? in 130) __mt_b=1; break 99;; esac; } 2>/dev/null' URG; ");
+        // Ctrl-C sent to the programs a shell waits for (a timeout's interrupt,
+        // `terminal_signal` SIGINT): SIGURG (ignored by default too) runs this once the
+        // program ends, which ends the line only when the program died of the SIGINT
+        // (status 130), as a terminal shell does; one that survived it leaves the line
+        // running. The `wait` builtin returns at once when a trapped signal comes, with
+        // 128 + its number (151), and a job it waits for ignores SIGINT: that ends the line
+        // too, as Ctrl-C ends a `wait` at a terminal.
+        text.push_str(
+            "trap '{ case $? in 130|151) __mt_b=1; break 99;; esac; } 2>/dev/null' URG; ",
+        );
         // What gives a command the status the one before it ended with as its `$?`: a
         // function's return (no fork), after `set -x` when traced, its trace hidden.
         text.push_str(
