@@ -226,6 +226,8 @@ pub const HTTP_MAX_CONNECTIONS: usize = 128;
 pub const HTTP_HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 pub const HTTP_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 pub const HTTP_ACCEPT_PAUSE: Duration = Duration::from_millis(100);
+/// The most often one kind of refusal an unauthenticated request causes is logged.
+pub const REFUSAL_LOG_EVERY: Duration = Duration::from_secs(10);
 pub const HTTP_EVICTION_WAIT: Duration = Duration::from_secs(1);
 /// Bearer token: the fewest characters accepted, and the largest token file read.
 pub const TOKEN_MIN_CHARS: usize = 32;

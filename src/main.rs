@@ -87,14 +87,11 @@ enum Command {
         connection_idle_ms: u64,
     },
     /// Print a fresh one-time sign-in URL of the running server's live view (its address
-    /// from `web-url` beside the config, asked for with the bearer token).
+    /// and owner key from `web-url` beside the config).
     WebUrl {
         /// The config the server runs with (default: the owner's default config file).
         #[arg(long)]
         config: Option<PathBuf>,
-        /// The server's token file (default as for `http`).
-        #[arg(long)]
-        token_file: Option<PathBuf>,
     },
     /// Write an owner config with every field at its default, all paths absolute.
     MakeConfig {
@@ -263,13 +260,13 @@ fn main() -> ExitCode {
             .map(|c| print!("{}", c.summary())),
         Command::Profile { action } => profile(action),
         Command::Guardian { instance } => process::run_guardian(&instance),
-        Command::WebUrl { config, token_file } => web::url_file(config.as_deref())
+        Command::WebUrl { config } => web::url_file(config.as_deref())
             .ok_or_else(|| {
                 "no default config path (neither XDG_CONFIG_HOME nor HOME is set); pass \
                  --config"
                     .to_owned()
             })
-            .and_then(|file| web::fetch_sign_in_url(&file, token_file))
+            .and_then(|file| web::fetch_sign_in_url(&file))
             .map(|url| println!("{url}")),
     };
     match result {

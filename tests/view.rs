@@ -17,7 +17,7 @@ mod support;
 use support::config::config_with;
 use support::http_server::{BIN, HttpServer as Server};
 use support::stderr::{PATIENCE, Stderr};
-use support::view::{Chromium, LIVE_TEXT, browser, sign_in_url, view_place};
+use support::view::{Chromium, LIVE_TEXT, browser, owner_cookie, sign_in_url, view_place};
 
 const LOG: &str = "info";
 
@@ -214,10 +214,11 @@ async fn owner_control_types_into_a_pty_session_and_the_agent_and_audit_log_see_
     // loopback), or no page token. The same request from the view's origin passes.
     let token = chromium.eval(&page, "document.body.dataset.csrf");
     let token = token.as_str().unwrap().to_string();
+    let cookie = owner_cookie(&server.base, server.dir.path()).await;
     let post = |origin: &str, token: &str| {
         browser()
             .post(format!("{}/ui/sessions/{sid}/input", server.base))
-            .bearer_auth(&server.token)
+            .header("Cookie", &cookie)
             .header("Origin", origin)
             .header("X-CSRF-Token", token)
             .header("Content-Type", "application/json")
@@ -234,9 +235,33 @@ async fn owner_control_types_into_a_pty_session_and_the_agent_and_audit_log_see_
     assert!(body.contains("page token"), "{body}");
     let own = post(&server.base, &token).await.unwrap();
     assert_eq!(own.status(), StatusCode::OK);
-    let unknown_key = browser()
+    // The bearer token is the MCP client's: with it, the agent could have its keys logged
+    // as the owner's. It takes no owner action, and gets no sign-in code either.
+    let by_token = browser()
         .post(format!("{}/ui/sessions/{sid}/input", server.base))
         .bearer_auth(&server.token)
+        .header("Origin", &server.base)
+        .header("X-CSRF-Token", &token)
+        .body(r#"{"text":"echo by-the-agent"}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(by_token.status(), StatusCode::FORBIDDEN);
+    let body = by_token.text().await.unwrap();
+    assert!(
+        body.contains("the bearer token is the MCP client's"),
+        "{body}"
+    );
+    let code_by_token = browser()
+        .get(format!("{}/ui/sign-in-url", server.base))
+        .bearer_auth(&server.token)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(code_by_token.status(), StatusCode::FORBIDDEN);
+    let unknown_key = browser()
+        .post(format!("{}/ui/sessions/{sid}/input", server.base))
+        .header("Cookie", &cookie)
         .header("Origin", &server.base)
         .header("X-CSRF-Token", &token)
         .body(r#"{"keys":["NoSuchKey"]}"#)
@@ -468,8 +493,6 @@ fn web_url(dir: &Path, config: &Path) -> std::process::Output {
     std::process::Command::new(BIN)
         .args(["web-url", "--config"])
         .arg(config)
-        .arg("--token-file")
-        .arg(dir.join("token"))
         .env("HOME", dir)
         .env_remove("XDG_CONFIG_HOME")
         .output()
@@ -501,7 +524,14 @@ async fn the_view_keeps_its_configured_address_moves_on_when_taken_and_web_url_s
     let file = root.join("web-url");
     let mode = std::fs::metadata(&file).unwrap().permissions().mode() & 0o777;
     assert_eq!(mode, 0o600);
-    assert_eq!(std::fs::read_to_string(&file).unwrap().trim(), url);
+    // The URL, and the owner key `web-url` asks with: not the bearer token, which the MCP
+    // client holds.
+    let published = std::fs::read_to_string(&file).unwrap();
+    let lines: Vec<&str> = published.lines().collect();
+    assert_eq!(lines[0], url);
+    assert!(lines[1].len() == 64 && lines[1].bytes().all(|b| b.is_ascii_hexdigit()));
+    let token = std::fs::read_to_string(root.join("token")).unwrap();
+    assert_ne!(lines[1], token.trim());
 
     // `web-url` asks the running server for a fresh one-time URL on the same address.
     let fresh = web_url(&root, &config);
@@ -509,8 +539,15 @@ async fn the_view_keeps_its_configured_address_moves_on_when_taken_and_web_url_s
     let fresh = String::from_utf8(fresh.stdout).unwrap().trim().to_string();
     assert!(fresh.starts_with(&format!("{base}/ui/?code=")), "{fresh}");
     assert_ne!(fresh, url);
-    let token = std::fs::read_to_string(root.join("token")).unwrap();
-    assert!(!fresh.contains(token.trim()));
+    assert!(!fresh.contains(token.trim()) && !fresh.contains(lines[1]));
+    // The bearer token gets none.
+    let by_token = browser()
+        .get(format!("{base}/ui/sign-in-url"))
+        .bearer_auth(token.trim())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(by_token.status(), StatusCode::FORBIDDEN);
     // A browser's cookie is not the token: it gets no sign-in URL.
     let response = browser().get(&url).send().await.unwrap();
     assert_eq!(response.status(), StatusCode::SEE_OTHER);
@@ -570,7 +607,11 @@ async fn the_view_keeps_its_configured_address_moves_on_when_taken_and_web_url_s
         .unwrap();
     std::fs::write(
         &file,
-        format!("http://127.0.0.1:{}/ui/?code=spent\n", port.trim()),
+        format!(
+            "http://127.0.0.1:{}/ui/?code=spent\n{}\n",
+            port.trim(),
+            "ab".repeat(32)
+        ),
     )
     .unwrap();
     let stale = web_url(&root, &config);

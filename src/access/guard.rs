@@ -12,6 +12,7 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
 use super::Token;
+use super::refusals::{Refusals, unlogged};
 
 pub struct Access {
     pub token: Token,
@@ -98,11 +99,11 @@ pub async fn browser_rules(
     next: Next,
 ) -> Response {
     if let Some(why) = access.browser_refusal(request.headers()) {
-        tracing::warn!(
-            "refused a {} {}: {why}",
-            request.method(),
-            request.uri().path()
-        );
+        static LOGGED: Refusals = Refusals::new();
+        LOGGED.log(|more| {
+            let (method, path) = (request.method(), request.uri().path());
+            tracing::warn!("refused a {method} {path}: {why}{}", unlogged(more));
+        });
         return (StatusCode::FORBIDDEN, format!("Forbidden: {why}.\n")).into_response();
     }
     next.run(request).await
@@ -121,7 +122,13 @@ pub async fn require_bearer(
         super::listener::prove(&request);
         return next.run(request).await;
     }
-    tracing::info!("refused a request to /mcp without a valid bearer token");
+    static LOGGED: Refusals = Refusals::new();
+    LOGGED.log(|more| {
+        tracing::info!(
+            "refused a request to /mcp without a valid bearer token{}",
+            unlogged(more)
+        );
+    });
     (
         StatusCode::UNAUTHORIZED,
         [(header::WWW_AUTHENTICATE, "Bearer")],

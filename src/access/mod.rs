@@ -1,10 +1,11 @@
 //! Who may reach the server over HTTP, shared by the MCP endpoint (`http`) and the live view
 //! (`web`): the bearer token and its file (`token`), the browser rules and the bearer check
-//! (`guard`), the accept loop that bounds connections (`listener`), and the random values
-//! both mint.
+//! (`guard`), the accept loop that bounds connections (`listener`), the throttle on logging
+//! refusals (`refusals`), and the random values both mint.
 
 pub mod guard;
 pub mod listener;
+pub mod refusals;
 pub mod token;
 
 use std::path::PathBuf;

@@ -150,7 +150,7 @@ pub async fn serve(
     if let Some(view) = view {
         let url = view.sign_in_url(bound);
         if let Some(file) = &prepared.web_url_file {
-            crate::web::publish(file, &url);
+            crate::web::publish(file, &url, view.owner_key());
         }
         eprintln!("mcp-terminal: live view: {url}");
     }

@@ -1,8 +1,8 @@
 //! Where the live view is found: the address `stdio --web` binds (the given one exactly;
 //! else `web_listen` from the config or `127.0.0.1:8766`, moving to the next free port with
 //! a warning when it is taken), the file beside the config that holds the latest sign-in
-//! URL (mode 0600), and `mcp-terminal web-url`, which asks the running server for a fresh
-//! one with the bearer token.
+//! URL and the owner key (mode 0600), and `mcp-terminal web-url`, which asks the running
+//! server for a fresh one with that key.
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
@@ -120,12 +120,12 @@ pub fn url_file(config: Option<&Path>) -> Option<PathBuf> {
     Some(config.with_file_name(URL_FILE))
 }
 
-/// Write `url` to `file`, readable by its owner only (never through a symlink, nor into a
-/// file of another user's or a FIFO put at that path); a failure is a warning, the view is
-/// served regardless.
-pub fn publish(file: &Path, url: &str) {
+/// Write `url` and the owner key `key` to `file` (a line each), readable by its owner only
+/// (never through a symlink, nor into a file of another user's or a FIFO put at that
+/// path); a failure is a warning, the view is served regardless.
+pub fn publish(file: &Path, url: &str, key: &str) {
     let written = match file.parent().map_or(Ok(()), std::fs::create_dir_all) {
-        Ok(()) => private_file::overwrite(file, format!("{url}\n").as_bytes())
+        Ok(()) => private_file::overwrite(file, format!("{url}\n{key}\n").as_bytes())
             .map_err(|refusal| refusal.describe(file)),
         Err(e) => Err(format!("`{}` cannot be made ({e})", file.display())),
     };
@@ -137,9 +137,9 @@ pub fn publish(file: &Path, url: &str) {
     }
 }
 
-/// `mcp-terminal web-url`: a fresh one-time sign-in URL from the server whose URL is in
-/// `file`, asked for with the bearer token of `token_file` (default: beside the config).
-pub fn fetch_sign_in_url(file: &Path, token_file: Option<PathBuf>) -> Result<String, String> {
+/// `mcp-terminal web-url`: a fresh one-time sign-in URL from the server whose URL and
+/// owner key are in `file`.
+pub fn fetch_sign_in_url(file: &Path) -> Result<String, String> {
     let published = private_file::read(file, URL_FILE_MAX).map_err(|refusal| match refusal {
         private_file::Refusal::Missing => format!(
             "no live view address in {}; start the server with --web",
@@ -148,23 +148,26 @@ pub fn fetch_sign_in_url(file: &Path, token_file: Option<PathBuf>) -> Result<Str
         refusal => format!("the live view address: {}", refusal.describe(file)),
     })?;
     let published = String::from_utf8_lossy(&published);
-    let host = published
+    let mut lines = published.lines();
+    let host = lines
+        .next()
+        .unwrap_or_default()
         .trim()
         .strip_prefix("http://")
         .and_then(|rest| rest.split('/').next())
         .filter(|host| !host.is_empty())
         .ok_or_else(|| format!("{} does not hold a live view URL", file.display()))?;
-    let token_path = match token_file {
-        Some(path) => path,
-        None => access::token::default_path()?,
-    };
-    if !token_path.exists() {
-        return Err(format!(
-            "no token file at {}; pass the server's --token-file",
-            token_path.display()
-        ));
-    }
-    let token = access::load_token(Some(token_path))?;
+    let key = lines
+        .next()
+        .map(str::trim)
+        .filter(|key| !key.is_empty() && key.bytes().all(|b| b.is_ascii_hexdigit()))
+        .ok_or_else(|| {
+            format!(
+                "{} holds no owner key (a server of an older version wrote it); start the \
+                 server with --web again",
+                file.display()
+            )
+        })?;
     let refused = |e: std::io::Error| {
         format!("the live view at {host} does not answer ({e}); is the server running?")
     };
@@ -175,7 +178,7 @@ pub fn fetch_sign_in_url(file: &Path, token_file: Option<PathBuf>) -> Result<Str
         .ok_or_else(|| format!("{host} is not an address"))?;
     let stream = TcpStream::connect_timeout(&address, Duration::from_secs(5)).map_err(refused)?;
     // The file outlives its server: another user may listen on that port now, and would be
-    // sent the token. It is sent only on a connection this user's program accepted: the
+    // sent the key. It is sent only on a connection this user's program accepted: the
     // kernel's record of the connection's far end, checked after connecting, so no listener
     // can take the port between the check and the request.
     match peer_owner(&stream) {
@@ -183,7 +186,7 @@ pub fn fetch_sign_in_url(file: &Path, token_file: Option<PathBuf>) -> Result<Str
         Some(uid) => {
             return Err(format!(
                 "{host} is served by another user's program (uid {uid}), not by your server: \
-                 the address in {} is stale (start the server with --web again); the token \
+                 the address in {} is stale (start the server with --web again); the key \
                  was not sent",
                 file.display()
             ));
@@ -191,7 +194,7 @@ pub fn fetch_sign_in_url(file: &Path, token_file: Option<PathBuf>) -> Result<Str
         None => {
             return Err(format!(
                 "cannot tell whose program answers at {host} (the connection is not in \
-                 /proc/net/tcp); the token was not sent"
+                 /proc/net/tcp); the key was not sent"
             ));
         }
     }
@@ -200,9 +203,8 @@ pub fn fetch_sign_in_url(file: &Path, token_file: Option<PathBuf>) -> Result<Str
         .set_read_timeout(Some(Duration::from_secs(10)))
         .map_err(refused)?;
     let request = format!(
-        "GET /ui/sign-in-url HTTP/1.1\r\nHost: {host}\r\nAuthorization: {}\r\n\
-         Connection: close\r\n\r\n",
-        token.authorization()
+        "GET /ui/sign-in-url HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {key}\r\n\
+         Connection: close\r\n\r\n"
     );
     stream.write_all(request.as_bytes()).map_err(refused)?;
     let mut answer = String::new();
@@ -211,8 +213,10 @@ pub fn fetch_sign_in_url(file: &Path, token_file: Option<PathBuf>) -> Result<Str
     let status = head.split(' ').nth(1).unwrap_or("");
     match status {
         "200" => Ok(body.trim().to_owned()),
-        "401" => Err(format!(
-            "the server at {host} did not accept the token; pass its --token-file"
+        "403" => Err(format!(
+            "the server at {host} did not accept the key in {}: another server wrote it; \
+             start the server with --web again",
+            file.display()
         )),
         _ => Err(format!(
             "the server at {host} answered {}",

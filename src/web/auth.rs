@@ -11,7 +11,8 @@
 //! cookie it buys holds the view credential, a random value made when the server starts
 //! (compared in constant time), so neither a code left in a browser's history nor a cookie
 //! that leaks gives access to `/mcp`, and every cookie ends with the server. A bearer token
-//! works too (for scripts); a `token` in the query signs nobody in. Anything else gets a 401
+//! works too, for reading (scripts): owner actions take the cookie, and a fresh code the
+//! owner key of the address file. A `token` in the query signs nobody in. Anything else gets a 401
 //! page saying how to sign in; no code or token is ever logged or echoed.
 
 use std::sync::{Arc, Mutex};
@@ -26,14 +27,19 @@ use subtle::ConstantTimeEq;
 use super::View;
 use super::pages;
 use crate::access::random_hex;
+use crate::access::refusals::{Refusals, unlogged};
 use crate::limits::{WEB_SIGN_IN_CODE_TTL, WEB_SIGN_IN_CODES_MAX};
 
 const COOKIE: &str = "mcp_terminal_view";
 
-/// The view credential of this server run (the cookie's value) and the one-time codes
-/// that buy it.
+/// The view credential of this server run (the cookie's value), the one-time codes that
+/// buy it, and the owner key that asks for a code.
 pub struct SignIn {
     credential: String,
+    /// What `mcp-terminal web-url` presents for a fresh code: written only to the address
+    /// file beside the config (mode 0600), never the bearer token, which is the MCP
+    /// client's; so a client holding the token alone cannot sign in as the owner.
+    owner_key: String,
     /// The path segment the view lives under, `/ui/PLACE/`, for browsers.
     place: String,
     codes: Mutex<Vec<Code>>,
@@ -52,6 +58,7 @@ impl SignIn {
     pub fn new() -> Self {
         SignIn {
             credential: random_hex(32),
+            owner_key: random_hex(32),
             place: random_hex(16),
             codes: Mutex::new(Vec::new()),
         }
@@ -91,7 +98,25 @@ impl SignIn {
         found.map(|i| codes.remove(i)).is_some()
     }
 
-    fn cookie_ok(&self, headers: &HeaderMap) -> bool {
+    /// The key `mcp-terminal web-url` asks for a sign-in code with.
+    pub fn owner_key(&self) -> &str {
+        &self.owner_key
+    }
+
+    /// Whether the request carries `Authorization: Bearer <the owner key>`.
+    pub fn owner_key_ok(&self, headers: &HeaderMap) -> bool {
+        headers
+            .get_all(header::AUTHORIZATION)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .filter_map(|v| v.split_once(' '))
+            .any(|(scheme, presented)| {
+                scheme.eq_ignore_ascii_case("bearer") && same(presented.trim(), &self.owner_key)
+            })
+    }
+
+    /// Whether the request carries the view's cookie: a browser the owner signed in.
+    pub fn cookie_ok(&self, headers: &HeaderMap) -> bool {
         headers
             .get_all(header::COOKIE)
             .iter()
@@ -170,7 +195,13 @@ pub async fn require_viewer(
 ) -> Response {
     if let Some(presented) = request.uri().query().and_then(code_parameter) {
         if !view.sign_in.redeem(&presented, Instant::now()) {
-            tracing::info!("refused a live view sign-in with a spent, expired or unknown code");
+            static LOGGED: Refusals = Refusals::new();
+            LOGGED.log(|more| {
+                tracing::info!(
+                    "refused a live view sign-in with a spent, expired or unknown code{}",
+                    unlogged(more)
+                );
+            });
             return unauthorized(true);
         }
         crate::access::listener::prove(&request);

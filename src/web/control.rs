@@ -2,8 +2,10 @@
 //! session and ends sessions from their pages. Every action is a POST that must come from
 //! the view's own origin (`Origin` equal to the `Host` it was sent to), carry the token of
 //! a page rendered for that session (`X-CSRF-Token`), and the view's cookie, which is
-//! `SameSite=Strict`; it is written to the audit log as the owner's (`"by": "owner"`), and
-//! the agent sees it: the snapshot's `owner_input_at`, and the output the keys caused.
+//! `SameSite=Strict`. The bearer token alone is refused: it is the MCP client's, and the
+//! log would call the agent's keys the owner's. An action is written to the audit log as
+//! the owner's (`"by": "owner"`), and the agent sees it: the snapshot's `owner_input_at`,
+//! and the output the keys caused.
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
@@ -20,6 +22,7 @@ use subtle::ConstantTimeEq;
 
 use super::View;
 use crate::access::random_hex;
+use crate::access::refusals::{Refusals, unlogged};
 use crate::audit::{AuditLine, By};
 use crate::config::Mode;
 use crate::errors::ToolError;
@@ -86,12 +89,23 @@ fn same_origin(headers: &HeaderMap) -> bool {
 /// the refusal to answer with.
 fn permitted(view: &View, id: &str, headers: &HeaderMap) -> Result<Arc<Session>, Box<Response>> {
     if !same_origin(headers) {
-        tracing::info!(session = %id, "refused an owner action from another origin");
+        static LOGGED: Refusals = Refusals::new();
+        LOGGED.log(|more| {
+            tracing::info!(session = %id, "refused an owner action from another origin{}", unlogged(more));
+        });
         return Err(Box::new(refused(
             StatusCode::FORBIDDEN,
             "FORBIDDEN",
             "owner actions are taken only from this view's own pages (the Origin header must \
              name this server)",
+        )));
+    }
+    if !view.sign_in.cookie_ok(headers) {
+        return Err(Box::new(refused(
+            StatusCode::FORBIDDEN,
+            "FORBIDDEN",
+            "owner actions are taken only by a browser the owner signed in (the view's \
+             cookie): the bearer token is the MCP client's, and what it does is the agent's",
         )));
     }
     let token = headers

@@ -40,7 +40,8 @@ pub use address::{Beside, fetch_sign_in_url, prepare_beside, publish, url_file};
 use crate::access::{Access, guard, listener};
 use crate::audit::AuditLog;
 use crate::limits::{
-    HTTP_HEADER_READ_TIMEOUT, HTTP_IDLE_TIMEOUT, HTTP_MAX_CONNECTIONS, WEB_MAX_WATCHERS,
+    HTTP_HEADER_READ_TIMEOUT, HTTP_IDLE_TIMEOUT, HTTP_MAX_CONNECTIONS, RECORDING_MAX_BYTES,
+    WEB_MAX_WATCHERS,
 };
 use crate::session::Sessions;
 
@@ -77,6 +78,11 @@ impl View {
         })
     }
 
+    /// The key `mcp-terminal web-url` asks for a sign-in URL with (see `publish`).
+    pub fn owner_key(&self) -> &str {
+        self.sign_in.owner_key()
+    }
+
     /// The view's own path, `/ui/PLACE/`: where browsers are sent, and what every page's
     /// links are relative to.
     pub fn base(&self) -> String {
@@ -95,6 +101,28 @@ impl View {
         known.then(|| dir.join(name))
     }
 
+    /// The bytes of the recording `name`, if it is one of a retained session's and still the
+    /// regular file the server wrote: a session's own shell may replace it, and the view
+    /// never follows a link put there (to `/dev/zero`, say) nor reads more than the server
+    /// ever writes to a recording, however large the file has grown.
+    async fn recording_bytes(&self, name: &str) -> Result<Vec<u8>, RecordingUnread> {
+        let path = self.recording_path(name).ok_or(RecordingUnread::Unknown)?;
+        tokio::task::spawn_blocking(move || read_recording(&path))
+            .await
+            .unwrap_or_else(|_| Err("the read failed".into()))
+            .map_err(RecordingUnread::Unreadable)
+    }
+
+    /// The page saying why the recording `name` is not served.
+    fn recording_unread(&self, name: &str, unread: RecordingUnread) -> Html<String> {
+        let what = match unread {
+            RecordingUnread::Unknown => format!("No recording {name} of a retained session."),
+            RecordingUnread::Unreadable(why) => {
+                format!("The recording {name} cannot be read: {why}.")
+            }
+        };
+        pages::not_found(&self.base(), &what)
+    }
     /// A sign-in URL with a fresh one-time code, for a server bound to `bound` (an
     /// unspecified address is reached on loopback).
     pub fn sign_in_url(&self, bound: SocketAddr) -> String {
@@ -109,6 +137,49 @@ impl View {
             self.sign_in.issue()
         )
     }
+}
+
+/// Why a recording is not served.
+enum RecordingUnread {
+    /// No retained session has a recording of that name.
+    Unknown,
+    /// It cannot be read as the server wrote it; in words for the owner.
+    Unreadable(String),
+}
+
+/// Read a recording the server wrote: a regular file, not a link, of at most
+/// `RECORDING_MAX_BYTES`.
+fn read_recording(path: &std::path::Path) -> Result<Vec<u8>, String> {
+    use std::io::Read as _;
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path)
+        .map_err(|e| match e.raw_os_error() {
+            Some(libc::ELOOP) => "it was replaced by a link".to_owned(),
+            _ => e.to_string(),
+        })?;
+    let meta = file.metadata().map_err(|e| e.to_string())?;
+    if !meta.is_file() {
+        return Err("it is no longer a regular file".into());
+    }
+    if meta.len() > RECORDING_MAX_BYTES {
+        return Err(format!(
+            "it holds {} bytes, more than the {RECORDING_MAX_BYTES} the server writes to one",
+            meta.len()
+        ));
+    }
+    let mut bytes = Vec::with_capacity(usize::try_from(meta.len()).unwrap_or(0));
+    file.take(RECORDING_MAX_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| e.to_string())?;
+    if bytes.len() as u64 > RECORDING_MAX_BYTES {
+        return Err(format!(
+            "it holds more than the {RECORDING_MAX_BYTES} bytes the server writes to one"
+        ));
+    }
+    Ok(bytes)
 }
 
 /// The `/ui/` routes, guarded (GET/HEAD, and the owner's POSTs only with control on; a
@@ -129,13 +200,18 @@ pub fn router(view: Arc<View>) -> Router {
         .merge(pages("/ui/"))
         .route(base.trim_end_matches('/'), get(in_place))
         .route("/ui", get(in_place))
-        .route("/ui/sign-in-url", get(fresh_sign_in_url))
         // Route layers: paths outside `/ui` (the MCP endpoint's fallback) are not touched.
         .route_layer(from_fn_with_state(view.clone(), auth::require_viewer))
         .route_layer(from_fn_with_state(view.clone(), auth::only_reads))
         .route_layer(from_fn(auth::page_headers))
+        .with_state(view.clone());
+    // Asked for with the owner key, which no viewer holds.
+    let owner = Router::new()
+        .route("/ui/sign-in-url", get(fresh_sign_in_url))
+        .route_layer(from_fn_with_state(view.clone(), auth::only_reads))
+        .route_layer(from_fn(auth::page_headers))
         .with_state(view);
-    guarded.merge(public)
+    guarded.merge(owner).merge(public)
 }
 
 /// The view's pages under `prefix` (ending in `/`).
@@ -223,17 +299,7 @@ async fn output(
 
 /// A retained session's asciicast file; only names the server gave its own recordings.
 async fn recording(State(view): State<Arc<View>>, Path(name): Path<String>) -> Response {
-    let Some(path) = view.recording_path(&name) else {
-        return (
-            StatusCode::NOT_FOUND,
-            pages::not_found(
-                &view.base(),
-                &format!("No recording {name} of a retained session."),
-            ),
-        )
-            .into_response();
-    };
-    match tokio::fs::read(path).await {
+    match view.recording_bytes(&name).await {
         Ok(bytes) => {
             let disposition = HeaderValue::from_str(&format!("attachment; filename=\"{name}\""))
                 .unwrap_or(HeaderValue::from_static("attachment"));
@@ -249,30 +315,27 @@ async fn recording(State(view): State<Arc<View>>, Path(name): Path<String>) -> R
             )
                 .into_response()
         }
-        Err(e) => (
-            StatusCode::NOT_FOUND,
-            pages::not_found(
-                &view.base(),
-                &format!("The recording {name} cannot be read: {e}."),
-            ),
-        )
-            .into_response(),
+        Err(unread) => {
+            (StatusCode::NOT_FOUND, view.recording_unread(&name, unread)).into_response()
+        }
     }
 }
 
-/// A fresh sign-in URL for `mcp-terminal web-url`: only for the bearer token (a browser's
-/// cookie gets none), on the address the request was sent to.
+/// A fresh sign-in URL for `mcp-terminal web-url`: only for the owner key of the address
+/// file (neither a browser's cookie nor the bearer token gets one), on the address the
+/// request was sent to.
 async fn fresh_sign_in_url(State(view): State<Arc<View>>, headers: HeaderMap) -> Response {
     let host = headers.get(header::HOST).and_then(|h| h.to_str().ok());
     match host {
-        Some(host) if view.access.bearer_ok(&headers) => (
+        Some(host) if view.sign_in.owner_key_ok(&headers) => (
             [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
             format!("http://{host}/ui/?code={}\n", view.sign_in.issue()),
         )
             .into_response(),
         _ => (
             StatusCode::FORBIDDEN,
-            "Forbidden: a sign-in URL is issued only to the bearer token (mcp-terminal web-url).\n",
+            "Forbidden: a sign-in URL is issued only to the owner key in the server's address \
+             file (mcp-terminal web-url).\n",
         )
             .into_response(),
     }
@@ -318,7 +381,7 @@ pub fn serve_beside(
     let view = View::new(sessions, beside.access.clone(), settings);
     let url = view.sign_in_url(bound);
     if let Some(file) = &beside.url_file {
-        address::publish(file, &url);
+        address::publish(file, &url, view.sign_in.owner_key());
     }
     let app = router(view).layer(from_fn_with_state(beside.access, guard::browser_rules));
     let limits = listener::Limits {

@@ -24,21 +24,16 @@ use crate::limits::WEB_UPDATE_EVERY;
 /// The longest the player goes without a frame while playing (its clock moves on).
 const TICK: Duration = Duration::from_millis(500);
 
-fn not_found(view: &View, what: String) -> Response {
-    (StatusCode::NOT_FOUND, pages::not_found(&view.base(), &what)).into_response()
-}
-
 /// The parsed recording `name`, if it is one of a retained session's.
 async fn load(view: &View, name: &str) -> Result<Cast, Response> {
-    let Some(path) = view.recording_path(name) else {
-        return Err(not_found(
-            view,
-            format!("No recording {name} of a retained session."),
-        ));
+    let text = match view.recording_bytes(name).await {
+        Ok(text) => text,
+        Err(unread) => {
+            return Err(
+                (StatusCode::NOT_FOUND, view.recording_unread(name, unread)).into_response()
+            );
+        }
     };
-    let text = tokio::fs::read(&path)
-        .await
-        .map_err(|e| not_found(view, format!("The recording {name} cannot be read: {e}.")))?;
     let parsed = tokio::task::spawn_blocking(move || Cast::parse(&String::from_utf8_lossy(&text)))
         .await
         .unwrap_or_else(|_| Err("the recording could not be parsed".into()));

@@ -37,6 +37,21 @@ pub async fn sign_in(url: &str) -> String {
     cookie.split(';').next().unwrap().to_string()
 }
 
+/// The owner signs in again as `mcp-terminal web-url` does (a fresh code asked for with
+/// the owner key of the address file in `dir`), in a browser: the cookie it gets.
+pub async fn owner_cookie(base: &str, dir: &std::path::Path) -> String {
+    let file = std::fs::read_to_string(dir.join("web-url")).unwrap();
+    let key = file.lines().nth(1).unwrap().trim().to_string();
+    let fresh = browser()
+        .get(format!("{base}/ui/sign-in-url"))
+        .bearer_auth(&key)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(fresh.status(), StatusCode::OK);
+    sign_in(fresh.text().await.unwrap().trim()).await
+}
+
 /// GET `path` of the view with `cookie`: status, headers and body.
 pub async fn view(
     base: &str,
