@@ -399,3 +399,27 @@ pub fn serve_beside(
     eprintln!("mcp-terminal: live view: {url}");
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_recording_is_read_only_as_the_regular_file_the_server_writes() {
+        let dir = tempfile::tempdir().unwrap();
+        let cast = dir.path().join("a.cast");
+        std::fs::write(&cast, b"{\"version\": 2}\n").unwrap();
+        assert_eq!(read_recording(&cast).unwrap(), b"{\"version\": 2}\n");
+        // A link put in its place (to /dev/zero, say) is not followed.
+        let linked = dir.path().join("b.cast");
+        std::os::unix::fs::symlink("/dev/zero", &linked).unwrap();
+        let why = read_recording(&linked).unwrap_err();
+        assert!(why.contains("replaced by a link"), "{why}");
+        // A file grown past the most the server writes is not read at all.
+        let grown = dir.path().join("c.cast");
+        let file = std::fs::File::create(&grown).unwrap();
+        file.set_len(RECORDING_MAX_BYTES + 1).unwrap();
+        let why = read_recording(&grown).unwrap_err();
+        assert!(why.contains("more than the"), "{why}");
+    }
+}
