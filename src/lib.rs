@@ -6,6 +6,7 @@
 pub mod access;
 pub mod audit;
 pub mod config;
+pub mod dumpable;
 mod errors;
 pub mod framing;
 pub mod hangup;

@@ -11,7 +11,8 @@ use rmcp::ServiceExt;
 use tokio::signal::unix::{SignalKind, signal};
 
 use mcp_terminal::{
-    access, audit, config, hangup, heap, http, limits, process, session, stdio, tools, web,
+    access, audit, config, dumpable, hangup, heap, http, limits, process, session, stdio, tools,
+    web,
 };
 
 use config::Config;
@@ -508,6 +509,7 @@ fn serve(config: Config, transport: Serve) -> Result<(), String> {
     // SAFETY: no thread but this one exists yet: the runtime, the logger's writer and the
     // guardian all start below.
     unsafe { config::remove_from_environment(&config.secrets) };
+    dumpable::keep_memory_private();
     heap::keep_answer_buffers();
     init_logging();
     // A log that cannot be opened is a config error, reported before anything starts.

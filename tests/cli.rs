@@ -931,3 +931,66 @@ fn an_audit_log_that_cannot_be_opened_is_a_config_error() {
     );
     assert!(stderr.contains("`audit_log`: cannot open"), "{stderr}");
 }
+
+/// The server's memory holds secret values and tokens: another process of its user (a
+/// session's shell) cannot read it, as `/proc/PID/environ` and `/proc/PID/mem` need the
+/// access a debugger needs, which a process that is not dumpable refuses its own user.
+/// `MCP_TERMINAL_DUMPABLE=1` keeps it readable. Run as root, the server and the reader run
+/// as an unprivileged user (65534); elsewhere the test is skipped.
+#[test]
+fn another_process_of_the_servers_user_cannot_read_its_memory() {
+    use std::io::{BufRead, BufReader, Write};
+    use std::os::unix::fs::PermissionsExt;
+    use std::os::unix::process::CommandExt;
+    use std::process::Stdio;
+    if !nix::unistd::geteuid().is_root() {
+        eprintln!("skipped: running the server as another user needs root");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    for (keep, readable) in [("0", false), ("1", true)] {
+        let mut server = std::process::Command::new(env!("CARGO_BIN_EXE_mcp-terminal"))
+            .arg("stdio")
+            .current_dir(dir.path())
+            .env("HOME", dir.path())
+            .env_remove("XDG_CONFIG_HOME")
+            .env("MCP_TERMINAL_DUMPABLE", keep)
+            .uid(65534)
+            .gid(65534)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        // Once it answers, it has set itself up.
+        let mut stdin = server.stdin.take().unwrap();
+        writeln!(
+            stdin,
+            r#"{{"jsonrpc":"2.0","id":1,"method":"initialize","params":{{"protocolVersion":"2025-06-18","capabilities":{{}},"clientInfo":{{"name":"t","version":"1"}}}}}}"#
+        )
+        .unwrap();
+        let mut answer = String::new();
+        BufReader::new(server.stdout.take().unwrap())
+            .read_line(&mut answer)
+            .unwrap();
+        assert!(answer.contains("\"result\""), "{answer}");
+        let read = std::process::Command::new("/bin/cat")
+            .arg(format!("/proc/{}/environ", server.id()))
+            .uid(65534)
+            .gid(65534)
+            .output()
+            .unwrap();
+        drop(stdin);
+        server.wait().unwrap();
+        assert_eq!(
+            read.status.success(),
+            readable,
+            "MCP_TERMINAL_DUMPABLE={keep}: {}",
+            String::from_utf8_lossy(&read.stderr)
+        );
+        if !readable {
+            assert!(String::from_utf8_lossy(&read.stderr).contains("Permission denied"));
+        }
+    }
+}

@@ -1391,6 +1391,10 @@ fn out_of_descriptors_a_start_says_so_not_that_the_cwd_is_wrong() {
     command
         .args(["stdio", "--web", "127.0.0.1:0", "--token-file"])
         .arg(&token_file)
+        .env(
+            "MCP_TERMINAL_DUMPABLE",
+            support::http_server::dumpable_unless_root(),
+        )
         .current_dir(dir.path())
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())

@@ -41,6 +41,9 @@ impl HttpServer {
             .env("HOME", dir.path())
             .env_remove("XDG_CONFIG_HOME")
             .env("MCP_TERMINAL_LOG", log)
+            // Its open descriptors are counted: a server of another user than root is kept
+            // dumpable, so that /proc lists them (it makes itself not dumpable otherwise).
+            .env("MCP_TERMINAL_DUMPABLE", dumpable_unless_root())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -170,4 +173,14 @@ pub fn initialize(id: u64) -> Value {
     json!({"jsonrpc": "2.0", "id": id, "method": "initialize", "params": {
         "protocolVersion": "2025-11-25", "capabilities": {},
         "clientInfo": {"name": "http-test", "version": "1"}}})
+}
+
+/// `MCP_TERMINAL_DUMPABLE` for a server whose /proc entries a test reads: `1` unless the
+/// tests run as root, who may read them anyway (so the server runs as its users run it).
+pub fn dumpable_unless_root() -> &'static str {
+    if nix::unistd::geteuid().is_root() {
+        "0"
+    } else {
+        "1"
+    }
 }
