@@ -61,6 +61,27 @@ const DENIED_NAMES: &[&str] = &[
     "GIT_EXTERNAL_DIFF",
     "GIT_PROXY_COMMAND",
     "GIT_TEMPLATE_DIR",
+    // Where a program finds configuration that names commands or code to load: git's
+    // hooks and config, an editor's startup commands, OpenSSL's engines and providers,
+    // .NET's startup hooks, kubectl's and docker's credential helpers, a compiler wrapper;
+    // and where bash writes its history (a file a later shell runs, say).
+    "GIT_DIR",
+    "XDG_CONFIG_HOME",
+    "XDG_CONFIG_DIRS",
+    "VIMINIT",
+    "GVIMINIT",
+    "EXINIT",
+    "EMACSLOADPATH",
+    "OPENSSL_CONF",
+    "OPENSSL_MODULES",
+    "OPENSSL_ENGINES",
+    "DOTNET_STARTUP_HOOKS",
+    "DOTNET_ADDITIONAL_DEPS",
+    "KUBECONFIG",
+    "DOCKER_CONFIG",
+    "RUSTC_WRAPPER",
+    "RUSTC_WORKSPACE_WRAPPER",
+    "HISTFILE",
     TAG_VAR,
 ];
 /// Prefixes: Python's, Perl's and Ruby's own variables, the dynamic loader's, exported bash
@@ -75,6 +96,7 @@ const DENIED_PREFIXES: &[&str] = &[
     "BASH_FUNC_",
     "GIT_CONFIG",
     "LUA_INIT_",
+    "NPM_CONFIG_",
 ];
 /// Suffixes: the programs that page, edit or ask for a password for another (`PAGER`,
 /// `GIT_PAGER`, `MANPAGER`, `EDITOR`, `GIT_EDITOR`, `SSH_ASKPASS`, `SUDO_ASKPASS`, …).
@@ -312,6 +334,16 @@ mod tests {
             "SUDO_ASKPASS",
             "PS1",
             "LUA_INIT_5_4",
+            "VIMINIT",
+            "exinit",
+            "XDG_CONFIG_HOME",
+            "OPENSSL_CONF",
+            "OPENSSL_MODULES",
+            "DOTNET_STARTUP_HOOKS",
+            "KUBECONFIG",
+            "GIT_DIR",
+            "HISTFILE",
+            "npm_config_script_shell",
         ] {
             assert!(denied_env_name(name).is_some(), "{name} should be denied");
         }
