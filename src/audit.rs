@@ -187,7 +187,7 @@ impl AuditLog {
         fields.insert("duration_ms".into(), (micros / 1000.0).into());
         fields.extend(line.details);
         fields.extend(line.extra);
-        let mut text = Value::Object(fields).to_string();
+        let mut text = escape_display_controls(Value::Object(fields).to_string());
         text.push('\n');
         if self.shared.backlog.fetch_add(1, Ordering::SeqCst) >= MAX_BACKLOG {
             self.shared.backlog.fetch_sub(1, Ordering::SeqCst);
@@ -204,5 +204,48 @@ impl AuditLog {
             return Written(None);
         }
         Written(Some(receiver))
+    }
+}
+
+/// Whether `c` changes how the text around it is shown without being shown itself: C1
+/// controls, the line and paragraph separators (which some viewers break lines at), and
+/// the bidirectional marks, embeddings, overrides and isolates (which reorder what follows:
+/// a logged command could read as another in `less` or an editor).
+fn moves_text(c: char) -> bool {
+    matches!(c, '\u{80}'..='\u{9f}' | '\u{2028}' | '\u{2029}' | '\u{200e}' | '\u{200f}'
+        | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}' | '\u{061c}')
+}
+
+/// A line of JSON text with every character that `moves_text` written as its `\uXXXX`
+/// escape: the same JSON value (such characters occur only inside strings).
+fn escape_display_controls(text: String) -> String {
+    use std::fmt::Write as _;
+    if !text.chars().any(moves_text) {
+        return text;
+    }
+    let mut out = String::with_capacity(text.len() + 16);
+    for c in text.chars() {
+        if moves_text(c) {
+            let _ = write!(out, "\\u{:04x}", u32::from(c));
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn characters_that_move_text_are_escaped_and_the_value_kept() {
+        let value = serde_json::json!({"command": "echo \u{202e}txt.exe\u{2028}\u{85}x é 漢"});
+        let text = escape_display_controls(value.to_string());
+        assert!(!text.chars().any(moves_text), "{text}");
+        assert!(text.contains("\\u202e") && text.contains("\\u2028") && text.contains("\\u0085"));
+        assert!(text.contains("é 漢"));
+        let back: serde_json::Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(back, value);
     }
 }
