@@ -14,6 +14,7 @@ pub mod heap;
 pub mod http;
 mod json;
 pub mod limits;
+pub mod log_lines;
 mod output;
 mod policy;
 mod private_file;

@@ -228,6 +228,11 @@ pub const HTTP_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 pub const HTTP_ACCEPT_PAUSE: Duration = Duration::from_millis(100);
 /// The most often one kind of refusal an unauthenticated request causes is logged.
 pub const REFUSAL_LOG_EVERY: Duration = Duration::from_secs(10);
+/// Log lines waiting for stderr, at most: past them a line is dropped (and counted), never
+/// waited for.
+pub const LOG_LINES_QUEUED: usize = 1024;
+/// How long the last log lines may take to reach stderr at exit.
+pub const LOG_FLUSH_AT_EXIT: Duration = Duration::from_millis(500);
 pub const HTTP_EVICTION_WAIT: Duration = Duration::from_secs(1);
 /// Bearer token: the fewest characters accepted, and the largest token file read.
 pub const TOKEN_MIN_CHARS: usize = 32;

@@ -11,8 +11,8 @@ use rmcp::ServiceExt;
 use tokio::signal::unix::{SignalKind, signal};
 
 use mcp_terminal::{
-    access, audit, config, dumpable, hangup, heap, http, limits, process, session, stdio, tools,
-    web,
+    access, audit, config, dumpable, hangup, heap, http, limits, log_lines, process, session,
+    stdio, tools, web,
 };
 
 use config::Config;
@@ -506,12 +506,12 @@ enum Serve {
 }
 
 fn serve(config: Config, transport: Serve) -> Result<(), String> {
-    // SAFETY: no thread but this one exists yet: the runtime, the logger's writer and the
+    // SAFETY: no thread but this one exists yet: the runtime, the log's writer and the
     // guardian all start below.
     unsafe { config::remove_from_environment(&config.secrets) };
     dumpable::keep_memory_private();
     heap::keep_answer_buffers();
-    init_logging();
+    let log = init_logging();
     // A log that cannot be opened is a config error, reported before anything starts.
     let audit = open_audit(&config)?;
     let instance = process::new_instance();
@@ -531,7 +531,7 @@ fn serve(config: Config, transport: Serve) -> Result<(), String> {
         .on_thread_start(process::leave_signals_to_main)
         .build()
         .map_err(|e| format!("cannot start the runtime: {e}"))?;
-    runtime.block_on(async {
+    let served = runtime.block_on(async {
         let reaper = Reaper::start().map_err(|e| format!("cannot watch child processes: {e}"))?;
         reaper.guard_spawns(guardian.clone());
         // The one set of terminal sessions every MCP session of this server shares.
@@ -549,9 +549,14 @@ fn serve(config: Config, transport: Serve) -> Result<(), String> {
             }
             Serve::Http(prepared) => http::serve(sessions, audit, prepared).await,
         }
-    })?;
-    // Descendants that left their session's group (escaped daemons) end here too.
-    guardian.finish();
+    });
+    if served.is_ok() {
+        // Descendants that left their session's group (escaped daemons) end here too.
+        guardian.finish();
+    }
+    // The last lines (the shutdown's) reach stderr where they can.
+    log.finish(limits::LOG_FLUSH_AT_EXIT);
+    served?;
     // Pending blocking reads of stdin, or HTTP connections that outlived the shutdown
     // flush, must not hold the process open.
     std::process::exit(0);
@@ -609,7 +614,7 @@ async fn run(sessions: Arc<Sessions>, audit: Option<Arc<audit::AuditLog>>) -> Re
 /// and trace (rmcp every request and answer, so the text a client writes and the output it
 /// reads; hyper a connection's bytes), and no log may hold either: this crate logs byte
 /// counts and names, never text.
-fn init_logging() {
+fn init_logging() -> log_lines::LogLines {
     use tracing_subscriber::filter::{FilterExt, filter_fn};
     use tracing_subscriber::layer::SubscriberExt;
     use tracing_subscriber::util::SubscriberInitExt;
@@ -619,9 +624,19 @@ fn init_logging() {
     let ceiling = filter_fn(|event| {
         event.target().starts_with("mcp_terminal") || *event.level() <= tracing::Level::INFO
     });
+    // Written by a thread of its own, which takes no signal (the main thread takes them).
+    let lines = log_lines::start(std::io::stderr(), |run| {
+        let _ = std::thread::Builder::new()
+            .name("log".into())
+            .spawn(move || {
+                process::leave_signals_to_main();
+                run();
+            });
+    });
     let stderr = tracing_subscriber::fmt::layer()
-        .with_writer(std::io::stderr)
+        .with_writer(lines.clone())
         .with_ansi(false)
         .with_filter(asked.and(ceiling));
     tracing_subscriber::registry().with(stderr).init();
+    lines
 }

@@ -994,3 +994,69 @@ fn another_process_of_the_servers_user_cannot_read_its_memory() {
         }
     }
 }
+
+/// A client that never reads the server's stderr lets its pipe fill; the server goes on
+/// answering (its log lines are dropped and counted, never waited for), where a log write
+/// on the serving thread once stopped every call after a few hundred sessions.
+#[test]
+fn a_client_that_never_reads_stderr_is_still_answered() {
+    use std::io::{BufRead, BufReader, Write};
+    use std::process::Stdio;
+    let dir = tempfile::tempdir().unwrap();
+    let config = config_with(dir.path(), false, |c| {
+        c["commands"]["true"] = json!({"argv": ["/bin/true"], "description": "exit 0"});
+    });
+    let mut server = std::process::Command::new(env!("CARGO_BIN_EXE_mcp-terminal"))
+        .args(["stdio", "--config"])
+        .arg(&config)
+        .env("MCP_TERMINAL_LOG", "debug")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        // Piped, and never read.
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = server.stdin.take().unwrap();
+    let (answers, answered) = std::sync::mpsc::channel();
+    let stdout = server.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            if answers.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let mut ask = |id: u64, method: &str, params: Value| -> Value {
+        let request = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+        writeln!(stdin, "{request}").unwrap();
+        let line = answered
+            .recv_timeout(std::time::Duration::from_secs(60))
+            .unwrap_or_else(|_| panic!("no answer to request {id}"));
+        serde_json::from_str(&line).unwrap()
+    };
+    ask(
+        0,
+        "initialize",
+        json!({"protocolVersion": "2025-06-18", "capabilities": {},
+               "clientInfo": {"name": "t", "version": "1"}}),
+    );
+    // Each run logs its session's start and end: far more than the pipe's 64 KiB.
+    for id in 1..=600 {
+        let run = ask(
+            id,
+            "tools/call",
+            json!({"name": "terminal_run", "arguments": {"command_id": "true"}}),
+        );
+        let result = &run["result"]["structuredContent"];
+        assert_eq!(result["exit_code"], json!(0), "{run}");
+        let sid = result["session"]["session_id"].clone();
+        ask(
+            id + 10_000,
+            "tools/call",
+            json!({"name": "terminal_forget", "arguments": {"session_id": sid}}),
+        );
+    }
+    drop(stdin);
+    assert!(server.wait().unwrap().success());
+}
