@@ -8,7 +8,7 @@
 //! The file is opened once with `O_APPEND` (mode 0600, never through a symlink, see
 //! `private_file`) and each line goes out in one unbuffered write, so lines never
 //! interleave and nothing waits in a buffer. The writes are made by a thread of the log's
-//! own, never by an async worker: a slow or hung disk holds up no other call. A call's
+//! own, never by the async thread: a slow or hung disk holds up no other call. A call's
 //! answer waits for its line (up to `AUDIT_WAIT`), so a line is in the file once its call
 //! is answered; when the disk is that slow the wait is given up, and calls are answered
 //! without waiting until the writer has caught up. A failing write (disk full) is reported

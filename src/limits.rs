@@ -69,7 +69,7 @@ pub const SPAWNERS_MAX: usize = 4;
 /// system that does not answer, so that another takes its place.
 pub const SPAWNERS_WRITTEN_OFF_MAX: usize = 64;
 /// Processes at most (in a leader's tree and adopted by the server) for a leader's exit to
-/// look for its session's groups on the async worker (a few small reads of `/proc`,
+/// look for its session's groups on the async thread (a few small reads of `/proc`,
 /// cheaper than a blocking thread and back); with more, the scan runs on a blocking thread.
 pub const INLINE_SCAN_MAX: usize = 32;
 /// Bytes read from a child's pipe per read call.
@@ -164,7 +164,7 @@ pub const PATTERN_NFA_BYTES: usize = 1 << 20;
 pub const PATTERN_DFA_CACHE_BYTES: usize = 256 * 1024;
 pub const PATTERN_MAX_BYTES: usize = 4 << 20;
 pub const PATTERNS_TOTAL_BYTES: usize = 64 << 20;
-/// Client patterns compiled at once (off the async workers); the others wait their turn.
+/// Client patterns compiled at once (off the async thread); the others wait their turn.
 pub const PATTERN_COMPILES_AT_ONCE: usize = 2;
 /// A client's pattern of plain text (anchors, alternation and `*+?` allowed; no `.`,
 /// class or counted repetition) at most this long is compiled on the worker that got it:

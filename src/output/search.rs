@@ -294,7 +294,7 @@ impl Search {
         }
     }
 
-    /// `for_client`, off the async workers and at most `PATTERN_COMPILES_AT_ONCE` at a time;
+    /// `for_client`, off the async thread and at most `PATTERN_COMPILES_AT_ONCE` at a time;
     /// a short pattern of plain text (`builds_quickly`), or one compiled lately, where it is.
     pub async fn compile_for_client(pattern: &str) -> Result<Search, ToolError> {
         if let Some(text) = Text::plain(pattern) {

@@ -171,7 +171,7 @@ pub struct SessionGroups {
 
 impl SessionGroups {
     /// Scan /proc for the session's groups. Reads a file per process: call it off the
-    /// async workers.
+    /// async thread.
     pub fn scan(sid: i32) -> SessionGroups {
         SessionGroups {
             sid,
@@ -204,7 +204,7 @@ impl SessionGroups {
         }
     }
 
-    /// Scan again (off the async workers) and SIGKILL every group, those made since the
+    /// Scan again (off the async thread) and SIGKILL every group, those made since the
     /// first scan included.
     pub async fn kill(&self) {
         let sid = self.sid;

@@ -7,7 +7,7 @@
 //! cannot be reused — until the `Zombie` handed over with it is dropped, after its group
 //! was killed. Orphans are reaped at once so none lingers.
 //!
-//! Spawns run on spawner threads of their own, never on the async workers: a start opens
+//! Spawns run on spawner threads of their own, never on the async thread: a start opens
 //! its child's cwd and waits for the child's exec, each of which, like the child's
 //! `fchdir`, may block (a hung filesystem), and `PR_SET_PDEATHSIG` follows the thread that
 //! started the child, so spawner threads live as long as the server. One spawner runs while
@@ -509,7 +509,7 @@ mod tests {
             let spawned = reaper.spawn_registered(
                 || {
                     let thread = std::thread::current();
-                    assert_eq!(thread.name(), Some("spawner"), "not on an async worker");
+                    assert_eq!(thread.name(), Some("spawner"), "not on the async thread");
                     let child = std::process::Command::new("/bin/sh")
                         .args(["-c", "exit 3"])
                         .spawn()?;

@@ -92,7 +92,7 @@ pub struct Session {
     links: [Option<ReaderLink>; 2],
     /// What the running command (or a one-shot run) printed, kept as it arrives.
     captures: Mutex<Captures>,
-    /// The emulator and the recording, fed off the async workers.
+    /// The emulator and the recording, fed off the async thread.
     sink: Option<Sink>,
     /// How much of a typed command's echo the terminal has shown (characters, tabs not
     /// counted): typing into a line-discipline shell waits for it, so the terminal's echo

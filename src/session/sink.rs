@@ -1,7 +1,7 @@
 //! The consumers of a session's output that take time: the terminal emulator behind
 //! `terminal_screen` and the live view, and the recording file. Each runs on a thread of the
 //! session's own (a lane), fed through a queue in the buffer's order, so the state lock is
-//! never held while they work and no async worker waits on them. A reader queues each
+//! never held while they work and the async thread never waits on them. A reader queues each
 //! piece as it stores it in the buffer, and once a lane is `SINK_QUEUE_BYTES` behind it then
 //! waits until the lane has room for the piece again (and the child for its reader); input
 //! and resizes wait for room before they are queued. So a queue holds at most that much
