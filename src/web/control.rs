@@ -91,7 +91,8 @@ fn permitted(view: &View, id: &str, headers: &HeaderMap) -> Result<Arc<Session>,
     if !same_origin(headers) {
         static LOGGED: Refusals = Refusals::new();
         LOGGED.log(|more| {
-            tracing::info!(session = %id, "refused an owner action from another origin{}", unlogged(more));
+            let more = unlogged(more);
+            tracing::info!(session = %id, "refused an owner action from another origin{more}");
         });
         return Err(Box::new(refused(
             StatusCode::FORBIDDEN,
