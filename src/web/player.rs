@@ -2,7 +2,8 @@
 //! and a speed; `/ui/recordings/{name}/frames?from=S&speed=X` replays the file through the
 //! server's emulator (`replay`) and streams its screen as Server-Sent Events, rendered by
 //! the same function as a live session's screen. `&once=1` sends the one frame at `from`
-//! (seeking while paused). The page needs no script but the view's own.
+//! (seeking while paused). The page needs no script but the view's own. The replaying and
+//! rendering run on blocking threads, never on the thread that serves every call.
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -50,20 +51,33 @@ async fn load(view: &View, name: &str) -> Result<Cast, Response> {
     })
 }
 
+/// `work` on a blocking thread: replaying a recording through the emulator and rendering
+/// its screens takes long for a large one, and the runtime's one thread serves every call.
+/// `None` if it could not finish (it panicked).
+async fn off_thread<T: Send + 'static>(work: impl FnOnce() -> T + Send + 'static) -> Option<T> {
+    tokio::task::spawn_blocking(work).await.ok()
+}
+
+fn unplayable() -> Response {
+    (
+        StatusCode::INTERNAL_SERVER_ERROR,
+        "Internal Server Error: the recording could not be replayed.\n",
+    )
+        .into_response()
+}
+
 pub async fn page(State(view): State<Arc<View>>, Path(name): Path<String>) -> Response {
-    match load(&view, &name).await {
-        Ok(cast) => {
-            let mut replay = Replay::new(cast);
-            Html(pages::player_page(
-                &view.base(),
-                &name,
-                replay.duration(),
-                &replay.frame(),
-            ))
-            .into_response()
-        }
-        Err(refusal) => refusal,
-    }
+    let cast = match load(&view, &name).await {
+        Ok(cast) => cast,
+        Err(refusal) => return refusal,
+    };
+    let base = view.base();
+    off_thread(move || {
+        let mut replay = Replay::new(cast);
+        Html(pages::player_page(&base, &name, replay.duration(), &replay.frame())).into_response()
+    })
+    .await
+    .unwrap_or_else(unplayable)
 }
 
 struct Playing {
@@ -122,9 +136,16 @@ pub async fn frames(
         Ok(cast) => cast,
         Err(refusal) => return refusal,
     };
-    let mut replay = Replay::new(cast);
-    let from = from.min(replay.duration());
-    replay.advance_to(from);
+    let seeked = off_thread(move || {
+        let mut replay = Replay::new(cast);
+        let from = from.min(replay.duration());
+        replay.advance_to(from);
+        (replay, from)
+    })
+    .await;
+    let Some((replay, from)) = seeked else {
+        return unplayable();
+    };
     let playing = Playing {
         replay,
         from,
@@ -150,23 +171,30 @@ pub async fn frames(
                 "frame"
             };
             p.ended = done;
-            let event = p.frame(p.from, kind);
-            return Some((Ok::<_, Infallible>(event), p));
+            let at = p.from;
+            return off_thread(move || {
+                let event = p.frame(at, kind);
+                (Ok::<_, Infallible>(event), p)
+            })
+            .await;
         }
         let now = p.from + p.began.elapsed().as_secs_f64() * p.speed;
         let next = p.replay.next_at().unwrap_or(now);
         let wait = Duration::from_secs_f64(((next - now) / p.speed).max(0.0));
         tokio::time::sleep(wait.clamp(WEB_UPDATE_EVERY, TICK)).await;
         let at = (p.from + p.began.elapsed().as_secs_f64() * p.speed).min(p.replay.duration());
-        p.replay.advance_to(at);
-        let kind = if p.replay.next_at().is_none() {
-            p.ended = true;
-            "end"
-        } else {
-            "frame"
-        };
-        let event = p.frame(at, kind);
-        Some((Ok(event), p))
+        off_thread(move || {
+            p.replay.advance_to(at);
+            let kind = if p.replay.next_at().is_none() {
+                p.ended = true;
+                "end"
+            } else {
+                "frame"
+            };
+            let event = p.frame(at, kind);
+            (Ok(event), p)
+        })
+        .await
     });
     Sse::new(stream)
         .keep_alive(KeepAlive::default())
