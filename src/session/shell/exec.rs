@@ -31,7 +31,9 @@ use super::install::{canonical_text, pipe_wrapper, probe_line, readline_text, te
 use super::{Busy, Typing};
 use crate::config::Mode;
 use crate::errors::{ErrorCode, ToolError};
-use crate::limits::{AWAIT_POLL, DRAIN_DEADLINE, EXEC_INTERRUPT_SETTLE, EXEC_PROMPT_GRACE};
+use crate::limits::{
+    AWAIT_POLL, DRAIN_DEADLINE, EXEC_INTERRUPT_SETTLE, EXEC_PROMPT_GRACE, INTERRUPT_FOLLOW_EVERY,
+};
 use crate::output::{Kept, Omitted, Shape, Stream};
 use crate::process::waiting::{self, InputWait};
 use crate::process::{procfs, signal_group, signal_process};
@@ -241,8 +243,8 @@ impl Session {
             }
             (Waited::TimedOut, OnTimeout::Keep) => Ok(self.result(seq, "running").await),
             (Waited::TimedOut, OnTimeout::Interrupt) => {
-                self.interrupt().await;
                 let settle = Instant::now() + EXEC_INTERRUPT_SETTLE;
+                self.interrupt_command(seq, settle).await;
                 self.wait_command(seq, settle, false, None).await;
                 Ok(self.result(seq, "timeout").await)
             }
@@ -826,30 +828,81 @@ impl Session {
                 let _ = self.send(&[interrupt], false, &never).await;
             }
             Mode::Pipe => {
-                let shell = self.pid;
-                let _ = tokio::task::spawn_blocking(move || {
-                    // The shell first, so its trap (set by the first command) is pending
-                    // when the program it waits for ends. Waiting for one, it gets SIGURG,
-                    // whose trap ends the command line if the program died of the SIGINT,
-                    // as a terminal shell does: a program that survives it (or dies of
-                    // another signal later) leaves the line running. Otherwise (a loop of
-                    // its own, with no program to signal) SIGWINCH, whose trap ends it at
-                    // once. A shell without the traps ignores both, where SIGINT would
-                    // end it.
-                    let trap = match waiting::waits_for_a_child(shell) {
-                        true => Signal::SIGURG,
-                        false => Signal::SIGWINCH,
-                    };
-                    signal_process(shell, trap);
-                    for pid in procfs::session_members(shell) {
-                        if pid != shell {
-                            signal_process(pid, Signal::SIGINT);
-                        }
-                    }
-                })
-                .await;
+                self.interrupt_programs(&mut Vec::new()).await;
             }
         }
+    }
+
+    /// Ctrl-C for command `seq`, as `interrupt`; on pipes followed until the command ends
+    /// or `settle` passes: a program the line starts after the first SIGINT went out (the
+    /// next of a loop of short programs, started as the one signalled ended by itself) is
+    /// interrupted too, where at a terminal it would have been in the foreground group.
+    async fn interrupt_command(&self, seq: u64, settle: Instant) {
+        if self.mode == Mode::Pty {
+            return self.interrupt().await;
+        }
+        let mut signalled = Vec::new();
+        loop {
+            self.interrupt_programs(&mut signalled).await;
+            let ended = self.inspect(|s| {
+                s.shell()
+                    .and_then(|t| t.current())
+                    .is_none_or(|c| c.seq != seq || c.ended.is_some())
+            });
+            if ended || Instant::now() + INTERRUPT_FOLLOW_EVERY >= settle {
+                return;
+            }
+            tokio::time::sleep(INTERRUPT_FOLLOW_EVERY).await;
+        }
+    }
+
+    /// On pipes: SIGINT to every process of the shell's session but the shell and those in
+    /// `signalled` (which it then holds too), and first, when there is one to signal or
+    /// nothing has been signalled yet, a signal to the shell whose trap ends the command
+    /// line. Waiting for a program, the shell gets SIGURG, whose trap ends the line if the
+    /// program died of the SIGINT, as a terminal shell does: one that survives it (or dies
+    /// of another signal later) leaves the line running. Otherwise (between programs, or a
+    /// loop of its own) SIGWINCH, whose trap ends it at once. A shell without the traps
+    /// ignores both, where SIGINT would end it.
+    ///
+    /// Followed up (with what `signalled` holds from before), the shell is signalled again
+    /// only for a program not signalled yet, or, once, with SIGWINCH when it waits for
+    /// none: the line is running between its programs, where Ctrl-C at a terminal would
+    /// have stopped the shell itself.
+    async fn interrupt_programs(&self, signalled: &mut Vec<i32>) {
+        let shell = self.pid;
+        let before = std::mem::take(signalled);
+        *signalled = tokio::task::spawn_blocking(move || {
+            let mut signalled = before;
+            // The shell is in it once signalled; its negation, once it got SIGWINCH.
+            let (first, winched) = (signalled.is_empty(), signalled.contains(&-shell));
+            let fresh: Vec<i32> = procfs::session_members(shell)
+                .into_iter()
+                .filter(|pid| *pid != shell && !signalled.contains(pid))
+                .collect();
+            // The shell first, so its trap is pending when the program it waits for ends.
+            let trap = match waiting::waits_for_a_child(shell) {
+                true => Signal::SIGURG,
+                false => Signal::SIGWINCH,
+            };
+            let tell = first || !fresh.is_empty() || (trap == Signal::SIGWINCH && !winched);
+            if tell {
+                signal_process(shell, trap);
+                if trap == Signal::SIGWINCH && !winched {
+                    signalled.push(-shell);
+                }
+            }
+            for pid in fresh {
+                signal_process(pid, Signal::SIGINT);
+                signalled.push(pid);
+            }
+            if first {
+                signalled.push(shell);
+            }
+            signalled
+        })
+        .await
+        .unwrap_or_default();
     }
 
     /// The result for command `seq` as it stands.

@@ -222,6 +222,12 @@ pub fn pipe_wrapper(command: &str, nonce: &str, prepare: bool) -> String {
         text.push_str(
             "trap '{ case $? in 130|151) __mt_b=1; break 99;; esac; } 2>/dev/null' URG; ",
         );
+        // bash runs it after a `!` turned the 130 into 0 (`while ! curl …; do …`): there
+        // `PIPESTATUS` still holds the statuses the pipeline's programs ended with.
+        text.push_str(
+            "[ -n \"${BASH_VERSION-}\" ] && trap '{ case \"$? ${PIPESTATUS[*]} \" in \
+             130\\ *|151\\ *|*\\ 130\\ *) __mt_b=1; break 99;; esac; } 2>/dev/null' URG; ",
+        );
         // What gives a command the status the one before it ended with as its `$?`: a
         // function's return (no fork), after `set -x` when traced, its trace hidden.
         text.push_str(
