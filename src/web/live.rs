@@ -109,8 +109,12 @@ pub async fn session_events(State(view): State<Arc<View>>, Path(id): Path<String
             };
             // As the page and the tools show it: with every output stored so far.
             session.screen_caught_up().await;
-            let html = pages::session_view(&session);
-            drop(session);
+            // Rendered on a blocking thread: a large screen takes a while, and the
+            // runtime's one thread serves every call.
+            let rendered = tokio::task::spawn_blocking(move || pages::session_view(&session));
+            let Ok(html) = rendered.await else {
+                return Some((Ok(gone()), Watch { gone: true, ..w }));
+            };
             w.sent_at = Some(Instant::now());
             if html != w.last {
                 let event = Event::default().data(html.as_str());
