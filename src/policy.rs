@@ -66,6 +66,7 @@ const DENIED_NAMES: &[&str] = &[
     // .NET's startup hooks, kubectl's and docker's credential helpers, a compiler wrapper;
     // and where bash writes its history (a file a later shell runs, say).
     "GIT_DIR",
+    "GIT_COMMON_DIR",
     "XDG_CONFIG_HOME",
     "XDG_CONFIG_DIRS",
     "VIMINIT",
@@ -81,6 +82,11 @@ const DENIED_NAMES: &[&str] = &[
     "DOCKER_CONFIG",
     "RUSTC_WRAPPER",
     "RUSTC_WORKSPACE_WRAPPER",
+    "CARGO_BUILD_RUSTC_WRAPPER",
+    "CARGO_BUILD_RUSTC_WORKSPACE_WRAPPER",
+    "MAKEFILES",
+    "GOFLAGS",
+    "VIMRUNTIME",
     "HISTFILE",
     TAG_VAR,
 ];
@@ -344,6 +350,9 @@ mod tests {
             "GIT_DIR",
             "HISTFILE",
             "npm_config_script_shell",
+            "GIT_COMMON_DIR",
+            "CARGO_BUILD_RUSTC_WRAPPER",
+            "GOFLAGS",
         ] {
             assert!(denied_env_name(name).is_some(), "{name} should be denied");
         }
