@@ -74,7 +74,13 @@ pub async fn page(State(view): State<Arc<View>>, Path(name): Path<String>) -> Re
     let base = view.base();
     off_thread(move || {
         let mut replay = Replay::new(cast);
-        Html(pages::player_page(&base, &name, replay.duration(), &replay.frame())).into_response()
+        Html(pages::player_page(
+            &base,
+            &name,
+            replay.duration(),
+            &replay.frame(),
+        ))
+        .into_response()
     })
     .await
     .unwrap_or_else(unplayable)
