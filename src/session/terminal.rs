@@ -147,37 +147,12 @@ impl Session {
             },
             Mode::Pipe => {
                 // A job an earlier command left in the background (`server &`) is in the
-                // shell's session too: only what started since this command began is its,
-                // told by start time (to the clock tick) and, unless the IDs wrapped around
-                // since, by process ID (given out in order), which tells apart what started
-                // in the same tick.
-                let began = self.inspect(|s| {
-                    let command = s.shell().and_then(|t| t.current());
-                    command.filter(|c| c.ended.is_none()).map(|c| c.began_at)
-                });
-                let Some(began) = began else {
+                // shell's session too: only what started since this command began is its.
+                let Some(start) = self.command_start() else {
                     return Err(nothing());
                 };
-                let ago = began.elapsed().unwrap_or_default();
-                let before = self.pids_before_command.load(Ordering::Relaxed);
                 let (members, waits) = tokio::task::spawn_blocking(move || {
-                    let by_id = before > 0 && procfs::last_pid().is_some_and(|now| now >= before);
-                    let since = procfs::ticks_since_boot(ago);
-                    // Both where both can be told: an ID given out before the IDs last
-                    // wrapped around may be above `before`, and a job started in the
-                    // command's first tick is not its.
-                    let new = |pid: i32| {
-                        if by_id && pid <= before {
-                            return false;
-                        }
-                        let started = procfs::stat(pid).map(|s| s.started);
-                        since.is_none_or(|since| started.is_some_and(|at| at >= since))
-                    };
-                    let members = procfs::session_members(shell)
-                        .into_iter()
-                        .filter(|pid| *pid != shell && new(*pid))
-                        .collect::<Vec<i32>>();
-                    (members, waiting::waits_for_a_child(shell))
+                    (start.members(shell), waiting::waits_for_a_child(shell))
                 })
                 .await
                 .unwrap_or_default();
@@ -211,5 +186,56 @@ impl Session {
                 self.id
             ),
         )
+    }
+}
+
+/// When the command running in a pipe shell began, to tell the processes it started from
+/// a job an earlier command left in the background (`server &`), which is in the shell's
+/// session too.
+pub(crate) struct CommandStart {
+    began: std::time::SystemTime,
+    /// The last process ID given out before the command was typed.
+    before: i32,
+}
+
+impl Session {
+    /// The running command's start; `None` when no command runs.
+    pub(crate) fn command_start(&self) -> Option<CommandStart> {
+        let began = self.inspect(|s| {
+            let command = s.shell().and_then(|t| t.current());
+            command.filter(|c| c.ended.is_none()).map(|c| c.began_at)
+        })?;
+        Some(CommandStart {
+            began,
+            before: self.pids_before_command.load(Ordering::Relaxed),
+        })
+    }
+}
+
+impl CommandStart {
+    /// The processes of `shell`'s session but the shell that started since the command
+    /// began (reads /proc: off the async thread): told by start time (to the clock tick)
+    /// and, unless the IDs wrapped around since, by process ID (given out in order), which
+    /// tells apart what started in the same tick.
+    pub(crate) fn members(&self, shell: i32) -> Vec<i32> {
+        let before = self.before;
+        let ago = self.began.elapsed().unwrap_or_default();
+        let by_id = before > 0 && procfs::last_pid().is_some_and(|now| now >= before);
+        let since = procfs::ticks_since_boot(ago);
+        // Both where both can be told: an ID given out before the IDs last wrapped around
+        // may be above `before`. The start time is told to a tick, less one: the command's
+        // clock and the kernel's count of ticks round the same moment apart, and a program
+        // the command started in its first tick is its.
+        let new = |pid: i32| {
+            if by_id && pid <= before {
+                return false;
+            }
+            let started = procfs::stat(pid).map(|s| s.started);
+            since.is_none_or(|since| started.is_some_and(|at| at + 1 >= since))
+        };
+        procfs::session_members(shell)
+            .into_iter()
+            .filter(|pid| *pid != shell && new(*pid))
+            .collect()
     }
 }

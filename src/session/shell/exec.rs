@@ -153,6 +153,25 @@ fn uncollected(last: &super::Command) -> Option<ToolError> {
     ))
 }
 
+/// Clock ticks a program has run for, at least, to be taken to have got a SIGINT sent to
+/// it (see `interrupt_programs`).
+const SETTLED_TICKS: u64 = 3;
+
+/// What a timeout's interrupt on pipes has done so far (see `interrupt_programs`).
+#[derive(Default)]
+struct Interrupting {
+    begun: bool,
+    /// The processes sent SIGINT.
+    signalled: Vec<i32>,
+    /// Looks in a row that found the shell waiting for no program.
+    unwaited: u8,
+    /// The shell got SIGWINCH.
+    winched: bool,
+    /// A process still running was sent SIGINT: it took the interrupt, and what it then
+    /// does (dies of it, or handles it and runs on) decides the line, as at a terminal.
+    delivered: bool,
+}
+
 /// How a pipe shell's running command is collected or stopped.
 const PIPE_BUSY: &str = "collect its result with terminal_exec `continue: true`; to stop \
     it, `continue: true` with `on_timeout: \"interrupt\"` interrupts it when that call times \
@@ -828,81 +847,94 @@ impl Session {
                 let _ = self.send(&[interrupt], false, &never).await;
             }
             Mode::Pipe => {
-                self.interrupt_programs(&mut Vec::new()).await;
+                self.interrupt_programs(Interrupting::default()).await;
             }
         }
     }
 
     /// Ctrl-C for command `seq`, as `interrupt`; on pipes followed until the command ends
-    /// or `settle` passes: a program the line starts after the first SIGINT went out (the
-    /// next of a loop of short programs, started as the one signalled ended by itself) is
-    /// interrupted too, where at a terminal it would have been in the foreground group.
+    /// or `settle` passes, while no program has taken the SIGINT: one that had ended by
+    /// itself as it went out (the last of a loop of short programs) never got it, and the
+    /// line's next program, which at a terminal would have been in the foreground group,
+    /// is interrupted in its place.
     async fn interrupt_command(&self, seq: u64, settle: Instant) {
         if self.mode == Mode::Pty {
             return self.interrupt().await;
         }
-        let mut signalled = Vec::new();
+        let mut interrupting = Interrupting::default();
         loop {
-            self.interrupt_programs(&mut signalled).await;
+            interrupting = self.interrupt_programs(interrupting).await;
             let ended = self.inspect(|s| {
                 s.shell()
                     .and_then(|t| t.current())
                     .is_none_or(|c| c.seq != seq || c.ended.is_some())
             });
-            if ended || Instant::now() + INTERRUPT_FOLLOW_EVERY >= settle {
+            if ended || interrupting.delivered || Instant::now() + INTERRUPT_FOLLOW_EVERY >= settle
+            {
                 return;
             }
             tokio::time::sleep(INTERRUPT_FOLLOW_EVERY).await;
         }
     }
 
-    /// On pipes: SIGINT to every process of the shell's session but the shell and those in
-    /// `signalled` (which it then holds too), and first, when there is one to signal or
-    /// nothing has been signalled yet, a signal to the shell whose trap ends the command
-    /// line. Waiting for a program, the shell gets SIGURG, whose trap ends the line if the
-    /// program died of the SIGINT, as a terminal shell does: one that survives it (or dies
-    /// of another signal later) leaves the line running. Otherwise (between programs, or a
-    /// loop of its own) SIGWINCH, whose trap ends it at once. A shell without the traps
-    /// ignores both, where SIGINT would end it.
+    /// On pipes: SIGINT to the processes the running command started (a job an earlier
+    /// command left in the background is spared, as by `terminal_signal`) not signalled
+    /// yet, and first a signal to the shell whose trap ends the command line. Waiting for a
+    /// program, the shell gets SIGURG, whose trap ends the line if the program died of the
+    /// SIGINT, as a terminal shell does: one that survives it (or dies of another signal
+    /// later) leaves the line running. Otherwise (a loop of its own, with no program to
+    /// signal) SIGWINCH, whose trap ends it at once. A shell without the traps ignores
+    /// both, where SIGINT would end it.
     ///
-    /// Followed up (with what `signalled` holds from before), the shell is signalled again
-    /// only for a program not signalled yet, or, once, with SIGWINCH when it waits for
-    /// none: the line is running between its programs, where Ctrl-C at a terminal would
-    /// have stopped the shell itself.
-    async fn interrupt_programs(&self, signalled: &mut Vec<i32>) {
+    /// Followed up (while no program has taken a SIGINT), the shell is signalled again
+    /// only with a program not signalled yet, or, once, with SIGWINCH when twice in a row
+    /// it waited for none: the line runs between its programs, where Ctrl-C at a terminal
+    /// would have stopped the shell itself. (Once is not enough to tell: a shell that
+    /// SIGURG woke from its wait is out of it a moment.)
+    async fn interrupt_programs(&self, mut interrupting: Interrupting) -> Interrupting {
         let shell = self.pid;
-        let before = std::mem::take(signalled);
-        *signalled = tokio::task::spawn_blocking(move || {
-            let mut signalled = before;
-            // The shell is in it once signalled; its negation, once it got SIGWINCH.
-            let (first, winched) = (signalled.is_empty(), signalled.contains(&-shell));
-            let fresh: Vec<i32> = procfs::session_members(shell)
-                .into_iter()
-                .filter(|pid| *pid != shell && !signalled.contains(pid))
-                .collect();
+        let start = self.command_start();
+        tokio::task::spawn_blocking(move || {
+            let first = !interrupting.begun;
+            interrupting.begun = true;
+            let fresh: Vec<i32> = match &start {
+                Some(start) => start.members(shell),
+                None if first => procfs::session_members(shell),
+                None => return interrupting,
+            }
+            .into_iter()
+            .filter(|pid| *pid != shell && !interrupting.signalled.contains(pid))
+            .collect();
             // The shell first, so its trap is pending when the program it waits for ends.
-            let trap = match waiting::waits_for_a_child(shell) {
-                true => Signal::SIGURG,
-                false => Signal::SIGWINCH,
+            let waits = waiting::waits_for_a_child(shell);
+            interrupting.unwaited = if waits { 0 } else { interrupting.unwaited + 1 };
+            let trap = if waits {
+                Signal::SIGURG
+            } else {
+                Signal::SIGWINCH
             };
-            let tell = first || !fresh.is_empty() || (trap == Signal::SIGWINCH && !winched);
-            if tell {
+            let between = interrupting.unwaited >= 2 && !interrupting.winched;
+            if first || (!fresh.is_empty() && waits) || between {
                 signal_process(shell, trap);
-                if trap == Signal::SIGWINCH && !winched {
-                    signalled.push(-shell);
-                }
+                interrupting.winched |= trap == Signal::SIGWINCH;
             }
+            // One that runs, and has for a few ticks, takes it (whatever it then does). One
+            // that ended (a zombie, or gone) never will, nor, most likely, one started a
+            // moment ago: a short program's whole life is a tick or two, and a SIGINT that
+            // comes as it exits is lost.
+            let now = procfs::ticks_since_boot(Duration::ZERO).unwrap_or(0);
             for pid in fresh {
+                let took = procfs::stat(pid).is_some_and(|s| {
+                    !matches!(s.state, 'Z' | 'X') && s.started + SETTLED_TICKS <= now
+                });
                 signal_process(pid, Signal::SIGINT);
-                signalled.push(pid);
+                interrupting.delivered |= took;
+                interrupting.signalled.push(pid);
             }
-            if first {
-                signalled.push(shell);
-            }
-            signalled
+            interrupting
         })
         .await
-        .unwrap_or_default();
+        .unwrap_or_default()
     }
 
     /// The result for command `seq` as it stands.
