@@ -16,7 +16,7 @@ pub fn keep_memory_private() {
         return;
     }
     if let Err(e) = nix::sys::prctl::set_dumpable(false) {
-        eprintln!(
+        crate::say!(
             "mcp-terminal: warning: cannot make the server's memory unreadable to other \
              processes of its user ({e})"
         );

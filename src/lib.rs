@@ -3,6 +3,16 @@
 //! only the command line and the serving loops; the fuzz targets (`fuzz/`) and the
 //! in-process tests drive the same framing and dispatch the binary serves with.
 
+/// `eprintln!` that cannot panic: a server whose stderr reader has gone (the pipe broken)
+/// serves on stdout regardless, where `eprintln!` would end it.
+#[macro_export]
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), $($arg)*);
+    }};
+}
+
 pub mod access;
 pub mod audit;
 pub mod config;

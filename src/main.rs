@@ -273,7 +273,7 @@ fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(message) => {
-            eprintln!("mcp-terminal: {message}");
+            mcp_terminal::say!("mcp-terminal: {message}");
             ExitCode::from(EXIT_USAGE)
         }
     }
@@ -494,7 +494,7 @@ fn make_config(output: Option<&Path>, root: Option<&Path>, shells: bool) -> Resu
         .open(output)
         .and_then(|mut file| std::io::Write::write_all(&mut file, text.as_bytes()));
     written.map_err(|e| format!("cannot write `{}`: {e}", output.display()))?;
-    eprintln!("wrote {}", output.display());
+    mcp_terminal::say!("wrote {}", output.display());
     Ok(())
 }
 

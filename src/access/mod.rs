@@ -31,7 +31,7 @@ pub fn load_token(token_file: Option<PathBuf>) -> Result<Token, String> {
     };
     let (token, loaded) = Token::load_or_create(&path)?;
     if let Loaded::Created = loaded {
-        eprintln!(
+        crate::say!(
             "mcp-terminal: created a new token in {} (mode 0600); clients send it as \
              `Authorization: Bearer <token>`",
             path.display()

@@ -90,7 +90,7 @@ fn listen_address(listen: &str, allow_remote: bool) -> Result<SocketAddr, String
     if addresses.iter().all(|a| a.ip().is_loopback()) {
         if allow_remote {
             // A reverse proxy or tunnel on this machine may forward its own Host.
-            eprintln!(
+            crate::say!(
                 "mcp-terminal: warning: --allow-remote: any Host header is accepted, so the \
                  check against DNS rebinding is off (the Origin check still holds); on a \
                  loopback address it is only needed behind a proxy that forwards its own Host"
@@ -104,7 +104,7 @@ fn listen_address(listen: &str, allow_remote: bool) -> Result<SocketAddr, String
              connections from other machines"
         ));
     }
-    eprintln!(
+    crate::say!(
         "mcp-terminal: warning: --allow-remote: listening on {address}, reachable from other \
          machines; anyone who can reach it and holds the token can run every approved command, \
          and the traffic (token included) is not encrypted"
@@ -146,13 +146,13 @@ pub async fn serve(
         prepared.connections,
         stop_mcp.clone(),
     ));
-    eprintln!("mcp-terminal: listening on http://{bound}/mcp");
+    crate::say!("mcp-terminal: listening on http://{bound}/mcp");
     if let Some(view) = view {
         let url = view.sign_in_url(bound);
         if let Some(file) = &prepared.web_url_file {
             crate::web::publish(file, &url, view.owner_key());
         }
-        eprintln!("mcp-terminal: live view: {url}");
+        crate::say!("mcp-terminal: live view: {url}");
     }
     tracing::info!(version = env!("CARGO_PKG_VERSION"), "serving MCP over HTTP");
 

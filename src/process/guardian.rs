@@ -280,7 +280,7 @@ pub fn run_guardian(instance: &str) -> Result<(), String> {
     }
     let ended = sweep(instance).len();
     if ended > 0 {
-        eprintln!(
+        crate::say!(
             "mcp-terminal guardian: the server is gone; ended {ended} remaining session process(es)"
         );
     }

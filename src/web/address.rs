@@ -91,7 +91,7 @@ fn bind_next_free(address: SocketAddr, configured: bool) -> Result<TcpListener, 
         match bind(candidate) {
             Ok(listener) => {
                 if step > 0 {
-                    eprintln!(
+                    crate::say!(
                         "mcp-terminal: warning: {address} is taken; the live view listens on \
                          {candidate} instead ({hint})"
                     );
@@ -130,7 +130,7 @@ pub fn publish(file: &Path, url: &str, key: &str) {
         Err(e) => Err(format!("`{}` cannot be made ({e})", file.display())),
     };
     if let Err(why) = written {
-        eprintln!(
+        crate::say!(
             "mcp-terminal: warning: cannot write the sign-in URL: {why}; the live view is \
              served, and `mcp-terminal web-url` cannot find it"
         );

@@ -396,7 +396,7 @@ pub fn serve_beside(
         limits,
         CancellationToken::new(),
     ));
-    eprintln!("mcp-terminal: live view: {url}");
+    crate::say!("mcp-terminal: live view: {url}");
     Ok(())
 }
 
