@@ -270,7 +270,7 @@ async fn supervise(
     session.update(|s| s.close_input());
     // The readers hold the terminal while they drain it.
     session.close_files();
-    tracing::info!(session = %session.id, pid = session.pid, status = status.as_str(), "process ended");
+    tracing::debug!(session = %session.id, pid = session.pid, status = status.as_str(), "process ended");
 
     let (drained, ()) = tokio::join!(session.drain(), session.end_marks());
     let readers = std::mem::take(&mut *session.readers.lock().unwrap_or_else(|e| e.into_inner()));

@@ -310,7 +310,9 @@ impl Sessions {
             },
             spawned,
         );
-        tracing::info!(
+        // Every start and end: at debug, as the audit log is what records what ran, and a
+        // stderr an MCP client keeps would get two lines per one-shot run.
+        tracing::debug!(
             session = %session.id,
             pid = session.pid,
             command = %request.command_id,
