@@ -9,11 +9,11 @@
 //!
 //! A timeout never ends the shell. `interrupt` sends Ctrl-C to the terminal (SIGINT to its
 //! foreground group where the terminal makes no signal of Ctrl-C and the group is not
-//! reading it; pipes: SIGINT to every process of the shell's session but the shell, and to
-//! the shell a signal whose trap then ends the command line, as Ctrl-C ends a terminal
-//! shell's: SIGURG when it waits for a program (the line ends if the program died of the
-//! SIGINT), else SIGWINCH (at once); a background job ignores SIGINT, as POSIX has it for a
-//! shell without job control) and waits a moment for the prompt:
+//! reading it; pipes: SIGINT to the processes the command started, a job an earlier one
+//! left in the background spared, and to the shell a signal whose trap then ends the
+//! command line, as Ctrl-C ends a terminal shell's: SIGURG when it waits for a program (the
+//! line ends if the program died of the SIGINT), else SIGWINCH (at once); see
+//! `interrupt_command`) and waits a moment for the prompt:
 //! then the outcome is `timeout` with the status; if the program
 //! keeps the terminal (less, vim, a REPL), it is `timeout` with `still_running`, the
 //! foreground program and the screen. `keep` leaves the command running (`running`);
