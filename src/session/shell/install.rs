@@ -228,6 +228,12 @@ pub fn pipe_wrapper(command: &str, nonce: &str, prepare: bool) -> String {
             "[ -n \"${BASH_VERSION-}\" ] && trap '{ case \"$? ${PIPESTATUS[*]} \" in \
              130\\ *|151\\ *|*\\ 130\\ *) __mt_b=1; break 99;; esac; } 2>/dev/null' URG; ",
         );
+        // A command substitution whose program died of SIGINT (`x=$(slow)`) makes bash
+        // send SIGINT to itself, "to break out of loops", which would end a shell without
+        // a trap: this one ends the line instead, as Ctrl-C does at a terminal.
+        text.push_str(
+            "[ -n \"${BASH_VERSION-}\" ] && trap '{ __mt_b=1; break 99; } 2>/dev/null' INT; ",
+        );
         // What gives a command the status the one before it ended with as its `$?`: a
         // function's return (no fork), after `set -x` when traced, its trace hidden.
         text.push_str(
