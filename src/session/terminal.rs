@@ -4,14 +4,15 @@
 use std::sync::atomic::Ordering;
 
 use nix::sys::signal::Signal;
+use tokio::time::Instant;
 
 use super::sink::Feed;
 use super::{Session, lock_screen};
 use crate::config::Mode;
 use crate::errors::{ErrorCode, ToolError};
-use crate::limits::{CAP_TOTAL_EMULATOR_CELLS, SCREEN_CATCH_UP};
+use crate::limits::{CAP_TOTAL_EMULATOR_CELLS, EXEC_INTERRUPT_SETTLE, SCREEN_CATCH_UP};
 use crate::output::{Screen, ScreenView};
-use crate::process::{procfs, signal_group, signal_process, waiting};
+use crate::process::{procfs, signal_group, signal_process};
 
 /// Who receives a signal.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -145,28 +146,29 @@ impl Session {
                 Some(group) if group != shell => signal_group(group, signal),
                 _ => return Err(nothing()),
             },
+            // Ctrl-C ends the command line, as at a terminal: the timeout's interrupt.
+            Mode::Pipe if signal == Signal::SIGINT => {
+                let Some(seq) = self.inspect(|s| {
+                    let command = s.shell().and_then(|t| t.current());
+                    command.filter(|c| c.ended.is_none()).map(|c| c.seq)
+                }) else {
+                    return Err(nothing());
+                };
+                self.interrupt_command(seq, Instant::now() + EXEC_INTERRUPT_SETTLE)
+                    .await;
+            }
             Mode::Pipe => {
                 // A job an earlier command left in the background (`server &`) is in the
                 // shell's session too: only what started since this command began is its.
                 let Some(start) = self.command_start() else {
                     return Err(nothing());
                 };
-                let (members, waits) = tokio::task::spawn_blocking(move || {
-                    (start.members(shell), waiting::waits_for_a_child(shell))
-                })
-                .await
-                .unwrap_or_default();
-                // Ctrl-C ends the command line, as a terminal shell ends it when its
-                // program dies of SIGINT: the shell's SIGURG trap breaks out once the
-                // program it waits for has ended, if it died of it. A loop of the shell's
-                // own (with no program to signal, or with only a job it started in the
-                // background) gets SIGWINCH, whose trap (as `interrupt` uses it) breaks out
-                // at once.
-                match (signal, members.is_empty()) {
-                    (Signal::SIGINT, false) if waits => signal_process(shell, Signal::SIGURG),
-                    (Signal::SIGINT, _) => signal_process(shell, Signal::SIGWINCH),
-                    (_, true) => return Err(nothing()),
-                    (_, false) => {}
+                let members = tokio::task::spawn_blocking(move || start.members(shell))
+                    .await
+                    .unwrap_or_default();
+                // Another signal ends only the programs it kills, and the line goes on.
+                if members.is_empty() {
+                    return Err(nothing());
                 }
                 for pid in members {
                     signal_process(pid, signal);

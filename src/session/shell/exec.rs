@@ -160,6 +160,8 @@ const SETTLED_TICKS: u64 = 3;
 /// What a timeout's interrupt on pipes has done so far (see `interrupt_programs`).
 #[derive(Default)]
 struct Interrupting {
+    /// The command line mentions `trap`: it may have changed the shell's INT trap.
+    sets_traps: bool,
     begun: bool,
     /// The processes sent SIGINT.
     signalled: Vec<i32>,
@@ -857,11 +859,17 @@ impl Session {
     /// itself as it went out (the last of a loop of short programs) never got it, and the
     /// line's next program, which at a terminal would have been in the foreground group,
     /// is interrupted in its place.
-    async fn interrupt_command(&self, seq: u64, settle: Instant) {
+    pub(in crate::session) async fn interrupt_command(&self, seq: u64, settle: Instant) {
         if self.mode == Mode::Pty {
             return self.interrupt().await;
         }
-        let mut interrupting = Interrupting::default();
+        let mut interrupting = Interrupting {
+            sets_traps: self.inspect(|s| {
+                let command = s.shell().and_then(|t| t.current());
+                command.is_some_and(|c| c.seq == seq && c.text.contains("trap"))
+            }),
+            ..Interrupting::default()
+        };
         loop {
             interrupting = self.interrupt_programs(interrupting).await;
             let ended = self.inspect(|s| {
@@ -886,6 +894,12 @@ impl Session {
     /// signal) SIGWINCH, whose trap ends it at once. A shell without the traps ignores
     /// both, where SIGINT would end it.
     ///
+    /// bash waiting gets SIGINT in place of SIGURG: its INT trap does the same, and each
+    /// command line sets it again. bash runs the trap of a signal that came while it waited
+    /// for a subshell (`(cd src && make); deploy`) only once it has run the next command,
+    /// but that of a SIGINT as the subshell ends. A line that mentions `trap` may have
+    /// changed the INT trap, where SIGINT would end bash: it gets SIGURG.
+    ///
     /// Followed up (while no program has taken a SIGINT), the shell is signalled again
     /// only with a program not signalled yet, or, once, with SIGWINCH when twice in a row
     /// it waited for none: the line runs between its programs, where Ctrl-C at a terminal
@@ -893,25 +907,29 @@ impl Session {
     /// SIGURG woke from its wait is out of it a moment.)
     async fn interrupt_programs(&self, mut interrupting: Interrupting) -> Interrupting {
         let shell = self.pid;
-        let start = self.command_start();
+        // Nothing once the command has ended: what runs in the session now is not its.
+        let Some(start) = self.command_start() else {
+            return interrupting;
+        };
         tokio::task::spawn_blocking(move || {
             let first = !interrupting.begun;
             interrupting.begun = true;
-            let fresh: Vec<i32> = match &start {
-                Some(start) => start.members(shell),
-                None if first => procfs::session_members(shell),
-                None => return interrupting,
-            }
-            .into_iter()
-            .filter(|pid| *pid != shell && !interrupting.signalled.contains(pid))
-            .collect();
+            let fresh: Vec<i32> = start
+                .members(shell)
+                .into_iter()
+                .filter(|pid| !interrupting.signalled.contains(pid))
+                .collect();
             // The shell first, so its trap is pending when the program it waits for ends.
             let waits = waiting::waits_for_a_child(shell);
             interrupting.unwaited = if waits { 0 } else { interrupting.unwaited + 1 };
-            let trap = if waits {
-                Signal::SIGURG
-            } else {
+            let trap = if !waits {
                 Signal::SIGWINCH
+            } else if !interrupting.sets_traps
+                && procfs::program(shell).is_some_and(|name| name.starts_with("bash"))
+            {
+                Signal::SIGINT
+            } else {
+                Signal::SIGURG
             };
             let between = interrupting.unwaited >= 2 && !interrupting.winched;
             if first || (!fresh.is_empty() && waits) || between {

@@ -223,16 +223,15 @@ pub fn pipe_wrapper(command: &str, nonce: &str, prepare: bool) -> String {
             "trap '{ case $? in 130|151) __mt_b=1; break 99;; esac; } 2>/dev/null' URG; ",
         );
         // bash runs it after a `!` turned the 130 into 0 (`while ! curl …; do …`): there
-        // `PIPESTATUS` still holds the statuses the pipeline's programs ended with.
+        // `PIPESTATUS` still holds the statuses the pipeline's programs ended with. bash
+        // has it for SIGINT too, which it gets in place of SIGURG (see
+        // `interrupt_programs`), and each command line sets it again (`__mt_i`): a command
+        // substitution whose program died of SIGINT (`x=$(slow)`) makes bash send itself
+        // SIGINT, "to break out of loops", which would end a shell without a trap.
         text.push_str(
-            "[ -n \"${BASH_VERSION-}\" ] && trap '{ case \"$? ${PIPESTATUS[*]} \" in \
-             130\\ *|151\\ *|*\\ 130\\ *) __mt_b=1; break 99;; esac; } 2>/dev/null' URG; ",
-        );
-        // A command substitution whose program died of SIGINT (`x=$(slow)`) makes bash
-        // send SIGINT to itself, "to break out of loops", which would end a shell without
-        // a trap: this one ends the line instead, as Ctrl-C does at a terminal.
-        text.push_str(
-            "[ -n \"${BASH_VERSION-}\" ] && trap '{ __mt_b=1; break 99; } 2>/dev/null' INT; ",
+            "[ -n \"${BASH_VERSION-}\" ] && __mt_i='{ case \"$? ${PIPESTATUS[*]} \" in \
+             130\\ *|151\\ *|*\\ 130\\ *) __mt_b=1; break 99;; esac; } 2>/dev/null' \
+             && trap \"$__mt_i\" URG INT; ",
         );
         // What gives a command the status the one before it ended with as its `$?`: a
         // function's return (no fork), after `set -x` when traced, its trace hidden.
@@ -247,6 +246,7 @@ pub fn pipe_wrapper(command: &str, nonce: &str, prepare: bool) -> String {
         text,
         "{start} 2>/dev/null >&{STDOUT_COPY_FD}; {start} 2>/dev/null >&{STDERR_COPY_FD}; \
          case $- in *x*) __mt_x=1; set +x;; esac 2>/dev/null; __mt_b= __mt_e=; \
+         [ -z \"${{__mt_i-}}\" ] || trap \"$__mt_i\" INT; \
          case $- in *e*) __mt_t='
 
 {{ __mt_e=$?; }} 2>/dev/null';; *) __mt_t=;; esac; \
