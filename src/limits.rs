@@ -266,7 +266,8 @@ pub const WEB_PAGE_TOKENS_MAX: usize = 256;
 pub const WEB_DEFAULT_LISTEN: &str = "127.0.0.1:8766";
 pub const WEB_LISTEN_TRIES: u16 = 20;
 
-/// Recordings played in the live view at once (each holds its parsed file and an emulator).
+/// Recordings played or downloaded in the live view at once (each holds its file, and a
+/// player its parsed copy and an emulator).
 pub const WEB_MAX_PLAYERS: usize = 4;
 
 /// How much output before a page read with `strip_ansi` is parsed first, in code points,

@@ -27,12 +27,13 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use axum::Router;
+use axum::body::{Body, Bytes};
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::middleware::{from_fn, from_fn_with_state};
 use axum::response::{Html, IntoResponse, Redirect, Response};
 use axum::routing::{any, get, post};
-use tokio::sync::Semaphore;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 
 pub use address::{Beside, fetch_sign_in_url, prepare_beside, publish, url_file};
@@ -101,16 +102,35 @@ impl View {
         known.then(|| dir.join(name))
     }
 
+    /// One of the `WEB_MAX_PLAYERS` slots for reading a recording (to play or download
+    /// it), or the answer that all are taken.
+    fn recording_slot(&self) -> Result<OwnedSemaphorePermit, Response> {
+        self.players.clone().try_acquire_owned().map_err(|_| {
+            (
+                StatusCode::SERVICE_UNAVAILABLE,
+                [(header::RETRY_AFTER, "5")],
+                "Service Unavailable: other recordings are being played or downloaded; \
+                 stop one and try again.\n",
+            )
+                .into_response()
+        })
+    }
+
     /// The bytes of the recording `name`, if it is one of a retained session's and still the
     /// regular file the server wrote: a session's own shell may replace it, and the view
     /// never follows a link put there (to `/dev/zero`, say) nor reads more than the server
-    /// ever writes to a recording, however large the file has grown.
-    async fn recording_bytes(&self, name: &str) -> Result<Vec<u8>, RecordingUnread> {
+    /// ever writes to a recording, however large the file has grown. Read with `slot`
+    /// held, and handed back with it: a client gone meanwhile frees it once the read ends.
+    async fn recording_bytes(
+        &self,
+        name: &str,
+        slot: OwnedSemaphorePermit,
+    ) -> Result<(Vec<u8>, OwnedSemaphorePermit), RecordingUnread> {
         let path = self.recording_path(name).ok_or(RecordingUnread::Unknown)?;
-        tokio::task::spawn_blocking(move || read_recording(&path))
+        let (read, slot) = tokio::task::spawn_blocking(move || (read_recording(&path), slot))
             .await
-            .unwrap_or_else(|_| Err("the read failed".into()))
-            .map_err(RecordingUnread::Unreadable)
+            .map_err(|_| RecordingUnread::Unreadable("the read failed".into()))?;
+        Ok((read.map_err(RecordingUnread::Unreadable)?, slot))
     }
 
     /// The page saying why the recording `name` is not served.
@@ -299,8 +319,12 @@ async fn output(
 
 /// A retained session's asciicast file; only names the server gave its own recordings.
 async fn recording(State(view): State<Arc<View>>, Path(name): Path<String>) -> Response {
-    match view.recording_bytes(&name).await {
-        Ok(bytes) => {
+    let slot = match view.recording_slot() {
+        Ok(slot) => slot,
+        Err(busy) => return busy,
+    };
+    match view.recording_bytes(&name, slot).await {
+        Ok((bytes, slot)) => {
             let disposition = HeaderValue::from_str(&format!("attachment; filename=\"{name}\""))
                 .unwrap_or(HeaderValue::from_static("attachment"));
             (
@@ -311,7 +335,7 @@ async fn recording(State(view): State<Arc<View>>, Path(name): Path<String>) -> R
                     ),
                     (header::CONTENT_DISPOSITION, disposition),
                 ],
-                bytes,
+                body_holding(bytes, slot),
             )
                 .into_response()
         }
@@ -319,6 +343,20 @@ async fn recording(State(view): State<Arc<View>>, Path(name): Path<String>) -> R
             (StatusCode::NOT_FOUND, view.recording_unread(&name, unread)).into_response()
         }
     }
+}
+
+/// `bytes` sent in pieces, `slot` held until the last is taken or the client is gone: a
+/// client that reads slowly keeps its copy of a recording, and its slot, as long.
+fn body_holding(bytes: Vec<u8>, slot: OwnedSemaphorePermit) -> Body {
+    const PIECE: usize = 64 * 1024;
+    let pieces = futures::stream::unfold((Bytes::from(bytes), slot), |(mut rest, slot)| async {
+        if rest.is_empty() {
+            return None;
+        }
+        let piece = rest.split_to(rest.len().min(PIECE));
+        Some((Ok::<_, std::convert::Infallible>(piece), (rest, slot)))
+    });
+    Body::from_stream(pieces)
 }
 
 /// A fresh sign-in URL for `mcp-terminal web-url`: only for the owner key of the address

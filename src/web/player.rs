@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::{Path, Query, State};
-use axum::http::{StatusCode, header};
+use axum::http::StatusCode;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{Html, IntoResponse, Response};
 use futures::stream;
@@ -25,20 +25,25 @@ use crate::limits::WEB_UPDATE_EVERY;
 /// The longest the player goes without a frame while playing (its clock moves on).
 const TICK: Duration = Duration::from_millis(500);
 
-/// The parsed recording `name`, if it is one of a retained session's.
-async fn load(view: &View, name: &str) -> Result<Cast, Response> {
-    let text = match view.recording_bytes(name).await {
-        Ok(text) => text,
+/// The parsed recording `name`, if it is one of a retained session's, and `slot` back.
+async fn load(
+    view: &View,
+    name: &str,
+    slot: OwnedSemaphorePermit,
+) -> Result<(Cast, OwnedSemaphorePermit), Response> {
+    let (text, slot) = match view.recording_bytes(name, slot).await {
+        Ok(read) => read,
         Err(unread) => {
             return Err(
                 (StatusCode::NOT_FOUND, view.recording_unread(name, unread)).into_response()
             );
         }
     };
-    let parsed = tokio::task::spawn_blocking(move || Cast::parse(&String::from_utf8_lossy(&text)))
-        .await
-        .unwrap_or_else(|_| Err("the recording could not be parsed".into()));
-    parsed.map_err(|why| {
+    let parsed = off_thread(slot, move || Cast::parse(&String::from_utf8_lossy(&text))).await;
+    let Some((parsed, slot)) = parsed else {
+        return Err(unplayable());
+    };
+    parsed.map(|cast| (cast, slot)).map_err(|why| {
         (
             StatusCode::UNPROCESSABLE_ENTITY,
             pages::refusal(
@@ -53,9 +58,15 @@ async fn load(view: &View, name: &str) -> Result<Cast, Response> {
 
 /// `work` on a blocking thread: replaying a recording through the emulator and rendering
 /// its screens takes long for a large one, and the runtime's one thread serves every call.
-/// `None` if it could not finish (it panicked).
-async fn off_thread<T: Send + 'static>(work: impl FnOnce() -> T + Send + 'static) -> Option<T> {
-    tokio::task::spawn_blocking(work).await.ok()
+/// The work holds `slot`, handed back with its result: a client gone meanwhile frees the
+/// slot only once the work ends. `None` if it could not finish (it panicked).
+async fn off_thread<T: Send + 'static>(
+    slot: OwnedSemaphorePermit,
+    work: impl FnOnce() -> T + Send + 'static,
+) -> Option<(T, OwnedSemaphorePermit)> {
+    tokio::task::spawn_blocking(move || (work(), slot))
+        .await
+        .ok()
 }
 
 fn unplayable() -> Response {
@@ -67,12 +78,16 @@ fn unplayable() -> Response {
 }
 
 pub async fn page(State(view): State<Arc<View>>, Path(name): Path<String>) -> Response {
-    let cast = match load(&view, &name).await {
-        Ok(cast) => cast,
+    let slot = match view.recording_slot() {
+        Ok(slot) => slot,
+        Err(busy) => return busy,
+    };
+    let (cast, slot) = match load(&view, &name, slot).await {
+        Ok(loaded) => loaded,
         Err(refusal) => return refusal,
     };
     let base = view.base();
-    off_thread(move || {
+    off_thread(slot, move || {
         let mut replay = Replay::new(cast);
         Html(pages::player_page(
             &base,
@@ -83,7 +98,7 @@ pub async fn page(State(view): State<Arc<View>>, Path(name): Path<String>) -> Re
         .into_response()
     })
     .await
-    .unwrap_or_else(unplayable)
+    .map_or_else(unplayable, |(page, _)| page)
 }
 
 struct Playing {
@@ -96,7 +111,8 @@ struct Playing {
     first: bool,
     last_html: String,
     ended: bool,
-    _permit: OwnedSemaphorePermit,
+    /// Held while it plays, and by the work on a blocking thread it moves to.
+    _slot: OwnedSemaphorePermit,
 }
 
 impl Playing {
@@ -130,26 +146,22 @@ pub async fn frames(
         Some(_) => return bad("`speed` must be a number from 0.1 to 16"),
     };
     let once = query.get("once").is_some_and(|v| v == "1");
-    let Ok(permit) = view.players.clone().try_acquire_owned() else {
-        return (
-            StatusCode::SERVICE_UNAVAILABLE,
-            [(header::RETRY_AFTER, "5")],
-            "Service Unavailable: other recordings are playing; stop one and try again.\n",
-        )
-            .into_response();
+    let slot = match view.recording_slot() {
+        Ok(slot) => slot,
+        Err(busy) => return busy,
     };
-    let cast = match load(&view, &name).await {
-        Ok(cast) => cast,
+    let (cast, slot) = match load(&view, &name, slot).await {
+        Ok(loaded) => loaded,
         Err(refusal) => return refusal,
     };
-    let seeked = off_thread(move || {
+    let seeked = off_thread(slot, move || {
         let mut replay = Replay::new(cast);
         let from = from.min(replay.duration());
         replay.advance_to(from);
         (replay, from)
     })
     .await;
-    let Some((replay, from)) = seeked else {
+    let Some(((replay, from), slot)) = seeked else {
         return unplayable();
     };
     let playing = Playing {
@@ -161,7 +173,7 @@ pub async fn frames(
         first: true,
         last_html: String::new(),
         ended: false,
-        _permit: permit,
+        _slot: slot,
     };
     let stream = stream::unfold(playing, |mut p| async move {
         if p.ended {
@@ -178,18 +190,19 @@ pub async fn frames(
             };
             p.ended = done;
             let at = p.from;
-            return off_thread(move || {
+            return tokio::task::spawn_blocking(move || {
                 let event = p.frame(at, kind);
                 (Ok::<_, Infallible>(event), p)
             })
-            .await;
+            .await
+            .ok();
         }
         let now = p.from + p.began.elapsed().as_secs_f64() * p.speed;
         let next = p.replay.next_at().unwrap_or(now);
         let wait = Duration::from_secs_f64(((next - now) / p.speed).max(0.0));
         tokio::time::sleep(wait.clamp(WEB_UPDATE_EVERY, TICK)).await;
         let at = (p.from + p.began.elapsed().as_secs_f64() * p.speed).min(p.replay.duration());
-        off_thread(move || {
+        tokio::task::spawn_blocking(move || {
             p.replay.advance_to(at);
             let kind = if p.replay.next_at().is_none() {
                 p.ended = true;
@@ -201,6 +214,7 @@ pub async fn frames(
             (Ok(event), p)
         })
         .await
+        .ok()
     });
     Sse::new(stream)
         .keep_alive(KeepAlive::default())
