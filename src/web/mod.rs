@@ -103,17 +103,9 @@ impl View {
     }
 
     /// One of the `WEB_MAX_PLAYERS` slots for reading a recording (to play or download
-    /// it), or the answer that all are taken.
-    fn recording_slot(&self) -> Result<OwnedSemaphorePermit, Response> {
-        self.players.clone().try_acquire_owned().map_err(|_| {
-            (
-                StatusCode::SERVICE_UNAVAILABLE,
-                [(header::RETRY_AFTER, "5")],
-                "Service Unavailable: other recordings are being played or downloaded; \
-                 stop one and try again.\n",
-            )
-                .into_response()
-        })
+    /// it); `None` when all are taken (answer `recordings_busy`).
+    fn recording_slot(&self) -> Option<OwnedSemaphorePermit> {
+        self.players.clone().try_acquire_owned().ok()
     }
 
     /// The bytes of the recording `name`, if it is one of a retained session's and still the
@@ -319,9 +311,8 @@ async fn output(
 
 /// A retained session's asciicast file; only names the server gave its own recordings.
 async fn recording(State(view): State<Arc<View>>, Path(name): Path<String>) -> Response {
-    let slot = match view.recording_slot() {
-        Ok(slot) => slot,
-        Err(busy) => return busy,
+    let Some(slot) = view.recording_slot() else {
+        return recordings_busy();
     };
     match view.recording_bytes(&name, slot).await {
         Ok((bytes, slot)) => {
@@ -343,6 +334,17 @@ async fn recording(State(view): State<Arc<View>>, Path(name): Path<String>) -> R
             (StatusCode::NOT_FOUND, view.recording_unread(&name, unread)).into_response()
         }
     }
+}
+
+/// The answer when every slot for reading a recording is taken.
+fn recordings_busy() -> Response {
+    (
+        StatusCode::SERVICE_UNAVAILABLE,
+        [(header::RETRY_AFTER, "5")],
+        "Service Unavailable: other recordings are being played or downloaded; stop one \
+         and try again.\n",
+    )
+        .into_response()
 }
 
 /// `bytes` sent in pieces, `slot` held until the last is taken or the client is gone: a

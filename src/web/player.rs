@@ -19,7 +19,7 @@ use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::Instant;
 
 use super::replay::{Cast, Replay};
-use super::{View, pages};
+use super::{View, pages, recordings_busy};
 use crate::limits::WEB_UPDATE_EVERY;
 
 /// The longest the player goes without a frame while playing (its clock moves on).
@@ -78,9 +78,8 @@ fn unplayable() -> Response {
 }
 
 pub async fn page(State(view): State<Arc<View>>, Path(name): Path<String>) -> Response {
-    let slot = match view.recording_slot() {
-        Ok(slot) => slot,
-        Err(busy) => return busy,
+    let Some(slot) = view.recording_slot() else {
+        return recordings_busy();
     };
     let (cast, slot) = match load(&view, &name, slot).await {
         Ok(loaded) => loaded,
@@ -146,9 +145,8 @@ pub async fn frames(
         Some(_) => return bad("`speed` must be a number from 0.1 to 16"),
     };
     let once = query.get("once").is_some_and(|v| v == "1");
-    let slot = match view.recording_slot() {
-        Ok(slot) => slot,
-        Err(busy) => return busy,
+    let Some(slot) = view.recording_slot() else {
+        return recordings_busy();
     };
     let (cast, slot) = match load(&view, &name, slot).await {
         Ok(loaded) => loaded,
