@@ -15,7 +15,7 @@ pub fn keep_memory_private() {
     if std::env::var_os(KEEP_DUMPABLE).is_some_and(|v| v == "1") {
         return;
     }
-    if let Err(e) = nix::sys::prctl::set_dumpable(false) {
+    if let Err(e) = make_undumpable() {
         crate::say!(
             "mcp-terminal: warning: cannot make the server's memory unreadable to other \
              processes of its user ({e})"
@@ -23,13 +23,16 @@ pub fn keep_memory_private() {
     }
 }
 
+fn make_undumpable() -> nix::Result<()> {
+    nix::sys::prctl::set_dumpable(false)
+}
+
 #[cfg(test)]
 mod tests {
     #[test]
     fn the_process_is_no_longer_dumpable() {
-        // SAFETY: no other test reads or sets this variable.
-        unsafe { std::env::remove_var(super::KEEP_DUMPABLE) };
-        super::keep_memory_private();
+        // The environment is left alone: other tests read it from other threads.
+        super::make_undumpable().unwrap();
         assert_eq!(nix::sys::prctl::get_dumpable(), Ok(false));
         nix::sys::prctl::set_dumpable(true).unwrap();
     }
