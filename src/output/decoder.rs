@@ -45,6 +45,11 @@ impl Utf8Decoder {
         }
     }
 
+    /// It holds the start of a code point whose remaining bytes have not arrived yet.
+    pub fn holding(&self) -> bool {
+        !self.carry.is_empty()
+    }
+
     /// End of stream: an incomplete trailing sequence becomes U+FFFD.
     pub fn finish(&mut self, out: &mut String) {
         if !self.carry.is_empty() {

@@ -135,6 +135,9 @@ impl ReaderLink {
 pub enum Control {
     /// Deliver what the source holds now and everything held back.
     Drain(oneshot::Sender<()>),
+    /// Drain, an incomplete character included (as U+FFFD): the command that wrote it has
+    /// ended, and what comes next is another's.
+    DrainAll(oneshot::Sender<()>),
     /// Drain, then mark a command's start once this echo has gone by.
     Expect(String, oneshot::Sender<()>),
     /// Drain, then deliver this text as output and mark a command's start after it.
@@ -304,7 +307,8 @@ impl Reader {
             if !live {
                 return;
             }
-            self.idle.store(self.held.is_none(), Ordering::SeqCst);
+            let idle = self.held.is_none() && !self.decoder.holding();
+            self.idle.store(idle, Ordering::SeqCst);
         }
         self.idle.store(false, Ordering::SeqCst);
         let mut decoded = String::new();
@@ -504,10 +508,11 @@ impl Reader {
     }
 
     async fn control(&mut self, control: Control, bytes: &mut [u8]) -> bool {
-        let (inject, expect, done) = match control {
-            Control::Drain(done) => (None, None, done),
-            Control::Expect(text, done) => (None, Some(text), done),
-            Control::Inject(text, done) => (Some(text), None, done),
+        let (inject, expect, all, done) = match control {
+            Control::Drain(done) => (None, None, false, done),
+            Control::DrainAll(done) => (None, None, true, done),
+            Control::Expect(text, done) => (None, Some(text), false, done),
+            Control::Inject(text, done) => (Some(text), None, false, done),
         };
         let mut left = self.source.pending();
         while left > 0 {
@@ -522,7 +527,11 @@ impl Reader {
             }
         }
         self.held = None;
-        if !self.process("", Flush::All).await {
+        let mut incomplete = String::new();
+        if all {
+            self.decoder.finish(&mut incomplete);
+        }
+        if !self.process(&incomplete, Flush::All).await {
             return false;
         }
         if let Some(echo) = inject {
@@ -730,8 +739,21 @@ impl Session {
     /// it is in its stdout and stderr pipes by now, so those are read first, and the mark
     /// goes where they end.
     async fn out_of_band(&self, mark: Mark) {
-        self.drain_reader(Stream::Stdout).await;
-        self.drain_reader(Stream::Stderr).await;
+        for stream in [Stream::Stdout, Stream::Stderr] {
+            // What a command that ended wrote last is its output, a character it left
+            // incomplete included (as at the end of a stream, one U+FFFD).
+            if !self.links[stream as usize]
+                .as_ref()
+                .is_some_and(ReaderLink::drained)
+            {
+                let control = if matches!(mark, Mark::End(_)) {
+                    Control::DrainAll
+                } else {
+                    Control::Drain
+                };
+                self.ask_reader(stream, control).await;
+            }
+        }
         self.mark(Stream::Stdout, &mark);
     }
 
