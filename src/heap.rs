@@ -8,11 +8,15 @@
 //! to `MMAP_THRESHOLD` now come from the heap, and the heap keeps up to `TRIM_THRESHOLD`
 //! free at its top: room for the largest answer's buffers several times over.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+
 /// Blocks at least this large are mapped on their own and returned on free: a session's
 /// retained output grows into these, so an ended session's memory goes back.
 const MMAP_THRESHOLD: libc::c_int = 1 << 20;
 /// Free memory kept at the top of the heap before it is returned.
 const TRIM_THRESHOLD: libc::c_int = 8 << 20;
+/// Freed heap counted before it is handed back (`freed`).
+const RETURN_AFTER: usize = 1 << 20;
 
 /// Set the thresholds above, before any thread starts. Elsewhere than glibc, nothing.
 pub fn keep_answer_buffers() {
@@ -21,5 +25,31 @@ pub fn keep_answer_buffers() {
     unsafe {
         libc::mallopt(libc::M_MMAP_THRESHOLD, MMAP_THRESHOLD);
         libc::mallopt(libc::M_TRIM_THRESHOLD, TRIM_THRESHOLD);
+    }
+}
+
+/// Heap freed since memory was last handed back, as counted by `freed`.
+static UNRETURNED: AtomicUsize = AtomicUsize::new(0);
+
+/// Count `bytes` of heap just freed (an ended session's buffers), and hand the allocator's
+/// free memory back to the OS once more than `RETURN_AFTER` of it was counted. glibc keeps
+/// what was freed below the top of its heap, so without this the server would stay at its
+/// peak long after its sessions are gone; handing it back after every session instead made
+/// the next one fault the same pages in again (a one-shot run's read buffers are 128 KiB),
+/// and the unmapping interrupts every other CPU to flush its TLB.
+pub fn freed(bytes: usize) {
+    let before = UNRETURNED.fetch_add(bytes, Ordering::Relaxed);
+    if before + bytes >= RETURN_AFTER {
+        UNRETURNED.store(0, Ordering::Relaxed);
+        return_now();
+    }
+}
+
+/// Hand the allocator's free memory back to the OS now.
+pub fn return_now() {
+    #[cfg(target_env = "gnu")]
+    // SAFETY: malloc_trim only releases free memory of the allocator's own arenas.
+    unsafe {
+        libc::malloc_trim(0);
     }
 }

@@ -164,7 +164,6 @@ impl OutputBuffer {
         self.text.len()
     }
 
-    #[cfg(test)]
     /// Heap memory the buffer holds. At most `max_bytes × 9/8` plus 16 bytes per
     /// `MARK_CHARS` retained records plus a few words: text capacity never exceeds
     /// `max_bytes`, and the stream bits are one per byte of it.

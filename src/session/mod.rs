@@ -50,6 +50,7 @@ pub use wait::{Streams, WaitRequest};
 pub use waiting::{Foreground, Waiting};
 
 use crate::config::Mode;
+use crate::heap;
 use crate::output::{Redactor, Screen};
 use crate::process::waiting::InputFile;
 use crate::process::{PtyMaster, SessionGroups, procfs};
@@ -196,22 +197,21 @@ async fn sleep_until(at: Option<Instant>) {
     }
 }
 
-/// Dropped after the rest of a session (its output buffer, screen): returns the freed heap.
-struct ReturnMemory;
+/// Dropped after the rest of a session (its output buffer, screen): counts the heap the
+/// session held as freed (`heap::freed`), which hands it back once enough is free.
+#[derive(Default)]
+struct ReturnMemory(usize);
 
 impl Drop for ReturnMemory {
     fn drop(&mut self) {
-        return_memory();
+        heap::freed(self.0);
     }
 }
 
-/// Hand the allocator's free memory back to the OS. glibc keeps what its per-thread arenas
-/// freed, so without this the server would stay at its peak long after sessions are gone.
-fn return_memory() {
-    #[cfg(target_env = "gnu")]
-    // SAFETY: malloc_trim only releases free memory of the allocator's own arenas.
-    unsafe {
-        libc::malloc_trim(0);
+impl Drop for Session {
+    fn drop(&mut self) {
+        // Its retained output (the most of what it holds), measured before it goes.
+        self._returns_memory.0 = self.inspect(|s| s.output().heap_bytes());
     }
 }
 
@@ -251,7 +251,7 @@ impl Session {
             shell_group: std::sync::OnceLock::new(),
             pids_before_command: AtomicI32::new(0),
             groups: tokio::sync::OnceCell::new(),
-            _returns_memory: ReturnMemory,
+            _returns_memory: ReturnMemory::default(),
         }
     }
 

@@ -250,7 +250,7 @@ impl Lane {
             // An emulator ends after its session's own hand-back when it was still drawing
             // (or outlives the session's record): hand back what it freed.
             if screen {
-                super::return_memory();
+                crate::heap::return_now();
             }
         });
         (Lane { tx, room }, thread)
