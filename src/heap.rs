@@ -35,8 +35,8 @@ static UNRETURNED: AtomicUsize = AtomicUsize::new(0);
 /// free memory back to the OS once more than `RETURN_AFTER` of it was counted. glibc keeps
 /// what was freed below the top of its heap, so without this the server would stay at its
 /// peak long after its sessions are gone; handing it back after every session instead made
-/// the next one fault the same pages in again (a one-shot run's read buffers are 128 KiB),
-/// and the unmapping interrupts every other CPU to flush its TLB.
+/// the next one fault the same pages in again, and the unmapping interrupts every other CPU
+/// to flush its TLB.
 pub fn freed(bytes: usize) {
     let before = UNRETURNED.fetch_add(bytes, Ordering::Relaxed);
     if before + bytes >= RETURN_AFTER {

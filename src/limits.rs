@@ -72,8 +72,10 @@ pub const SPAWNERS_WRITTEN_OFF_MAX: usize = 64;
 /// look for its session's groups on the async thread (a few small reads of `/proc`,
 /// cheaper than a blocking thread and back); with more, the scan runs on a blocking thread.
 pub const INLINE_SCAN_MAX: usize = 32;
-/// Bytes read from a child's pipe per read call.
+/// Bytes read from a child's pipe per read call, at most.
 pub const READ_CHUNK_BYTES: usize = 64 * 1024;
+/// A reader's first buffer, grown to `READ_CHUNK_BYTES` once a read fills it.
+pub const READ_FIRST_BYTES: usize = 4 * 1024;
 
 /// Secret names and values (SPEC §12).
 pub const SECRET_NAME_MAX_CHARS: usize = 64;

@@ -36,7 +36,10 @@ use tokio_util::sync::CancellationToken;
 use super::shell::scan::{Mark, Piece, Scanner};
 use super::shell::{CaptureChange, Typing};
 use super::{Session, sleep_until};
-use crate::limits::{INSTALL_HELD_MAX_BYTES, READ_CHUNK_BYTES, REDACT_HOLD_MAX, REDACT_HOLD_QUIET};
+use crate::heap;
+use crate::limits::{
+    INSTALL_HELD_MAX_BYTES, READ_CHUNK_BYTES, READ_FIRST_BYTES, REDACT_HOLD_MAX, REDACT_HOLD_QUIET,
+};
 use crate::output::{Flush, Redactor, Stream, Utf8Decoder};
 use crate::process::{PtyMaster, unread};
 
@@ -128,6 +131,17 @@ impl ReaderLink {
             WeakSource::Pty(master) => master.upgrade().map(|m| m.unread()),
         };
         pending == Some(0) && self.idle.load(Ordering::SeqCst)
+    }
+}
+
+/// A reader's buffer: small at first (most programs print little, and a terminal gives at
+/// most 4 KiB a read), grown to `READ_CHUNK_BYTES` once a read fills it (a pipe holds up
+/// to 64 KiB). Counted as freed heap when it goes (`heap::freed`).
+struct ReadBuffer(Vec<u8>);
+
+impl Drop for ReadBuffer {
+    fn drop(&mut self) {
+        heap::freed(self.0.capacity());
     }
 }
 
@@ -286,16 +300,20 @@ impl Reader {
     /// Read until EOF (or a read error, which ends the source like EOF) or until the
     /// record is discarded.
     pub async fn run(mut self) {
-        let mut bytes = vec![0u8; READ_CHUNK_BYTES];
+        let mut buffer = ReadBuffer(vec![0u8; READ_FIRST_BYTES]);
+        let bytes = &mut buffer.0;
         loop {
             let release_at = self.release_at();
             let live = tokio::select! {
                 biased;
-                Some(control) = self.controls.recv() => self.control(control, &mut bytes).await,
-                read = self.source.read(&mut bytes, &self.idle) => match read {
+                Some(control) = self.controls.recv() => self.control(control, bytes).await,
+                read = self.source.read(bytes, &self.idle) => match read {
                     Ok(0) | Err(_) => break,
                     Ok(n) => {
                         let live = self.take(&bytes[..n]).await;
+                        if n == bytes.len() && n < READ_CHUNK_BYTES {
+                            bytes.resize(READ_CHUNK_BYTES, 0);
+                        }
                         // A flooding child keeps every read ready at once: after each one,
                         // the calls waiting for a worker (an exec's timeout, a status) run.
                         tokio::task::yield_now().await;

@@ -16,10 +16,7 @@ use super::sink::Sink;
 use super::state::{Reason, State, Status};
 use super::{Identity, Origin, Parts, Session, Snapshot};
 use crate::config::Mode;
-use crate::heap;
-use crate::limits::{
-    DRAIN_DEADLINE, INSTALL_WITHIN, KILL_CONFIRM, READ_CHUNK_BYTES, SINK_CLOSE_AFTER_WRITE,
-};
+use crate::limits::{DRAIN_DEADLINE, INSTALL_WITHIN, KILL_CONFIRM, SINK_CLOSE_AFTER_WRITE};
 use crate::output::{OutputBuffer, Redactor, Screen, Shape, Stream};
 use crate::process::waiting::InputFile;
 use crate::process::{Exit, ExitReceiver, PipeChild, PtyChild, SessionGroups, has_exited};
@@ -277,7 +274,6 @@ async fn supervise(
 
     let (drained, ()) = tokio::join!(session.drain(), session.end_marks());
     let readers = std::mem::take(&mut *session.readers.lock().unwrap_or_else(|e| e.into_inner()));
-    let read_buffers = readers.len();
     if !drained {
         for reader in &readers {
             reader.abort();
@@ -297,10 +293,6 @@ async fn supervise(
         sink.close(closing).await;
     }
     session.update(|s| s.output_settled(drained));
-    // The readers and their read buffers are gone. What a hand-back of memory costs comes
-    // once the calls that waited for this end had their turn (a run's answer among them).
-    tokio::task::yield_now().await;
-    heap::freed(read_buffers * READ_CHUNK_BYTES);
 }
 
 /// Completes when the session has run for `timeout`, or (with `idle_timeout`) when no
