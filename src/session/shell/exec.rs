@@ -27,7 +27,10 @@ use serde::Serialize;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::install::{canonical_text, pipe_wrapper, probe_line, readline_text, terminal_wrapper};
+use super::install::{
+    canonical_text, mentions_trap, pipe_wrapper, probe_line, readline_text, sources_a_file,
+    terminal_wrapper,
+};
 use super::{Busy, Typing};
 use crate::config::Mode;
 use crate::errors::{ErrorCode, ToolError};
@@ -160,8 +163,9 @@ const SETTLED_TICKS: u64 = 3;
 /// What a timeout's interrupt on pipes has done so far (see `interrupt_programs`).
 #[derive(Default)]
 struct Interrupting {
-    /// The command line mentions `trap`: it may have changed the shell's INT trap.
-    sets_traps: bool,
+    /// The shell's INT trap may not be its own: a command line ran `trap`
+    /// (`Session::traps_touched`), or this one sources a file.
+    traps_touched: bool,
     begun: bool,
     /// The processes sent SIGINT.
     signalled: Vec<i32>,
@@ -386,7 +390,11 @@ impl Session {
                 if self.inspect(|s| s.input().partial_line()) {
                     text.push('\n');
                 }
-                text.push_str(&pipe_wrapper(command, &nonce, !calls.prepared));
+                let rearm = !self.traps_touched.load(Ordering::Relaxed);
+                if mentions_trap(command) {
+                    self.traps_touched.store(true, Ordering::Relaxed);
+                }
+                text.push_str(&pipe_wrapper(command, &nonce, !calls.prepared, rearm));
                 calls.prepared = true;
                 self.type_as(text.as_bytes(), command).await
             }
@@ -863,11 +871,12 @@ impl Session {
         if self.mode == Mode::Pty {
             return self.interrupt().await;
         }
+        let sources = self.inspect(|s| {
+            let command = s.shell().and_then(|t| t.current());
+            command.is_some_and(|c| c.seq == seq && sources_a_file(&c.text))
+        });
         let mut interrupting = Interrupting {
-            sets_traps: self.inspect(|s| {
-                let command = s.shell().and_then(|t| t.current());
-                command.is_some_and(|c| c.seq == seq && c.text.contains("trap"))
-            }),
+            traps_touched: sources || self.traps_touched.load(Ordering::Relaxed),
             ..Interrupting::default()
         };
         loop {
@@ -897,8 +906,11 @@ impl Session {
     /// bash waiting gets SIGINT in place of SIGURG: its INT trap does the same, and each
     /// command line sets it again. bash runs the trap of a signal that came while it waited
     /// for a subshell (`(cd src && make); deploy`) only once it has run the next command,
-    /// but that of a SIGINT as the subshell ends. A line that mentions `trap` may have
-    /// changed the INT trap, where SIGINT would end bash: it gets SIGURG.
+    /// but that of a SIGINT as the subshell ends. Where the INT trap may be another (SIGINT
+    /// would end bash, or run a trap of the user's that exits) it gets SIGURG: once a
+    /// command line ran `trap` (`mentions_trap`), for the rest of its life, and on a line
+    /// that sources a file (`sources_a_file`), which may set one; the next line sets the
+    /// shell's own again.
     ///
     /// Followed up (while no program has taken a SIGINT), the shell is signalled again
     /// only with a program not signalled yet, or, once, with SIGWINCH when twice in a row
@@ -924,7 +936,7 @@ impl Session {
             interrupting.unwaited = if waits { 0 } else { interrupting.unwaited + 1 };
             let trap = if !waits {
                 Signal::SIGWINCH
-            } else if !interrupting.sets_traps
+            } else if !interrupting.traps_touched
                 && procfs::program(shell).is_some_and(|name| name.starts_with("bash"))
             {
                 Signal::SIGINT

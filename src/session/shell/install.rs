@@ -201,7 +201,7 @@ pub fn probe_line(nonce: &str) -> String {
 /// ends with a line of its own (after an empty one, which ends a trailing backslash's
 /// line) that keeps the command's status in `__mt_e`, its trace hidden: the `eval`
 /// returns 0 unless the command ended the shell itself.
-pub fn pipe_wrapper(command: &str, nonce: &str, prepare: bool) -> String {
+pub fn pipe_wrapper(command: &str, nonce: &str, prepare: bool, rearm: bool) -> String {
     let mut text = String::new();
     if prepare {
         // A non-interactive bash expands aliases only when asked; guarded for dash.
@@ -246,7 +246,7 @@ pub fn pipe_wrapper(command: &str, nonce: &str, prepare: bool) -> String {
         text,
         "{start} 2>/dev/null >&{STDOUT_COPY_FD}; {start} 2>/dev/null >&{STDERR_COPY_FD}; \
          case $- in *x*) __mt_x=1; set +x;; esac 2>/dev/null; __mt_b= __mt_e=; \
-         [ -z \"${{__mt_i-}}\" ] || trap \"$__mt_i\" INT; \
+         {rearm}\
          case $- in *e*) __mt_t='
 
 {{ __mt_e=$?; }} 2>/dev/null';; *) __mt_t=;; esac; \
@@ -259,9 +259,41 @@ pub fn pipe_wrapper(command: &str, nonce: &str, prepare: bool) -> String {
          command printf '%s\\n' '{STRAY_LEAVE}' >&{STDERR_COPY_FD};; esac; \
          case $- in *x*) __mt_x=1;; *) __mt_x=;; esac; set +x;; esac 2>/dev/null; \
          {end} 2>/dev/null >&{MARKS_FD} || {end} 2>/dev/null >&{STDOUT_COPY_FD}",
-        double_quoted(command)
+        double_quoted(command),
+        rearm = if rearm {
+            "[ -z \"${__mt_i-}\" ] || trap \"$__mt_i\" INT; "
+        } else {
+            ""
+        },
     );
     text
+}
+
+/// Whether a command line runs `trap` (or defines a function that will): the word,
+/// anywhere (`echo trap` counts; `bootstrap` does not).
+pub fn mentions_trap(command: &str) -> bool {
+    command
+        .split(|c: char| !(c.is_alphanumeric() || "_-.".contains(c)))
+        .any(|word| word == "trap")
+}
+
+/// Whether a command line sources a file (`. file`, `source file`), which may set traps:
+/// the command's name where a command begins.
+pub fn sources_a_file(command: &str) -> bool {
+    command
+        .split(['\n', ';', '&', '|', '(', ')', '{', '}', '`'])
+        .filter_map(|part| {
+            // The command's name: past a `!`, the keywords a command follows, and
+            // assignments (`X=1 . ./env`).
+            part.split_whitespace().find(|word| {
+                !word.contains('=')
+                    && !matches!(
+                        *word,
+                        "!" | "if" | "then" | "elif" | "else" | "while" | "until" | "do" | "time"
+                    )
+            })
+        })
+        .any(|name| name == "." || name == "source")
 }
 
 /// The wrapper a terminal shell without the integration runs a command in (it shows on
@@ -321,13 +353,40 @@ pub fn readline_text(command: &str) -> Vec<u8> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_command_line_that_may_change_traps_is_told() {
+        for trap in ["trap - INT", "f() { trap '' INT; }", "echo trap"] {
+            assert!(mentions_trap(trap), "{trap}");
+        }
+        for source in [
+            ". ./env.sh",
+            "X=1 source ~/.bashrc && make",
+            "if true; then . ./env; fi",
+            "cd src; . venv/bin/activate",
+        ] {
+            assert!(sources_a_file(source) && !mentions_trap(source), "{source}");
+        }
+        for neither in [
+            "./bootstrap.sh; npm run strapi",
+            "find . -name x",
+            "cd . && ls ./src",
+            "(cd src && make); deploy",
+            "x=$(sleep 100)",
+        ] {
+            assert!(
+                !mentions_trap(neither) && !sources_a_file(neither),
+                "{neither}"
+            );
+        }
+    }
+
     use super::*;
 
     #[test]
     fn the_whole_nonce_is_never_typed() {
         let nonce = new_nonce();
         for text in [
-            pipe_wrapper("echo hi", &nonce, true),
+            pipe_wrapper("echo hi", &nonce, true, true),
             terminal_wrapper("echo hi", &nonce),
         ] {
             assert!(!text.contains(&nonce), "{text}");
