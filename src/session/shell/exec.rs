@@ -857,7 +857,12 @@ impl Session {
                 let _ = self.send(&[interrupt], false, &never).await;
             }
             Mode::Pipe => {
-                self.interrupt_programs(Interrupting::default()).await;
+                // Not knowing the line, as if it had changed the INT trap: SIGURG to bash.
+                let interrupting = Interrupting {
+                    traps_touched: true,
+                    ..Interrupting::default()
+                };
+                self.interrupt_programs(interrupting).await;
             }
         }
     }
