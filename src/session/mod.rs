@@ -32,7 +32,7 @@ mod view;
 mod wait;
 mod waiting;
 
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime};
 
@@ -115,9 +115,6 @@ pub struct Session {
     /// submitted (0 when unknown): what its shell's session holds above it is the
     /// command's, what lies below an earlier command left behind.
     pids_before_command: AtomicI32,
-    /// On pipes: a command line ran `trap` (or defined a function that will): the shell's
-    /// INT trap may be the user's, so it is no longer set again, nor is bash sent SIGINT.
-    traps_touched: AtomicBool,
     /// The process groups to signal, found once when termination first needs them.
     groups: tokio::sync::OnceCell<SessionGroups>,
     /// Declared last, so dropped after everything above.
@@ -253,7 +250,6 @@ impl Session {
             typed: parts.typed,
             shell_group: std::sync::OnceLock::new(),
             pids_before_command: AtomicI32::new(0),
-            traps_touched: AtomicBool::new(false),
             groups: tokio::sync::OnceCell::new(),
             _returns_memory: ReturnMemory::default(),
         }

@@ -27,10 +27,7 @@ use serde::Serialize;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::install::{
-    canonical_text, mentions_trap, pipe_wrapper, probe_line, readline_text, sources_a_file,
-    terminal_wrapper,
-};
+use super::install::{canonical_text, pipe_wrapper, probe_line, readline_text, terminal_wrapper};
 use super::{Busy, Typing};
 use crate::config::Mode;
 use crate::errors::{ErrorCode, ToolError};
@@ -163,9 +160,6 @@ const SETTLED_TICKS: u64 = 3;
 /// What a timeout's interrupt on pipes has done so far (see `interrupt_programs`).
 #[derive(Default)]
 struct Interrupting {
-    /// The shell's INT trap may not be its own: a command line ran `trap`
-    /// (`Session::traps_touched`), or this one sources a file.
-    traps_touched: bool,
     begun: bool,
     /// The processes sent SIGINT.
     signalled: Vec<i32>,
@@ -390,11 +384,7 @@ impl Session {
                 if self.inspect(|s| s.input().partial_line()) {
                     text.push('\n');
                 }
-                let rearm = !self.traps_touched.load(Ordering::Relaxed);
-                if mentions_trap(command) {
-                    self.traps_touched.store(true, Ordering::Relaxed);
-                }
-                text.push_str(&pipe_wrapper(command, &nonce, !calls.prepared, rearm));
+                text.push_str(&pipe_wrapper(command, &nonce, !calls.prepared));
                 calls.prepared = true;
                 self.type_as(text.as_bytes(), command).await
             }
@@ -857,12 +847,7 @@ impl Session {
                 let _ = self.send(&[interrupt], false, &never).await;
             }
             Mode::Pipe => {
-                // Not knowing the line, as if it had changed the INT trap: SIGURG to bash.
-                let interrupting = Interrupting {
-                    traps_touched: true,
-                    ..Interrupting::default()
-                };
-                self.interrupt_programs(interrupting).await;
+                self.interrupt_programs(Interrupting::default()).await;
             }
         }
     }
@@ -876,14 +861,7 @@ impl Session {
         if self.mode == Mode::Pty {
             return self.interrupt().await;
         }
-        let sources = self.inspect(|s| {
-            let command = s.shell().and_then(|t| t.current());
-            command.is_some_and(|c| c.seq == seq && sources_a_file(&c.text))
-        });
-        let mut interrupting = Interrupting {
-            traps_touched: sources || self.traps_touched.load(Ordering::Relaxed),
-            ..Interrupting::default()
-        };
+        let mut interrupting = Interrupting::default();
         loop {
             interrupting = self.interrupt_programs(interrupting).await;
             let ended = self.inspect(|s| {
@@ -908,15 +886,6 @@ impl Session {
     /// signal) SIGWINCH, whose trap ends it at once. A shell without the traps ignores
     /// both, where SIGINT would end it.
     ///
-    /// bash waiting gets SIGINT in place of SIGURG: its INT trap does the same, and each
-    /// command line sets it again. bash runs the trap of a signal that came while it waited
-    /// for a subshell (`(cd src && make); deploy`) only once it has run the next command,
-    /// but that of a SIGINT as the subshell ends. Where the INT trap may be another (SIGINT
-    /// would end bash, or run a trap of the user's that exits) it gets SIGURG: once a
-    /// command line ran `trap` (`mentions_trap`), for the rest of its life, and on a line
-    /// that sources a file (`sources_a_file`), which may set one; the next line sets the
-    /// shell's own again.
-    ///
     /// Followed up (while no program has taken a SIGINT), the shell is signalled again
     /// only with a program not signalled yet, or, once, with SIGWINCH when twice in a row
     /// it waited for none: the line runs between its programs, where Ctrl-C at a terminal
@@ -939,14 +908,10 @@ impl Session {
             // The shell first, so its trap is pending when the program it waits for ends.
             let waits = waiting::waits_for_a_child(shell);
             interrupting.unwaited = if waits { 0 } else { interrupting.unwaited + 1 };
-            let trap = if !waits {
-                Signal::SIGWINCH
-            } else if !interrupting.traps_touched
-                && procfs::program(shell).is_some_and(|name| name.starts_with("bash"))
-            {
-                Signal::SIGINT
-            } else {
+            let trap = if waits {
                 Signal::SIGURG
+            } else {
+                Signal::SIGWINCH
             };
             let between = interrupting.unwaited >= 2 && !interrupting.winched;
             if first || (!fresh.is_empty() && waits) || between {

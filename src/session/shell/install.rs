@@ -201,7 +201,7 @@ pub fn probe_line(nonce: &str) -> String {
 /// ends with a line of its own (after an empty one, which ends a trailing backslash's
 /// line) that keeps the command's status in `__mt_e`, its trace hidden: the `eval`
 /// returns 0 unless the command ended the shell itself.
-pub fn pipe_wrapper(command: &str, nonce: &str, prepare: bool, rearm: bool) -> String {
+pub fn pipe_wrapper(command: &str, nonce: &str, prepare: bool) -> String {
     let mut text = String::new();
     if prepare {
         // A non-interactive bash expands aliases only when asked; guarded for dash.
@@ -224,14 +224,16 @@ pub fn pipe_wrapper(command: &str, nonce: &str, prepare: bool, rearm: bool) -> S
         );
         // bash runs it after a `!` turned the 130 into 0 (`while ! curl …; do …`): there
         // `PIPESTATUS` still holds the statuses the pipeline's programs ended with. bash
-        // has it for SIGINT too, which it gets in place of SIGURG (see
-        // `interrupt_programs`), and each command line sets it again (`__mt_i`): a command
-        // substitution whose program died of SIGINT (`x=$(slow)`) makes bash send itself
-        // SIGINT, "to break out of loops", which would end a shell without a trap.
+        // has it for SIGINT too: a command substitution whose program died of SIGINT
+        // (`x=$(slow)`) makes bash send itself SIGINT, "to break out of loops", which
+        // would end a shell without a trap. And bash runs a trap that came while it waited
+        // for a subshell (`(cd src && make); deploy`) only at the end of the next command,
+        // unless an ERR trap runs first, as it does when the subshell fails: it runs the
+        // pending trap before its own. So an ERR trap that does nothing.
         text.push_str(
-            "[ -n \"${BASH_VERSION-}\" ] && __mt_i='{ case \"$? ${PIPESTATUS[*]} \" in \
-             130\\ *|151\\ *|*\\ 130\\ *) __mt_b=1; break 99;; esac; } 2>/dev/null' \
-             && trap \"$__mt_i\" URG INT; ",
+            "[ -n \"${BASH_VERSION-}\" ] && trap '{ case \"$? ${PIPESTATUS[*]} \" in \
+             130\\ *|151\\ *|*\\ 130\\ *) __mt_b=1; break 99;; esac; } 2>/dev/null' URG INT \
+             && trap '{ :; } 2>/dev/null' ERR; ",
         );
         // What gives a command the status the one before it ended with as its `$?`: a
         // function's return (no fork), after `set -x` when traced, its trace hidden.
@@ -246,7 +248,6 @@ pub fn pipe_wrapper(command: &str, nonce: &str, prepare: bool, rearm: bool) -> S
         text,
         "{start} 2>/dev/null >&{STDOUT_COPY_FD}; {start} 2>/dev/null >&{STDERR_COPY_FD}; \
          case $- in *x*) __mt_x=1; set +x;; esac 2>/dev/null; __mt_b= __mt_e=; \
-         {rearm}\
          case $- in *e*) __mt_t='
 
 {{ __mt_e=$?; }} 2>/dev/null';; *) __mt_t=;; esac; \
@@ -259,41 +260,9 @@ pub fn pipe_wrapper(command: &str, nonce: &str, prepare: bool, rearm: bool) -> S
          command printf '%s\\n' '{STRAY_LEAVE}' >&{STDERR_COPY_FD};; esac; \
          case $- in *x*) __mt_x=1;; *) __mt_x=;; esac; set +x;; esac 2>/dev/null; \
          {end} 2>/dev/null >&{MARKS_FD} || {end} 2>/dev/null >&{STDOUT_COPY_FD}",
-        double_quoted(command),
-        rearm = if rearm {
-            "[ -z \"${__mt_i-}\" ] || trap \"$__mt_i\" INT; "
-        } else {
-            ""
-        },
+        double_quoted(command)
     );
     text
-}
-
-/// Whether a command line runs `trap` (or defines a function that will): the word,
-/// anywhere (`echo trap` counts; `bootstrap` does not).
-pub fn mentions_trap(command: &str) -> bool {
-    command
-        .split(|c: char| !(c.is_alphanumeric() || "_-.".contains(c)))
-        .any(|word| word == "trap")
-}
-
-/// Whether a command line sources a file (`. file`, `source file`), which may set traps:
-/// the command's name where a command begins.
-pub fn sources_a_file(command: &str) -> bool {
-    command
-        .split(['\n', ';', '&', '|', '(', ')', '{', '}', '`'])
-        .filter_map(|part| {
-            // The command's name: past a `!`, the keywords a command follows, and
-            // assignments (`X=1 . ./env`).
-            part.split_whitespace().find(|word| {
-                !word.contains('=')
-                    && !matches!(
-                        *word,
-                        "!" | "if" | "then" | "elif" | "else" | "while" | "until" | "do" | "time"
-                    )
-            })
-        })
-        .any(|name| name == "." || name == "source")
 }
 
 /// The wrapper a terminal shell without the integration runs a command in (it shows on
@@ -353,32 +322,6 @@ pub fn readline_text(command: &str) -> Vec<u8> {
 
 #[cfg(test)]
 mod tests {
-    #[test]
-    fn a_command_line_that_may_change_traps_is_told() {
-        for trap in ["trap - INT", "f() { trap '' INT; }", "echo trap"] {
-            assert!(mentions_trap(trap), "{trap}");
-        }
-        for source in [
-            ". ./env.sh",
-            "X=1 source ~/.bashrc && make",
-            "if true; then . ./env; fi",
-            "cd src; . venv/bin/activate",
-        ] {
-            assert!(sources_a_file(source) && !mentions_trap(source), "{source}");
-        }
-        for neither in [
-            "./bootstrap.sh; npm run strapi",
-            "find . -name x",
-            "cd . && ls ./src",
-            "(cd src && make); deploy",
-            "x=$(sleep 100)",
-        ] {
-            assert!(
-                !mentions_trap(neither) && !sources_a_file(neither),
-                "{neither}"
-            );
-        }
-    }
 
     use super::*;
 
@@ -386,7 +329,7 @@ mod tests {
     fn the_whole_nonce_is_never_typed() {
         let nonce = new_nonce();
         for text in [
-            pipe_wrapper("echo hi", &nonce, true, true),
+            pipe_wrapper("echo hi", &nonce, true),
             terminal_wrapper("echo hi", &nonce),
         ] {
             assert!(!text.contains(&nonce), "{text}");
