@@ -229,11 +229,12 @@ pub fn pipe_wrapper(command: &str, nonce: &str, prepare: bool) -> String {
         // would end a shell without a trap. And bash runs a trap that came while it waited
         // for a subshell (`(cd src && make); deploy`) only at the end of the next command,
         // unless an ERR trap runs first, as it does when the subshell fails: it runs the
-        // pending trap before its own. So an ERR trap that does nothing.
+        // pending trap before its own. So an ERR trap that does nothing, but keeps `$_`
+        // (the last argument of the command that failed) as it was.
         text.push_str(
             "[ -n \"${BASH_VERSION-}\" ] && trap '{ case \"$? ${PIPESTATUS[*]} \" in \
              130\\ *|151\\ *|*\\ 130\\ *) __mt_b=1; break 99;; esac; } 2>/dev/null' URG INT \
-             && trap '{ :; } 2>/dev/null' ERR; ",
+             && trap '{ : \"$_\"; } 2>/dev/null' ERR; ",
         );
         // What gives a command the status the one before it ended with as its `$?`: a
         // function's return (no fork), after `set -x` when traced, its trace hidden.
