@@ -757,20 +757,15 @@ impl Session {
     /// it is in its stdout and stderr pipes by now, so those are read first, and the mark
     /// goes where they end.
     async fn out_of_band(&self, mark: Mark) {
+        // What a command that ended wrote last is its output, a character it left
+        // incomplete included (as at the end of a stream, one U+FFFD).
+        let control = if matches!(mark, Mark::End(_)) {
+            Control::DrainAll
+        } else {
+            Control::Drain
+        };
         for stream in [Stream::Stdout, Stream::Stderr] {
-            // What a command that ended wrote last is its output, a character it left
-            // incomplete included (as at the end of a stream, one U+FFFD).
-            if !self.links[stream as usize]
-                .as_ref()
-                .is_some_and(ReaderLink::drained)
-            {
-                let control = if matches!(mark, Mark::End(_)) {
-                    Control::DrainAll
-                } else {
-                    Control::Drain
-                };
-                self.ask_reader(stream, control).await;
-            }
+            self.drain_reader_with(stream, control).await;
         }
         self.mark(Stream::Stdout, &mark);
     }
@@ -778,11 +773,16 @@ impl Session {
     /// Have the reader of `stream` deliver what its source holds now and everything it
     /// holds back; nothing to ask when it has (the usual case once output is quiet).
     pub(super) async fn drain_reader(&self, stream: Stream) {
+        self.drain_reader_with(stream, Control::Drain).await;
+    }
+
+    /// `drain_reader`, asking the reader for `control` (`Control::Drain` or `DrainAll`).
+    async fn drain_reader_with(&self, stream: Stream, control: fn(oneshot::Sender<()>) -> Control) {
         if !self.links[stream as usize]
             .as_ref()
             .is_some_and(ReaderLink::drained)
         {
-            self.ask_reader(stream, Control::Drain).await;
+            self.ask_reader(stream, control).await;
         }
     }
 

@@ -120,12 +120,13 @@ impl Session {
             ));
         }
         let shell = self.shell_group();
+        // The command running now, if one is.
         let running = self.inspect(|s| {
             let command = s.shell().and_then(|t| t.current());
-            command.is_some_and(|c| c.ended.is_none())
+            command.filter(|c| c.ended.is_none()).map(|c| c.seq)
         });
         let nothing = || {
-            let why = match (running, self.mode) {
+            let why = match (running.is_some(), self.mode) {
                 (false, _) => "no command runs in the shell now",
                 (true, Mode::Pty) => {
                     "the shell itself runs the command (a loop or a builtin of its own, \
@@ -148,10 +149,7 @@ impl Session {
             },
             // Ctrl-C ends the command line, as at a terminal: the timeout's interrupt.
             Mode::Pipe if signal == Signal::SIGINT => {
-                let Some(seq) = self.inspect(|s| {
-                    let command = s.shell().and_then(|t| t.current());
-                    command.filter(|c| c.ended.is_none()).map(|c| c.seq)
-                }) else {
+                let Some(seq) = running else {
                     return Err(nothing());
                 };
                 self.interrupt_command(seq, Instant::now() + EXEC_INTERRUPT_SETTLE)
