@@ -4,14 +4,16 @@
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::lifecycle::{NewSession, RecordTo, Spawned, launch};
 use super::state::Reason;
 use super::{Origin, Session, Snapshot};
 use crate::config::{Config, Mode, OnFull, Shell};
 use crate::errors::{ErrorCode, ToolError};
-use crate::limits::{MAX_CLIENT_ENV, MAX_ENV_ENTRY_BYTES, SHUTDOWN_GRACE, SPAWN_DEADLINE};
+use crate::limits::{
+    MAX_CLIENT_ENV, MAX_ENV_ENTRY_BYTES, RECORD_LIMIT_ENDED_SHOWN, SHUTDOWN_GRACE, SPAWN_DEADLINE,
+};
 use crate::output::{OutputBuffer, Shape};
 use crate::policy::{BASE_ENV, TAG_VAR, denied_env_name, resolve_cwd};
 use crate::process::{Reaper, SpawnError, SpawnSpec, session_tag, spawn_pipes, spawn_pty};
@@ -355,13 +357,14 @@ impl Sessions {
                 format!(
                     "{} sessions are retained, the owner's limit (max_records); finished \
                      sessions stay readable for {} s after they end: free a place now with \
-                     terminal_forget on an ended one you have read (terminal_list shows \
-                     them), or terminate a running one and forget it",
+                     terminal_forget on an ended one you have read (error.ended lists them, \
+                     longest ended first), or terminate a running one and forget it",
                     retained.len(),
                     self.config.limits.retention_seconds
                 ),
             )
-            .with("max_records", limits.max_records));
+            .with("max_records", limits.max_records)
+            .with("ended", ended_first(&retained)));
         }
         Ok(())
     }
@@ -394,6 +397,22 @@ impl Sessions {
             "session state locks"
         );
     }
+}
+
+/// The ids of the ended sessions among `retained`, longest ended first, at most
+/// `RECORD_LIMIT_ENDED_SHOWN`: what an agent that ran many one-shot commands forgets to
+/// start again, without a `terminal_list` of every snapshot first.
+fn ended_first(retained: &[Arc<Session>]) -> Vec<String> {
+    let mut ended: Vec<(Instant, &str)> = retained
+        .iter()
+        .filter_map(|s| Some((s.inspect(|state| state.final_since())?, s.id.as_str())))
+        .collect();
+    ended.sort();
+    ended
+        .into_iter()
+        .take(RECORD_LIMIT_ENDED_SHOWN)
+        .map(|(_, id)| id.to_owned())
+        .collect()
 }
 
 /// The client's variables, each allowed by the profile and by the deny rules.
