@@ -1039,6 +1039,61 @@ async fn a_recording_plays_in_the_page_through_the_servers_emulator() {
     assert!(bad.text().await.unwrap().contains("`speed`"));
 }
 
+/// A recording is a file of the server's user, so a session's own shell can rewrite it: the
+/// player plays what it finds, and an event put past anything a duration holds leaves it
+/// waiting its longest between frames (it panicked converting the wait, cutting the stream).
+#[tokio::test]
+async fn a_rewritten_recording_with_an_event_past_any_duration_plays_on() {
+    let mut casts = PathBuf::new();
+    let server = server(&[], |c, root| {
+        casts = root.join("casts");
+        std::fs::create_dir(&casts).unwrap();
+        c["recordings_dir"] = json!(casts);
+    });
+    let id = server.open_session().await.unwrap();
+    let (sid, started) = server
+        .start_terminal(&id, json!({"command_id": "sh"}))
+        .await;
+    let name = started["structuredContent"]["recording"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no recording: {started}"))
+        .to_string();
+    let path = casts.join(&name).display().to_string();
+    let command = format!(
+        "printf '%s\\n' '{{\"version\":2,\"width\":20,\"height\":4}}' \
+         '[0,\"o\",\"first\"]' '[1e20,\"o\",\"never\"]' > '{path}.new' && mv '{path}.new' '{path}'"
+    );
+    let exec = server
+        .call(
+            &id,
+            "terminal_exec",
+            json!({"session_id": sid, "command": command}),
+        )
+        .await;
+    assert_eq!(exec["structuredContent"]["exit_code"], json!(0), "{exec}");
+    let mut frames = browser()
+        .get(format!("{}/ui/recordings/{name}/frames", server.base))
+        .bearer_auth(&server.token)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(frames.status(), StatusCode::OK);
+    // The first frame at once, the next when the player's clock moved on.
+    let mut seen = String::new();
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    while seen.matches("event: frame").count() < 2 {
+        let chunk = tokio::time::timeout_at(deadline, frames.chunk())
+            .await
+            .unwrap_or_else(|_| panic!("no second frame:\n{seen}"))
+            .unwrap()
+            .unwrap_or_else(|| panic!("the frames ended:\n{seen}\n{}", server.stderr()));
+        seen.push_str(&String::from_utf8_lossy(&chunk));
+    }
+    assert!(seen.contains("first"), "{seen}");
+    assert!(!seen.contains("never"), "{seen}");
+    assert!(!server.stderr().contains("panicked"), "{}", server.stderr());
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_program_waiting_for_input_has_a_badge_on_the_list_and_its_page() {
     let Some(mut chromium) = Chromium::launch() else {

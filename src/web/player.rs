@@ -39,7 +39,7 @@ async fn load(
             );
         }
     };
-    let parsed = off_thread(slot, move || Cast::parse(&String::from_utf8_lossy(&text))).await;
+    let parsed = off_thread(slot, move || Cast::parse(text)).await;
     let Some((parsed, slot)) = parsed else {
         return Err(unplayable());
     };
@@ -197,7 +197,9 @@ pub async fn frames(
         }
         let now = p.from + p.began.elapsed().as_secs_f64() * p.speed;
         let next = p.replay.next_at().unwrap_or(now);
-        let wait = Duration::from_secs_f64(((next - now) / p.speed).max(0.0));
+        // A recording may put an event at any time (1e20 s): past what a Duration holds,
+        // the player waits its longest.
+        let wait = Duration::try_from_secs_f64(((next - now) / p.speed).max(0.0)).unwrap_or(TICK);
         tokio::time::sleep(wait.clamp(WEB_UPDATE_EVERY, TICK)).await;
         let at = (p.from + p.began.elapsed().as_secs_f64() * p.speed).min(p.replay.duration());
         tokio::task::spawn_blocking(move || {

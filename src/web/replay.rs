@@ -1,7 +1,15 @@
 //! A recording replayed through the server's own terminal emulator: the asciicast v2 file
-//! parsed into its events, and a replay that feeds them to an emulator (the one PTY
-//! sessions use) up to a point in time, so the player's frames are rendered exactly as a
-//! live session's screen is.
+//! read once for its size and length, and a replay that reads its events as it feeds them to
+//! an emulator (the one PTY sessions use) up to a point in time, so the player's frames are
+//! rendered exactly as a live session's screen is.
+//!
+//! The events stay in the file's text until they are fed: a recording of millions of tiny
+//! events held as parsed events took six times the file's size (a 64 MiB file, 420 MB), where
+//! its text is held once.
+
+use std::borrow::Cow;
+
+use serde::Deserialize;
 
 use crate::output::{Screen, StyledScreen};
 
@@ -9,15 +17,50 @@ use crate::output::{Screen, StyledScreen};
 const MAX_CELLS: usize = 1_000_000;
 
 #[derive(Debug, Clone, PartialEq)]
-enum Kind {
-    Output(String),
+enum Kind<'a> {
+    Output(Cow<'a, str>),
     Resize { rows: u16, cols: u16 },
 }
 
 #[derive(Debug, Clone, PartialEq)]
-struct Event {
+struct Event<'a> {
     at: f64,
-    kind: Kind,
+    kind: Kind<'a>,
+}
+
+/// An event line as asciicast v2 writes it: `[time, code, data]`.
+#[derive(Deserialize)]
+struct Line<'a>(
+    f64,
+    #[serde(borrow)] Cow<'a, str>,
+    #[serde(borrow)] Cow<'a, str>,
+);
+
+/// The event of one line of a recording, if it is one the player shows (output, resize).
+fn event(line: &str) -> Option<Event<'_>> {
+    let Line(at, code, data) = serde_json::from_str(line).ok()?;
+    let kind = match &*code {
+        "o" => Kind::Output(data),
+        "r" => match resize(&data) {
+            Some((rows, cols)) if rows > 0 && cols > 0 => Kind::Resize { rows, cols },
+            _ => return None,
+        },
+        _ => return None,
+    };
+    Some(Event {
+        at: at.max(0.0),
+        kind,
+    })
+}
+
+/// The events of `text` from byte `from` on, each with where its line begins and ends.
+fn events(text: &str, from: usize) -> impl Iterator<Item = (Event<'_>, usize, usize)> {
+    let mut end = from;
+    text[from..].split_inclusive('\n').filter_map(move |line| {
+        let begins = end;
+        end += line.len();
+        Some((event(line)?, begins, end))
+    })
 }
 
 /// A parsed recording.
@@ -27,7 +70,13 @@ pub struct Cast {
     cols: u16,
     /// Recorded from pipes (`TERM` "dumb"): lines end with `\n` alone.
     lines: bool,
-    events: Vec<Event>,
+    /// The file's text, its events read from `first` on as they are replayed.
+    text: String,
+    first: usize,
+    /// The largest size the terminal had, so one emulator budget holds every resize.
+    most: (u16, u16),
+    /// Seconds from the start to the last event.
+    duration: f64,
 }
 
 fn size(value: &serde_json::Value, what: &str) -> Result<u16, String> {
@@ -45,14 +94,15 @@ fn resize(data: &str) -> Option<(u16, u16)> {
 }
 
 impl Cast {
-    /// Parse an asciicast v2 text; events the player does not show (input, markers) and
-    /// lines it cannot read are skipped, an unreadable header is an error.
-    pub fn parse(text: &str) -> Result<Cast, String> {
-        let mut lines = text.lines();
-        let header: serde_json::Value = lines
-            .next()
-            .and_then(|l| serde_json::from_str(l).ok())
-            .ok_or("the recording has no asciicast header")?;
+    /// Parse an asciicast v2 file: its header now (an unreadable one is an error), its
+    /// events when they are replayed (events the player does not show, input and markers,
+    /// and lines it cannot read are skipped). Invalid UTF-8 is read as U+FFFD.
+    pub fn parse(bytes: Vec<u8>) -> Result<Cast, String> {
+        let text = String::from_utf8(bytes)
+            .unwrap_or_else(|bad| String::from_utf8_lossy(bad.as_bytes()).into_owned());
+        let first = text.find('\n').map_or(text.len(), |end| end + 1);
+        let header: serde_json::Value = serde_json::from_str(&text[..first])
+            .map_err(|_| "the recording has no asciicast header")?;
         if header["version"] != 2 {
             return Err("the recording is not asciicast version 2".into());
         }
@@ -60,60 +110,29 @@ impl Cast {
             size(&header["height"], "height")?,
             size(&header["width"], "width")?,
         );
-        let mut events = Vec::new();
-        for line in lines {
-            let Ok(serde_json::Value::Array(fields)) = serde_json::from_str(line) else {
-                continue;
-            };
-            let (Some(at), Some(kind), Some(data)) = (
-                fields.first().and_then(serde_json::Value::as_f64),
-                fields.get(1).and_then(serde_json::Value::as_str),
-                fields.get(2).and_then(serde_json::Value::as_str),
-            ) else {
-                continue;
-            };
-            let kind = match kind {
-                "o" => Kind::Output(data.to_owned()),
-                "r" => match resize(data) {
-                    Some((rows, cols)) if rows > 0 && cols > 0 => Kind::Resize { rows, cols },
-                    _ => continue,
-                },
-                _ => continue,
-            };
-            events.push(Event {
-                at: at.max(0.0),
-                kind,
-            });
+        let (mut most, mut duration) = ((rows, cols), 0.0);
+        for (event, _, _) in events(&text, first) {
+            duration = event.at;
+            if let Kind::Resize { rows, cols } = event.kind {
+                most = (most.0.max(rows), most.1.max(cols));
+            }
         }
-        let cast = Cast {
+        if usize::from(most.0) * usize::from(most.1) > MAX_CELLS {
+            return Err(format!(
+                "the recording's terminal ({} rows × {} columns) is larger than the player \
+                 shows",
+                most.0, most.1
+            ));
+        }
+        Ok(Cast {
             rows,
             cols,
             lines: header["env"]["TERM"] == "dumb",
-            events,
-        };
-        let (most_rows, most_cols) = cast.most();
-        if usize::from(most_rows) * usize::from(most_cols) > MAX_CELLS {
-            return Err(format!(
-                "the recording's terminal ({most_rows} rows × {most_cols} columns) is larger \
-                 than the player shows"
-            ));
-        }
-        Ok(cast)
-    }
-
-    /// Seconds from the start to the last event.
-    pub fn duration(&self) -> f64 {
-        self.events.last().map_or(0.0, |e| e.at)
-    }
-
-    /// The largest size the terminal had, so one emulator budget holds every resize.
-    fn most(&self) -> (u16, u16) {
-        self.events
-            .iter()
-            .fold((self.rows, self.cols), |(r, c), e| match e.kind {
-                Kind::Resize { rows, cols } => (r.max(rows), c.max(cols)),
-                Kind::Output(_) => (r, c),
-            })
+            first,
+            most,
+            duration,
+            text,
+        })
     }
 }
 
@@ -121,44 +140,51 @@ impl Cast {
 pub struct Replay {
     cast: Cast,
     screen: Screen,
-    next: usize,
+    /// The next event: when it happens and the bytes of its line (None after the last).
+    next: Option<(f64, usize, usize)>,
 }
 
 impl Replay {
     pub fn new(cast: Cast) -> Replay {
-        let (rows, cols) = cast.most();
+        let (rows, cols) = cast.most;
         // Both screens at the largest size, no scrollback: the player shows the screen.
         let budget = 2 * usize::from(rows) * usize::from(cols);
         let screen = Screen::new(cast.rows, cast.cols, budget);
-        Replay {
-            cast,
-            screen,
-            next: 0,
-        }
+        let next = Replay::event_from(&cast.text, cast.first);
+        Replay { cast, screen, next }
+    }
+
+    /// The first event from byte `from` on.
+    fn event_from(text: &str, from: usize) -> Option<(f64, usize, usize)> {
+        events(text, from)
+            .next()
+            .map(|(event, begins, ends)| (event.at, begins, ends))
     }
 
     pub fn duration(&self) -> f64 {
-        self.cast.duration()
+        self.cast.duration
     }
 
     /// When the next event happens, if any is left.
     pub fn next_at(&self) -> Option<f64> {
-        self.cast.events.get(self.next).map(|e| e.at)
+        self.next.map(|(at, _, _)| at)
     }
 
     /// Feed every event up to `at` (seconds from the start).
     pub fn advance_to(&mut self, at: f64) {
-        while let Some(event) = self.cast.events.get(self.next).filter(|e| e.at <= at) {
-            match &event.kind {
-                Kind::Output(text) if self.cast.lines => {
-                    self.screen.feed(text.replace('\n', "\r\n").as_bytes());
+        while let Some((_, begins, ends)) = self.next.filter(|(next, _, _)| *next <= at) {
+            let text = &self.cast.text;
+            match event(&text[begins..ends]).map(|e| e.kind) {
+                Some(Kind::Output(output)) if self.cast.lines => {
+                    self.screen.feed(output.replace('\n', "\r\n").as_bytes());
                 }
-                Kind::Output(text) => {
-                    self.screen.feed(text.as_bytes());
+                Some(Kind::Output(output)) => {
+                    self.screen.feed(output.as_bytes());
                 }
-                Kind::Resize { rows, cols } => self.screen.resize(*rows, *cols),
+                Some(Kind::Resize { rows, cols }) => self.screen.resize(rows, cols),
+                None => {}
             }
-            self.next += 1;
+            self.next = Replay::event_from(text, ends);
         }
     }
 
@@ -189,9 +215,8 @@ mod tests {
 
     #[test]
     fn replays_output_and_resizes_up_to_a_time() {
-        let cast = Cast::parse(CAST).unwrap();
-        assert_eq!(cast.events.len(), 3);
-        assert!((cast.duration() - 2.0).abs() < 1e-9);
+        let cast = Cast::parse(CAST.into()).unwrap();
+        assert!((cast.duration - 2.0).abs() < 1e-9);
         let mut replay = Replay::new(cast);
         replay.advance_to(0.4);
         assert!(text(&replay.frame())[0].trim().is_empty());
@@ -210,13 +235,33 @@ mod tests {
     fn pipe_recordings_are_lines_and_bad_headers_are_refused() {
         let pipe = "{\"version\":2,\"width\":10,\"height\":3,\"env\":{\"TERM\":\"dumb\"}}\n\
             [0.1,\"o\",\"ab\\ncd\\n\"]\n";
-        let mut replay = Replay::new(Cast::parse(pipe).unwrap());
+        let mut replay = Replay::new(Cast::parse(pipe.into()).unwrap());
         replay.advance_to(1.0);
         assert_eq!(text(&replay.frame())[..2], ["ab", "cd"]);
-        assert!(Cast::parse("").is_err());
-        assert!(Cast::parse("{\"version\":1,\"width\":1,\"height\":1}").is_err());
-        assert!(Cast::parse("{\"version\":2,\"width\":0,\"height\":1}").is_err());
+        assert!(Cast::parse(Vec::new()).is_err());
+        assert!(Cast::parse("{\"version\":1,\"width\":1,\"height\":1}".into()).is_err());
+        assert!(Cast::parse("{\"version\":2,\"width\":0,\"height\":1}".into()).is_err());
         let huge = "{\"version\":2,\"width\":10,\"height\":3}\n[0.1,\"r\",\"60000x60000\"]\n";
-        assert!(Cast::parse(huge).unwrap_err().contains("larger"));
+        assert!(Cast::parse(huge.into()).unwrap_err().contains("larger"));
+    }
+
+    #[test]
+    fn events_are_read_in_file_order_from_any_text() {
+        // Invalid UTF-8, a header alone without its newline, a line without one at the end,
+        // times out of order and far away.
+        let mut bytes = b"{\"version\":2,\"width\":10,\"height\":3}\n[1,\"o\",\"a\"]\n".to_vec();
+        bytes.extend_from_slice(b"\xff\n[0.5,\"o\",\"b\"]\n[1e20,\"o\",\"c\"]");
+        let cast = Cast::parse(bytes).unwrap();
+        assert_eq!(cast.duration, 1e20);
+        let mut replay = Replay::new(cast);
+        assert_eq!(replay.next_at(), Some(1.0));
+        replay.advance_to(1.0);
+        assert_eq!(text(&replay.frame())[0].trim_end(), "ab");
+        assert_eq!(replay.next_at(), Some(1e20));
+        replay.advance_to(f64::MAX);
+        assert_eq!(text(&replay.frame())[0].trim_end(), "abc");
+        assert_eq!(replay.next_at(), None);
+        let header_only = Cast::parse(b"{\"version\":2,\"width\":10,\"height\":3}".to_vec());
+        assert_eq!(Replay::new(header_only.unwrap()).next_at(), None);
     }
 }
