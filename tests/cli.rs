@@ -963,7 +963,8 @@ fn another_process_of_the_servers_user_cannot_read_its_memory() {
             .stderr(Stdio::null())
             .spawn()
             .unwrap();
-        // Once it answers, it has set itself up.
+        // Once it answers, it has set itself up. Its stdout stays open until it was read:
+        // a server whose client closed it ends.
         let mut stdin = server.stdin.take().unwrap();
         writeln!(
             stdin,
@@ -971,9 +972,8 @@ fn another_process_of_the_servers_user_cannot_read_its_memory() {
         )
         .unwrap();
         let mut answer = String::new();
-        BufReader::new(server.stdout.take().unwrap())
-            .read_line(&mut answer)
-            .unwrap();
+        let mut stdout = BufReader::new(server.stdout.take().unwrap());
+        stdout.read_line(&mut answer).unwrap();
         assert!(answer.contains("\"result\""), "{answer}");
         let read = std::process::Command::new("/bin/cat")
             .arg(format!("/proc/{}/environ", server.id()))
@@ -981,7 +981,7 @@ fn another_process_of_the_servers_user_cannot_read_its_memory() {
             .gid(65534)
             .output()
             .unwrap();
-        drop(stdin);
+        drop((stdin, stdout));
         server.wait().unwrap();
         assert_eq!(
             read.status.success(),
