@@ -243,6 +243,28 @@ impl Session {
                 canonical: false,
             },
         };
+        // A shell on a terminal reading keys with its own group in the foreground is its
+        // line editor at the prompt (readline turns echo off to echo itself): the value would
+        // be shown, run as a command line and kept in its history. Its own password prompt
+        // (`read -s`) reads lines, as every program's does that the kernel hides input for.
+        let at_prompt = self.mode == Mode::Pty
+            && !line.canonical
+            && self.inspect(|s| s.shell().is_some())
+            && self
+                .terminal()
+                .and_then(|t| t.foreground())
+                .is_some_and(|group| group == self.shell_group());
+        if at_prompt {
+            return Err(ToolError::new(
+                ErrorCode::SecretNotAllowed,
+                format!(
+                    "the secret `{name}` would be read by the shell itself as a command line \
+                     (its line editor reads the terminal at the prompt); nothing was written. \
+                     Start the program that asks for it, wait until it asks (terminal_wait \
+                     with `until_input: true`, or input_hidden true), then write the secret"
+                ),
+            ));
+        }
         let typed = value.len() + line.enter.len();
         if line.canonical && typed > TERMINAL_LINE_MAX_BYTES {
             return Err(ToolError::new(
