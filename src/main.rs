@@ -610,7 +610,7 @@ async fn run(sessions: Arc<Sessions>, audit: Option<Arc<audit::AuditLog>>) -> Re
 }
 
 /// Logs go to stderr at the levels `MCP_TERMINAL_LOG` asks for, under one ceiling it cannot
-/// lift: below info only this crate logs. Libraries log what passes through them at debug
+/// lift: below info only this crate logs, and rmcp's line for each error it answers never. Libraries log what passes through them at debug
 /// and trace (rmcp every request and answer, so the text a client writes and the output it
 /// reads; hyper a connection's bytes), and no log may hold either: this crate logs byte
 /// counts and names, never text.
@@ -622,7 +622,12 @@ fn init_logging() -> log_lines::LogLines {
     let asked = EnvFilter::try_from_env("MCP_TERMINAL_LOG")
         .unwrap_or_else(|_| EnvFilter::new("info,rmcp=warn"));
     let ceiling = filter_fn(|event| {
-        event.target().starts_with("mcp_terminal") || *event.level() <= tracing::Level::INFO
+        // rmcp logs each error it answers at warn, with the error: the method or tool name
+        // the client sent in it, up to a whole request line.
+        let an_error_answer =
+            event.target() == "rmcp::service" && event.fields().field("error").is_some();
+        event.target().starts_with("mcp_terminal")
+            || (*event.level() <= tracing::Level::INFO && !an_error_answer)
     });
     // Written by a thread of its own, which takes no signal (the main thread takes them).
     let lines = log_lines::start(std::io::stderr(), |run| {

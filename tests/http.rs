@@ -1656,6 +1656,16 @@ fn no_log_level_holds_written_text_or_output_over_stdio() {
     let read = server.call("terminal_read", json!({"session_id": sid}));
     assert!(read.to_string().contains(LOG_MARKER), "{read}");
     server.call("terminal_status", json!({"session_id": "0".repeat(32)}));
+    // Errors answered by rmcp itself carry what the client sent (a method or tool name, up
+    // to a whole request line of it), and rmcp logs each such answer at warn.
+    for request in [
+        json!({"jsonrpc": "2.0", "id": 90, "method": format!("no/such/{LOG_MARKER}")}),
+        json!({"jsonrpc": "2.0", "id": 91, "method": "tools/call",
+            "params": {"name": format!("tool_{LOG_MARKER}"), "arguments": {}}}),
+    ] {
+        let answer = server.answer_line(request.to_string().as_bytes());
+        assert!(answer.to_string().contains(LOG_MARKER), "{answer}");
+    }
     let stderr = server.finish();
     assert!(logged_at_debug(&stderr), "{stderr}");
     assert!(!stderr.contains(LOG_MARKER), "{stderr}");
