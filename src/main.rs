@@ -610,24 +610,30 @@ async fn run(sessions: Arc<Sessions>, audit: Option<Arc<audit::AuditLog>>) -> Re
 }
 
 /// Logs go to stderr at the levels `MCP_TERMINAL_LOG` asks for, under one ceiling it cannot
-/// lift: below info only this crate logs, and rmcp's line for each error it answers never. Libraries log what passes through them at debug
-/// and trace (rmcp every request and answer, so the text a client writes and the output it
-/// reads; hyper a connection's bytes), and no log may hold either: this crate logs byte
-/// counts and names, never text.
+/// lift: below info only this crate logs, and of rmcp only errors. Libraries log what passes
+/// through them at debug and trace (rmcp every request and answer, so the text a client
+/// writes and the output it reads; hyper a connection's bytes), rmcp some of it up to warn,
+/// and no log may hold either: this crate logs byte counts, names and codes, never text.
 fn init_logging() -> log_lines::LogLines {
     use tracing_subscriber::filter::{FilterExt, filter_fn};
     use tracing_subscriber::layer::SubscriberExt;
     use tracing_subscriber::util::SubscriberInitExt;
     use tracing_subscriber::{EnvFilter, Layer};
-    let asked = EnvFilter::try_from_env("MCP_TERMINAL_LOG")
-        .unwrap_or_else(|_| EnvFilter::new("info,rmcp=warn"));
+    let asked =
+        EnvFilter::try_from_env("MCP_TERMINAL_LOG").unwrap_or_else(|_| EnvFilter::new("info"));
     let ceiling = filter_fn(|event| {
-        // rmcp logs each error it answers at warn, with the error: the method or tool name
-        // the client sent in it, up to a whole request line.
-        let an_error_answer =
-            event.target() == "rmcp::service" && event.fields().field("error").is_some();
-        event.target().starts_with("mcp_terminal")
-            || (*event.level() <= tracing::Level::INFO && !an_error_answer)
+        // rmcp puts what the peer sent in lines up to warn: each error it answers (the method
+        // or tool name the client sent, up to a whole request line), a request's id, a
+        // notification, a cancellation's reason, the client's info. Its errors are the
+        // transport's.
+        let level = *event.level();
+        if event.target().starts_with("mcp_terminal") {
+            true
+        } else if event.target().starts_with("rmcp") {
+            level == tracing::Level::ERROR
+        } else {
+            level <= tracing::Level::INFO
+        }
     });
     // Written by a thread of its own, which takes no signal (the main thread takes them).
     let lines = log_lines::start(std::io::stderr(), |run| {

@@ -1586,6 +1586,13 @@ impl StdioServer {
         serde_json::from_str(&answer).unwrap()
     }
 
+    /// Send `line` as it is, which is answered by nothing (a notification).
+    fn send_line(&mut self, line: &[u8]) {
+        use std::io::Write;
+        self.stdin.write_all(line).unwrap();
+        self.stdin.write_all(b"\n").unwrap();
+    }
+
     /// Send a tools/call without waiting for its answer: its id.
     fn send(&mut self, tool: &str, arguments: Value) -> u64 {
         use std::io::Write;
@@ -1691,15 +1698,30 @@ fn no_log_level_holds_written_text_or_output_over_stdio() {
     assert!(read.to_string().contains(LOG_MARKER), "{read}");
     server.call("terminal_status", json!({"session_id": "0".repeat(32)}));
     // Errors answered by rmcp itself carry what the client sent (a method or tool name, up
-    // to a whole request line of it), and rmcp logs each such answer at warn.
+    // to a whole request line of it, and an id), and rmcp logs each such answer at warn; a
+    // tool's error message may quote an argument.
     for request in [
         json!({"jsonrpc": "2.0", "id": 90, "method": format!("no/such/{LOG_MARKER}")}),
+        json!({"jsonrpc": "2.0", "id": format!("id-{LOG_MARKER}"), "method": "no/such"}),
         json!({"jsonrpc": "2.0", "id": 91, "method": "tools/call",
             "params": {"name": format!("tool_{LOG_MARKER}"), "arguments": {}}}),
+        json!({"jsonrpc": "2.0", "id": 92, "method": "tools/call",
+            "params": {"name": "terminal_wait", "arguments":
+                {"session_id": sid, "pattern": format!("({LOG_MARKER}")}}}),
     ] {
         let answer = server.answer_line(request.to_string().as_bytes());
         assert!(answer.to_string().contains(LOG_MARKER), "{answer}");
     }
+    // rmcp logs a notification whole at info, and a cancellation's reason.
+    for notification in [
+        json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+            "params": {"requestId": 93, "reason": LOG_MARKER}}),
+        json!({"jsonrpc": "2.0", "method": format!("notifications/{LOG_MARKER}")}),
+    ] {
+        server.send_line(notification.to_string().as_bytes());
+    }
+    // Answered after the notifications: they were read.
+    server.call("terminal_list", json!({}));
     let stderr = server.finish();
     assert!(logged_at_debug(&stderr), "{stderr}");
     assert!(!stderr.contains(LOG_MARKER), "{stderr}");

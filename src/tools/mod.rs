@@ -249,7 +249,8 @@ impl ServerHandler for TerminalServer {
         let result = match outcome {
             Ok(value) => structured(value, false),
             Err(error) => {
-                tracing::debug!(tool = spec.name, %error, "tool error");
+                // The code only: a message may quote what the client sent (a pattern, a cwd).
+                tracing::debug!(tool = spec.name, code = error.code.as_str(), "tool error");
                 structured(error.to_json(), true)
             }
         };
