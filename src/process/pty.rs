@@ -216,6 +216,12 @@ impl PtyMaster {
         })
     }
 
+    /// Whether the terminal reads lines (canonical mode), not keys.
+    pub fn reads_lines(&self) -> bool {
+        use nix::sys::termios::{LocalFlags, tcgetattr};
+        tcgetattr(self.fd.get_ref()).is_ok_and(|t| t.local_flags.contains(LocalFlags::ICANON))
+    }
+
     /// How to type `value` (a secret: redaction knows only the whole value) so that the
     /// program reads it whole and unchanged, as the terminal is set now; why not, else.
     ///

@@ -16,7 +16,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::Session;
-use super::shell::Busy;
+use super::shell::{Busy, Typing};
 use super::sink::Feed;
 use crate::config::Mode;
 use crate::errors::{ErrorCode, ToolError};
@@ -225,6 +225,17 @@ impl Session {
                 ),
             ));
         }
+        if let Some(why) = self.terminal().and_then(|t| self.shell_would_read(&t)) {
+            return Err(ToolError::new(
+                ErrorCode::SecretNotAllowed,
+                format!(
+                    "the secret `{name}` would be read by a shell as a command line ({why}), \
+                     shown and kept in its history; nothing was written. Start the program \
+                     that asks for it, wait until it asks (terminal_wait with \
+                     `until_input: true`), then write the secret"
+                ),
+            ));
+        }
         // On a terminal the value must reach the program whole: a line the kernel cut
         // would be text no redaction knows (see `PtyMaster::whole_line`).
         let line = match (self.mode, self.terminal()) {
@@ -243,28 +254,6 @@ impl Session {
                 canonical: false,
             },
         };
-        // A shell on a terminal reading keys with its own group in the foreground is its
-        // line editor at the prompt (readline turns echo off to echo itself): the value would
-        // be shown, run as a command line and kept in its history. Its own password prompt
-        // (`read -s`) reads lines, as every program's does that the kernel hides input for.
-        let at_prompt = self.mode == Mode::Pty
-            && !line.canonical
-            && self.inspect(|s| s.shell().is_some())
-            && self
-                .terminal()
-                .and_then(|t| t.foreground())
-                .is_some_and(|group| group == self.shell_group());
-        if at_prompt {
-            return Err(ToolError::new(
-                ErrorCode::SecretNotAllowed,
-                format!(
-                    "the secret `{name}` would be read by the shell itself as a command line \
-                     (its line editor reads the terminal at the prompt); nothing was written. \
-                     Start the program that asks for it, wait until it asks (terminal_wait \
-                     with `until_input: true`, or input_hidden true), then write the secret"
-                ),
-            ));
-        }
         let typed = value.len() + line.enter.len();
         if line.canonical && typed > TERMINAL_LINE_MAX_BYTES {
             return Err(ToolError::new(
@@ -292,6 +281,30 @@ impl Session {
             .send_as(&bytes, close, cancel, Typed::Secret(name))
             .await?;
         Ok((typed, closed))
+    }
+
+    /// On a terminal: why a secret typed now would be read by a shell as its next command
+    /// line, if it would. A shell with the integration says when it is at its prompt,
+    /// whatever its terminal's settings (readline turns echo off to echo by itself; a shell
+    /// reading lines with echo off looks like a password prompt); once a line was typed to
+    /// it, what runs (its own `read -s`, a program that kept its group) asks. Elsewhere (a
+    /// shell started in the session, one without the integration) a shell in the foreground
+    /// reading keys is its line editor.
+    fn shell_would_read(&self, terminal: &PtyMaster) -> Option<&'static str> {
+        let foreground = self.foreground()?;
+        if foreground.pid == self.shell_group() {
+            let at_prompt = self.inspect(|s| {
+                s.shell()
+                    .filter(|t| matches!(t.typing(), Some(Typing::Readline | Typing::Canonical)))
+                    .map(|t| t.busy().is_none())
+            });
+            if let Some(at_prompt) = at_prompt {
+                return at_prompt.then_some("the shell is at its prompt");
+            }
+        }
+        let a_shell = foreground.name.as_deref().is_some_and(is_shell);
+        (a_shell && !terminal.reads_lines())
+            .then_some("a shell in the foreground reads the keys with its line editor")
     }
 
     /// Keys for a shell on pipes: there is no terminal to make Ctrl-C, Ctrl-\ or Ctrl-Z a
@@ -519,6 +532,15 @@ fn uncertain() -> ToolError {
         "an earlier write was cancelled mid-way, so it is unknown what the process received; \
          stdin was closed. Read the output to see what happened, or start a new session",
     )
+}
+
+/// Whether a program's name is a shell's, whose line editor runs what is typed at its prompt.
+fn is_shell(name: &str) -> bool {
+    const SHELLS: &[&str] = &[
+        "sh", "bash", "dash", "ash", "zsh", "ksh", "ksh93", "mksh", "yash", "posh", "fish", "csh",
+        "tcsh", "busybox",
+    ];
+    SHELLS.contains(&name)
 }
 
 #[cfg(test)]
