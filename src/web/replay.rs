@@ -28,13 +28,39 @@ struct Event<'a> {
     kind: Kind<'a>,
 }
 
-/// An event line as asciicast v2 writes it: `[time, code, data]`.
+/// An event line as asciicast v2 writes it: `[time, code, data]`, anything after the data
+/// ignored.
+struct Line<'a>(f64, Cow<'a, str>, Cow<'a, str>);
+
+/// A string of an event line, borrowed from it unless it holds an escape.
 #[derive(Deserialize)]
-struct Line<'a>(
-    f64,
-    #[serde(borrow)] Cow<'a, str>,
-    #[serde(borrow)] Cow<'a, str>,
-);
+struct Text<'a>(#[serde(borrow)] Cow<'a, str>);
+
+impl<'de> Deserialize<'de> for Line<'de> {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Fields;
+        impl<'de> serde::de::Visitor<'de> for Fields {
+            type Value = Line<'de>;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("an event: [time, code, data]")
+            }
+
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> Result<Line<'de>, A::Error> {
+                let missing = |n| serde::de::Error::invalid_length(n, &"three fields");
+                let at = seq.next_element::<f64>()?.ok_or_else(|| missing(0))?;
+                let Text(code) = seq.next_element()?.ok_or_else(|| missing(1))?;
+                let Text(data) = seq.next_element()?.ok_or_else(|| missing(2))?;
+                while seq.next_element::<serde::de::IgnoredAny>()?.is_some() {}
+                Ok(Line(at, code, data))
+            }
+        }
+        deserializer.deserialize_seq(Fields)
+    }
+}
 
 /// The event of one line of a recording, if it is one the player shows (output, resize).
 fn event(line: &str) -> Option<Event<'_>> {
@@ -75,7 +101,7 @@ pub struct Cast {
     first: usize,
     /// The largest size the terminal had, so one emulator budget holds every resize.
     most: (u16, u16),
-    /// Seconds from the start to the last event.
+    /// Seconds from the start to the latest event.
     duration: f64,
 }
 
@@ -110,9 +136,11 @@ impl Cast {
             size(&header["height"], "height")?,
             size(&header["width"], "width")?,
         );
-        let (mut most, mut duration) = ((rows, cols), 0.0);
+        let (mut most, mut duration) = ((rows, cols), 0.0_f64);
         for (event, _, _) in events(&text, first) {
-            duration = event.at;
+            // Events are played in the file's order: the last is played once the latest
+            // time has come, wherever it stands.
+            duration = duration.max(event.at);
             if let Kind::Resize { rows, cols } = event.kind {
                 most = (most.0.max(rows), most.1.max(cols));
             }
@@ -260,6 +288,14 @@ mod tests {
         assert_eq!(replay.next_at(), Some(1e20));
         replay.advance_to(f64::MAX);
         assert_eq!(text(&replay.frame())[0].trim_end(), "abc");
+        assert_eq!(replay.next_at(), None);
+        // The latest first: the end is its time, where every event has been played.
+        let backwards = b"{\"version\":2,\"width\":10,\"height\":3}\n[0.5,\"o\",\"A\",\"more\"]\n[0.2,\"o\",\"B\"]\n";
+        let cast = Cast::parse(backwards.to_vec()).unwrap();
+        assert_eq!(cast.duration, 0.5);
+        let mut replay = Replay::new(cast);
+        replay.advance_to(replay.duration());
+        assert_eq!(text(&replay.frame())[0].trim_end(), "AB");
         assert_eq!(replay.next_at(), None);
         let header_only = Cast::parse(b"{\"version\":2,\"width\":10,\"height\":3}".to_vec());
         assert_eq!(Replay::new(header_only.unwrap()).next_at(), None);
