@@ -1216,10 +1216,10 @@ fn exchange(socket: &mut std::net::TcpStream, request: &str) -> String {
     head.lines().next().unwrap().to_string()
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn half_open_connections_neither_hold_more_than_the_cap_nor_keep_a_client_out() {
-    // A header timeout far beyond the test: what frees places here is the cap, not a timer.
-    let server = Server::start(
+/// A server with the view whose request-head timeout is far beyond a test: what frees
+/// places is the connection cap, not a timer.
+fn held_open_server() -> Server {
+    Server::start(
         &[
             "--listen",
             "127.0.0.1:0",
@@ -1228,7 +1228,12 @@ async fn half_open_connections_neither_hold_more_than_the_cap_nor_keep_a_client_
             "600000",
         ],
         LOG,
-    );
+    )
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn half_open_connections_neither_hold_more_than_the_cap_nor_keep_a_client_out() {
+    let server = held_open_server();
     let pid = server.child.id();
     let before = fd_count(pid);
     let opened = 300;
@@ -1274,16 +1279,7 @@ async fn half_open_connections_neither_hold_more_than_the_cap_nor_keep_a_client_
 #[test]
 fn a_connection_that_sent_something_outlasts_a_flood_of_silent_ones() {
     use std::io::Write;
-    let server = Server::start(
-        &[
-            "--listen",
-            "127.0.0.1:0",
-            "--web",
-            "--header-read-timeout-ms",
-            "600000",
-        ],
-        LOG,
-    );
+    let server = held_open_server();
     let mut owner = std::net::TcpStream::connect(address(&server.base)).unwrap();
     owner.write_all(b"GET /ui/style.css HTTP/1.1\r\n").unwrap();
     let (opened, cap) = (300, 128);
@@ -1305,16 +1301,7 @@ fn a_connection_that_sent_something_outlasts_a_flood_of_silent_ones() {
 
 #[test]
 fn with_every_place_signed_in_a_new_connection_gets_503_at_once() {
-    let server = Server::start(
-        &[
-            "--listen",
-            "127.0.0.1:0",
-            "--web",
-            "--header-read-timeout-ms",
-            "600000",
-        ],
-        LOG,
-    );
+    let server = held_open_server();
     let request = format!(
         "GET /ui/style.css HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {}\r\n\r\n",
         server.token
