@@ -583,7 +583,10 @@ async fn run(sessions: Arc<Sessions>, audit: Option<Arc<audit::AuditLog>>) -> Re
             Ok(service) => {
                 let _ = service.waiting().await;
             }
-            Err(e) => tracing::warn!("the client did not complete the handshake: {e}"),
+            Err(e) => tracing::warn!(
+                "the client did not complete the handshake: {}",
+                handshake_failure(&e)
+            ),
         }
     };
     tokio::pin!(serving);
@@ -607,6 +610,22 @@ async fn run(sessions: Arc<Sessions>, audit: Option<Arc<audit::AuditLog>>) -> Re
     }
     tracing::info!("shutdown complete");
     Ok(())
+}
+
+/// What went wrong in a handshake, without what the client sent: rmcp's own text of it
+/// holds the client's message whole.
+fn handshake_failure(error: &rmcp::service::ServerInitializeError) -> String {
+    use rmcp::service::ServerInitializeError as E;
+    match error {
+        E::ExpectedInitializeRequest(Some(_)) => "its first message was not initialize".into(),
+        E::ExpectedInitializeRequest(None) => "it sent nothing".into(),
+        E::ConnectionClosed(_) => "the connection closed".into(),
+        E::UnexpectedInitializeResponse(_) => "the answer to initialize was unexpected".into(),
+        E::InitializeFailed(e) => format!("initialize failed ({})", e.code.0),
+        E::TransportError { context, .. } => format!("the transport failed when {context}"),
+        E::Cancelled => "it was cancelled".into(),
+        _ => "an error rmcp does not name".into(),
+    }
 }
 
 /// Logs go to stderr at the levels `MCP_TERMINAL_LOG` asks for, under one ceiling it cannot

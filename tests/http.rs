@@ -1714,6 +1714,33 @@ fn no_log_level_holds_written_text_or_output_over_stdio() {
     assert!(!stderr.contains(LOG_MARKER), "{stderr}");
 }
 
+#[test]
+fn a_handshake_that_fails_is_logged_without_what_the_client_sent() {
+    use std::io::Write;
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = Command::new(BIN)
+        .arg("stdio")
+        .current_dir(dir.path())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // A first message that is not initialize: rmcp's error holds it whole.
+    let first = json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+        "params": {"requestId": 1, "reason": LOG_MARKER}});
+    let mut stdin = child.stdin.take().unwrap();
+    writeln!(stdin, "{first}").unwrap();
+    drop(stdin);
+    let output = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("did not complete the handshake: its first message was not initialize"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains(LOG_MARKER), "{stderr}");
+}
+
 // Requests in flight and the memory of patterns (SPEC §11 limits; README "Limits").
 
 impl Server {
