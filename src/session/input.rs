@@ -296,7 +296,7 @@ impl Session {
             let at_prompt = self.inspect(|s| {
                 s.shell()
                     .filter(|t| matches!(t.typing(), Some(Typing::Readline | Typing::Canonical)))
-                    .map(|t| t.busy().is_none())
+                    .map(|t| t.reads_command_line())
             });
             if let Some(at_prompt) = at_prompt {
                 return at_prompt.then_some("the shell is at its prompt");

@@ -122,6 +122,9 @@ pub struct Track {
     written_since_submit: bool,
     /// On pipes: answers to the line that sees whether the shell reads commands.
     probes: u64,
+    /// A line typed some other way left the command line unfinished: the shell shows its
+    /// continuation prompt and reads the rest, until the command starts or a prompt comes.
+    continuing: bool,
     /// Oldest first; the last one is the current command.
     commands: VecDeque<Command>,
     next_seq: u64,
@@ -160,6 +163,7 @@ impl Track {
             typed_since_submit: false,
             written_since_submit: false,
             probes: 0,
+            continuing: false,
             commands: VecDeque::new(),
             next_seq: 1,
         }
@@ -200,6 +204,12 @@ impl Track {
 
     pub fn history(&self) -> impl Iterator<Item = &Command> {
         self.commands.iter()
+    }
+
+    /// Whether the shell itself reads what is typed now as its command line: at its
+    /// prompt, or at the continuation prompt of a line typed some other way.
+    pub fn reads_command_line(&self) -> bool {
+        self.busy().is_none() || self.continuing
     }
 
     /// Whether a new command can be typed now.
@@ -267,6 +277,7 @@ impl Track {
         self.reading = false;
         self.typed_since_submit = false;
         self.written_since_submit = false;
+        self.continuing = false;
         self.commands.push_back(Command {
             seq,
             text: text.to_owned(),
@@ -351,12 +362,13 @@ impl Track {
         match mark {
             Mark::InputReady => {}
             Mark::Probed => self.probes += 1,
-            Mark::Continued => {
-                if let Some(command) = self.open() {
+            Mark::Continued => match self.open() {
+                Some(command) => {
                     command.continued += 1;
                     command.continued_at.get_or_insert(at);
                 }
-            }
+                None => self.continuing = true,
+            },
             // The prompt comes with the end mark that follows.
             Mark::Installed(typing) => self.typing = Some(*typing),
             Mark::Start | Mark::InputEnd => match self.open() {
@@ -370,7 +382,10 @@ impl Track {
                 }
                 Some(_) => {}
                 // A command line typed some other way started.
-                None if *mark == Mark::Start => self.at_prompt = false,
+                None if *mark == Mark::Start => {
+                    self.at_prompt = false;
+                    self.continuing = false;
+                }
                 None => {}
             },
             Mark::End(status) => {
@@ -383,6 +398,7 @@ impl Track {
                     });
                 }
                 self.at_prompt = true;
+                self.continuing = false;
                 self.ends += 1;
                 self.prompted |= self.typing.is_some();
             }
