@@ -284,10 +284,11 @@ impl Session {
     }
 
     /// On a terminal: why a secret typed now would be read by a shell as its next command
-    /// line, if it would. A shell with the integration says when it is at its prompt,
-    /// whatever its terminal's settings (readline turns echo off to echo by itself; a shell
-    /// reading lines with echo off looks like a password prompt); once a line was typed to
-    /// it, what runs (its own `read -s`, a program that kept its group) asks. Elsewhere (a
+    /// line, if it would. A shell with the integration says when it is at its prompt (or at
+    /// the continuation prompt of a line typed to it), whatever its terminal's settings
+    /// (readline turns echo off to echo by itself; a shell reading lines with echo off looks
+    /// like a password prompt); once a line typed to it runs, what runs (its own `read -s`,
+    /// a program that kept its group) asks. Elsewhere (a
     /// shell started in the session, one without the integration) a shell in the foreground
     /// reading keys is its line editor.
     fn shell_would_read(&self, terminal: &PtyMaster) -> Option<&'static str> {
