@@ -1274,31 +1274,6 @@ async fn half_open_connections_neither_hold_more_than_the_cap_nor_keep_a_client_
     assert_eq!(listed["structuredContent"]["ok"], json!(true), "{listed}");
 }
 
-/// Under a flood of connections that send nothing, a connection that has sent part of its
-/// request keeps its place however old: the silent ones make way first.
-#[test]
-fn a_connection_that_sent_something_outlasts_a_flood_of_silent_ones() {
-    use std::io::Write;
-    let server = held_open_server();
-    let mut owner = std::net::TcpStream::connect(address(&server.base)).unwrap();
-    owner.write_all(b"GET /ui/style.css HTTP/1.1\r\n").unwrap();
-    let (opened, cap) = (300, 128);
-    let silent: Vec<std::net::TcpStream> = (0..opened)
-        .map(|_| std::net::TcpStream::connect(address(&server.base)).unwrap())
-        .collect();
-    let since = Instant::now();
-    for socket in &silent[..opened - cap + 1] {
-        closed_after(socket, since);
-    }
-    assert!(!is_closed(&owner), "the connection that spoke is served");
-    owner.set_nonblocking(false).unwrap();
-    let rest = format!(
-        "Host: 127.0.0.1\r\nAuthorization: Bearer {}\r\n\r\n",
-        server.token
-    );
-    assert_eq!(exchange(&mut owner, &rest), "HTTP/1.1 200 OK");
-}
-
 #[test]
 fn with_every_place_signed_in_a_new_connection_gets_503_at_once() {
     let server = held_open_server();

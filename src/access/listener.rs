@@ -1,9 +1,9 @@
 //! The accept loop both HTTP listeners (`http`, `stdio --web`) serve with, so that nobody
 //! who can connect, signed in or not, can hold the server's descriptors by connecting:
 //! - at most `Limits::connections` connections at once. When all are taken, a new one takes
-//!   the place of the oldest that has made no authenticated request yet and sent nothing,
-//!   else of the oldest that has made none (a client that connected and sent nothing
-//!   useful); when every one has, the new one is refused at once with a 503;
+//!   the place of the oldest that has made no authenticated request yet (a client that
+//!   connected and sent nothing useful); when every one has, the new one is refused at
+//!   once with a 503;
 //! - a request head must arrive within `Limits::header_read` of the connection's start or
 //!   of the end of the previous answer (hyper's header timer, which runs only with a timer);
 //! - a connection on which no byte moved either way for `Limits::idle` is closed (event
@@ -15,7 +15,6 @@ use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::io;
 use std::net::SocketAddr;
-use std::os::fd::{AsRawFd, RawFd};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -53,9 +52,6 @@ pub struct Connection(Arc<Held>);
 struct Held {
     proven: AtomicBool,
     closed: AtomicBool,
-    /// A byte came from the client (read, or waiting to be read in `socket`).
-    heard: AtomicBool,
-    socket: RawFd,
     /// Fired to make room for a newer connection.
     displaced: CancellationToken,
 }
@@ -76,20 +72,6 @@ impl Connection {
 pub fn prove<B>(request: &Request<B>) {
     if let Some(connection) = request.extensions().get::<Connection>() {
         connection.prove();
-    }
-}
-
-impl Held {
-    /// Whether the client sent a byte: read already, or waiting in the socket. The queue
-    /// holds only connections not yet closed, whose descriptor is still theirs.
-    fn said_something(&self) -> bool {
-        if self.heard.load(Ordering::Relaxed) {
-            return true;
-        }
-        let mut waiting: libc::c_int = 0;
-        // SAFETY: FIONREAD writes one int through the pointer, which outlives the call.
-        let rc = unsafe { libc::ioctl(self.socket, libc::FIONREAD, &mut waiting) };
-        rc == 0 && waiting > 0
     }
 }
 
@@ -117,23 +99,14 @@ impl Admission {
         queue
     }
 
-    /// A place for `socket`, displacing an unproven connection if need be: the oldest that
-    /// sent nothing, else the oldest. A connection that has sent its request but was not yet
-    /// read (its task not yet run, on a busy machine) is kept over the silent ones a flood of
-    /// connections brings. `None` when every place is held by a connection that was
-    /// authenticated.
-    async fn admit(&self, socket: RawFd) -> Option<(OwnedSemaphorePermit, Arc<Held>)> {
+    /// A place for a new connection, displacing the oldest unproven one if need be; `None`
+    /// when every place is held by a connection that was authenticated.
+    async fn admit(&self) -> Option<(OwnedSemaphorePermit, Arc<Held>)> {
         let permit = match self.permits.clone().try_acquire_owned() {
             Ok(permit) => permit,
             Err(_) => {
-                let displaced = {
-                    let mut queue = self.queue();
-                    match queue.iter().position(|held| !held.said_something()) {
-                        Some(silent) => queue.remove(silent),
-                        None => queue.pop_front(),
-                    }
-                }?;
-                displaced.displaced.cancel();
+                let oldest = self.queue().pop_front()?;
+                oldest.displaced.cancel();
                 // Its task drops the connection, and its place, when next polled.
                 let freed =
                     tokio::time::timeout(HTTP_EVICTION_WAIT, self.permits.clone().acquire_owned());
@@ -143,8 +116,6 @@ impl Admission {
         let held = Arc::new(Held {
             proven: AtomicBool::new(false),
             closed: AtomicBool::new(false),
-            heard: AtomicBool::new(false),
-            socket,
             displaced: CancellationToken::new(),
         });
         self.queue().push_back(held.clone());
@@ -180,7 +151,7 @@ pub async fn serve(listener: TcpListener, app: Router, limits: Limits, stop: Can
             Err(_) => continue,
         };
         out_of_files = false;
-        match admission.admit(stream.as_raw_fd()).await {
+        match admission.admit().await {
             Some((permit, held)) => {
                 refusing = false;
                 let (app, stop) = (app.clone(), stop.clone());
@@ -235,7 +206,6 @@ async fn serve_connection(
     let io = TokioIo::new(Watched {
         inner: stream,
         activity: activity.clone(),
-        held: held.clone(),
     });
     let connection = Connection(held.clone());
     let service = hyper::service::service_fn(move |mut request: Request<Incoming>| {
@@ -310,7 +280,6 @@ impl Activity {
 struct Watched {
     inner: TcpStream,
     activity: Arc<Activity>,
-    held: Arc<Held>,
 }
 
 impl AsyncRead for Watched {
@@ -324,7 +293,6 @@ impl AsyncRead for Watched {
         let polled = Pin::new(&mut this.inner).poll_read(cx, buf);
         if buf.filled().len() > before {
             this.activity.touch();
-            this.held.heard.store(true, Ordering::Relaxed);
         }
         polled
     }
