@@ -288,9 +288,8 @@ impl Session {
     /// the continuation prompt of a line typed to it), whatever its terminal's settings
     /// (readline turns echo off to echo by itself; a shell reading lines with echo off looks
     /// like a password prompt); once a line typed to it runs, what runs (its own `read -s`,
-    /// a program that kept its group) asks. Elsewhere (a
-    /// shell started in the session, one without the integration) a shell in the foreground
-    /// reading keys is its line editor.
+    /// a program that kept its group) asks. Elsewhere (a shell started in the session, one
+    /// without the integration) a shell in the foreground reading keys is its line editor.
     fn shell_would_read(&self, terminal: &PtyMaster) -> Option<&'static str> {
         let foreground = self.foreground()?;
         if foreground.pid == self.shell_group() {
