@@ -103,7 +103,7 @@ impl<R: AsyncRead + Unpin> Guard<R> {
                 if admitted {
                     return Some(message);
                 }
-                tracing::warn!("refused a request whose id {id} is already in flight");
+                tracing::warn!("refused a request whose id is already in flight");
                 let why = format!(
                     "Invalid Request: id {id} belongs to a request not yet answered; give \
                      each request in flight its own id"
@@ -239,7 +239,7 @@ pub fn read(body: &[u8]) -> Result<ClientJsonRpcMessage, Unreadable> {
     let answer = match request_id(&message) {
         // Answered with its id: the service would answer it with `id: null`.
         Some(id) if !repeats_a_key(text) => {
-            tracing::warn!("refused a request: {error}");
+            tracing::warn!("refused a request that is not a valid MCP request");
             let why = format!("Invalid Request: not a valid MCP request ({error})");
             Some(Answer::new(id.clone(), -32600, &why))
         }
@@ -300,7 +300,7 @@ pub fn invalid_params(message: &ClientJsonRpcMessage) -> Option<Vec<u8>> {
         "Invalid params: the params of `{method}` are not as MCP defines them{}",
         why.unwrap_or_default()
     );
-    tracing::warn!("refused a request: {message}");
+    tracing::warn!("refused a request: the params of `{method}` are not as MCP defines them");
     Some(error_frame(id_value(&request.id), -32602, &message))
 }
 
@@ -316,7 +316,7 @@ pub fn unreadable_notification() -> Vec<u8> {
 
 /// A message that is not JSON: answered "Parse error", saying why, with `id: null`.
 fn unparsed(why: &str) -> Unreadable {
-    tracing::warn!("refused a message: {why}");
+    tracing::warn!("refused a message that is not valid JSON text");
     let answer = Answer::new(
         serde_json::Value::Null,
         -32700,

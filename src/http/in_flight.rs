@@ -153,7 +153,7 @@ pub async fn cap(State(in_flight): State<Arc<InFlight>>, request: Request, next:
     let place = match in_flight.take(session.as_deref(), &id_key(&id)) {
         Ok(place) => place,
         Err(Refusal::IdInFlight) => {
-            tracing::warn!("refused a request whose id {id} is already in flight");
+            tracing::warn!("refused a request whose id is already in flight");
             let why = format!(
                 "Invalid Request: id {id} belongs to a request not yet answered; give each \
                  request in flight its own id"
