@@ -368,7 +368,7 @@ impl Session {
                 return Err(Session::typed_ahead(seq));
             }
         }
-        let ends_before = self.inspect(|s| s.shell_ends());
+        let seen_before = self.inspect(|s| s.shell_seen());
         // Another write, or the session's end, may have closed stdin meanwhile.
         let (sink, bytes) = self.inspect(|s| match &s.input {
             Input::Pipe { pipe, .. } => Ok((Sink::Pipe(pipe.clone()), bytes.to_vec())),
@@ -429,7 +429,7 @@ impl Session {
                 s.wrote();
             }
             if line_typed {
-                s.shell_typed_line(ends_before);
+                s.shell_typed_line(seen_before);
             }
             if !sent.is_empty() && matches!(typed, Typed::Input | Typed::Secret(_)) {
                 s.shell_wrote();

@@ -400,15 +400,16 @@ impl State {
         }
     }
 
-    pub fn shell_typed_line(&mut self, ends_before: u64) {
+    pub fn shell_typed_line(&mut self, seen_before: (u64, u64)) {
         if let Some(shell) = self.shell.as_mut() {
-            shell.typed_line(ends_before);
+            shell.typed_line(seen_before);
         }
     }
 
-    /// The shell's end marks seen so far (0 for a session without a shell).
-    pub fn shell_ends(&self) -> u64 {
-        self.shell.as_ref().map_or(0, |shell| shell.ends())
+    /// The shell's end marks and continuation prompts seen so far (none for a session
+    /// without a shell).
+    pub fn shell_seen(&self) -> (u64, u64) {
+        self.shell.as_ref().map_or((0, 0), |shell| shell.seen())
     }
 
     pub fn shell_collected(&mut self, seq: u64) {

@@ -123,8 +123,11 @@ pub struct Track {
     /// On pipes: answers to the line that sees whether the shell reads commands.
     probes: u64,
     /// A line typed some other way left the command line unfinished: the shell shows its
-    /// continuation prompt and reads the rest, until the command starts or a prompt comes.
+    /// continuation prompt and reads the rest, until the next line is typed, the command
+    /// starts or a prompt comes.
     continuing: bool,
+    /// Continuation prompts seen for lines typed some other way.
+    continuations: u64,
     /// Oldest first; the last one is the current command.
     commands: VecDeque<Command>,
     next_seq: u64,
@@ -164,6 +167,7 @@ impl Track {
             written_since_submit: false,
             probes: 0,
             continuing: false,
+            continuations: 0,
             commands: VecDeque::new(),
             next_seq: 1,
         }
@@ -223,9 +227,10 @@ impl Track {
         (!self.at_prompt).then_some(Busy::Foreground)
     }
 
-    /// End marks seen so far: taken before a write, for `typed_line`.
-    pub fn ends(&self) -> u64 {
-        self.ends
+    /// End marks and continuation prompts seen so far: taken before a write, for
+    /// `typed_line`.
+    pub fn seen(&self) -> (u64, u64) {
+        (self.ends, self.continuations)
     }
 
     /// A line was typed into a terminal shell some other way (`terminal_write` with Enter),
@@ -233,9 +238,15 @@ impl Track {
     /// shell now runs it (or answers it with a new prompt). A prompt that came meanwhile (the
     /// line went to a program that has since ended, or was run at once) already says where
     /// the shell is.
-    pub fn typed_line(&mut self, ends_before: u64) {
+    pub fn typed_line(&mut self, (ends_before, continuations_before): (u64, u64)) {
         if matches!(self.typing, Some(Typing::Readline | Typing::Canonical)) {
             self.typed_since_submit = true;
+            // The line may end what was continued (dash marks no start): the shell says so
+            // with its next continuation prompt if it still reads the command line, unless
+            // that came already.
+            if self.continuations == continuations_before {
+                self.continuing = false;
+            }
             if self.ends == ends_before {
                 self.at_prompt = false;
             }
@@ -367,7 +378,10 @@ impl Track {
                     command.continued += 1;
                     command.continued_at.get_or_insert(at);
                 }
-                None => self.continuing = true,
+                None => {
+                    self.continuing = true;
+                    self.continuations += 1;
+                }
             },
             // The prompt comes with the end mark that follows.
             Mark::Installed(typing) => self.typing = Some(*typing),
@@ -467,18 +481,48 @@ mod tests {
     }
 
     #[test]
+    fn a_typed_line_left_open_reads_the_command_line_until_the_next_line_or_prompt() {
+        let mut track = Track::installing("n".into());
+        track.mark(&Mark::Installed(Typing::Canonical), 0);
+        track.mark(&Mark::End(Some(0)), 0);
+        // `if true; then` typed: the shell runs nothing yet and shows its `> ` prompt.
+        let before = track.seen();
+        track.typed_line(before);
+        assert!(!track.reads_command_line());
+        track.mark(&Mark::Continued, 3);
+        assert!(track.reads_command_line());
+        // `read v; fi` typed: the command runs (dash marks no start), its `read` asks.
+        let before = track.seen();
+        track.typed_line(before);
+        assert!(!track.reads_command_line());
+        // A line whose continuation prompt was seen before the write was noted still
+        // leaves the shell reading its command line.
+        track.mark(&Mark::End(Some(0)), 9);
+        let before = track.seen();
+        track.mark(&Mark::Continued, 12);
+        track.typed_line(before);
+        assert!(track.reads_command_line());
+        // Its prompt ends it.
+        track.mark(&Mark::End(Some(0)), 15);
+        assert!(track.busy().is_none());
+        let before = track.seen();
+        track.typed_line(before);
+        assert!(!track.reads_command_line());
+    }
+
+    #[test]
     fn a_line_typed_before_the_prompt_it_caused_leaves_the_shell_at_its_prompt() {
         let mut track = Track::installing("n".into());
         track.mark(&Mark::Installed(Typing::Readline), 0);
         track.mark(&Mark::End(Some(0)), 0);
         // A line is typed at the prompt; the shell's next prompt is seen before the write
         // is noted (a command that ran at once): the shell is at its prompt.
-        let before = track.ends();
+        let before = track.seen();
         track.mark(&Mark::End(Some(0)), 5);
         track.typed_line(before);
         assert!(track.busy().is_none());
         // Noted before any prompt came: the shell runs the line until its next prompt.
-        let before = track.ends();
+        let before = track.seen();
         track.typed_line(before);
         assert!(matches!(track.busy(), Some(Busy::Foreground)));
         track.mark(&Mark::End(Some(0)), 9);
