@@ -111,6 +111,7 @@ pub const MAX_CLIENT_ENV: usize = 32;
 
 /// Ended sessions a `RECORD_LIMIT` error names, longest ended first.
 pub const RECORD_LIMIT_ENDED_SHOWN: usize = 16;
+
 /// Bytes of one client-supplied `NAME=value` (the kernel's per-string exec limit, 32
 /// pages, less its NUL).
 pub const MAX_ENV_ENTRY_BYTES: usize = 32 * 4096 - 1;

@@ -79,13 +79,13 @@ fn event(line: &str) -> Option<Event<'_>> {
     })
 }
 
-/// The events of `text` from byte `from` on, each with where its line begins and ends.
-fn events(text: &str, from: usize) -> impl Iterator<Item = (Event<'_>, usize, usize)> {
+/// The events of `text` from byte `from` on, each with where its line begins.
+fn events(text: &str, from: usize) -> impl Iterator<Item = (Event<'_>, usize)> {
     let mut end = from;
     text[from..].split_inclusive('\n').filter_map(move |line| {
         let begins = end;
         end += line.len();
-        Some((event(line)?, begins, end))
+        Some((event(line)?, begins))
     })
 }
 
@@ -137,7 +137,7 @@ impl Cast {
             size(&header["width"], "width")?,
         );
         let (mut most, mut duration) = ((rows, cols), 0.0_f64);
-        for (event, _, _) in events(&text, first) {
+        for (event, _) in events(&text, first) {
             // Events are played in the file's order: the last is played once the latest
             // time has come, wherever it stands.
             duration = duration.max(event.at);
@@ -168,8 +168,8 @@ impl Cast {
 pub struct Replay {
     cast: Cast,
     screen: Screen,
-    /// The next event: when it happens and the bytes of its line (None after the last).
-    next: Option<(f64, usize, usize)>,
+    /// The next event: when it happens and where its line begins (None after the last).
+    next: Option<(f64, usize)>,
 }
 
 impl Replay {
@@ -178,15 +178,10 @@ impl Replay {
         // Both screens at the largest size, no scrollback: the player shows the screen.
         let budget = 2 * usize::from(rows) * usize::from(cols);
         let screen = Screen::new(cast.rows, cast.cols, budget);
-        let next = Replay::event_from(&cast.text, cast.first);
-        Replay { cast, screen, next }
-    }
-
-    /// The first event from byte `from` on.
-    fn event_from(text: &str, from: usize) -> Option<(f64, usize, usize)> {
-        events(text, from)
+        let next = events(&cast.text, cast.first)
             .next()
-            .map(|(event, begins, ends)| (event.at, begins, ends))
+            .map(|(event, begins)| (event.at, begins));
+        Replay { cast, screen, next }
     }
 
     pub fn duration(&self) -> f64 {
@@ -195,24 +190,30 @@ impl Replay {
 
     /// When the next event happens, if any is left.
     pub fn next_at(&self) -> Option<f64> {
-        self.next.map(|(at, _, _)| at)
+        self.next.map(|(at, _)| at)
     }
 
-    /// Feed every event up to `at` (seconds from the start).
+    /// Feed every event up to `at` (seconds from the start), each line read once: the
+    /// first one after `at` is the next.
     pub fn advance_to(&mut self, at: f64) {
-        while let Some((_, begins, ends)) = self.next.filter(|(next, _, _)| *next <= at) {
-            let text = &self.cast.text;
-            match event(&text[begins..ends]).map(|e| e.kind) {
-                Some(Kind::Output(output)) if self.cast.lines => {
+        let Some((_, from)) = self.next.filter(|(next, _)| *next <= at) else {
+            return;
+        };
+        self.next = None;
+        for (event, begins) in events(&self.cast.text, from) {
+            if event.at > at {
+                self.next = Some((event.at, begins));
+                break;
+            }
+            match event.kind {
+                Kind::Output(output) if self.cast.lines => {
                     self.screen.feed(output.replace('\n', "\r\n").as_bytes());
                 }
-                Some(Kind::Output(output)) => {
+                Kind::Output(output) => {
                     self.screen.feed(output.as_bytes());
                 }
-                Some(Kind::Resize { rows, cols }) => self.screen.resize(rows, cols),
-                None => {}
+                Kind::Resize { rows, cols } => self.screen.resize(rows, cols),
             }
-            self.next = Replay::event_from(text, ends);
         }
     }
 
