@@ -196,9 +196,14 @@ pub const SHELL_IDLE_TIMEOUT_MS: u64 = 1_800_000;
 pub const EXEC_DEFAULT_TIMEOUT_MS: u64 = 30_000;
 pub const EXEC_LINE_BYTES: usize = 512;
 pub const EXEC_INTERRUPT_SETTLE: Duration = Duration::from_secs(1);
-/// How often a timeout's interrupt on pipes looks for programs the command line started
-/// since it signalled, until the line ends or `EXEC_INTERRUPT_SETTLE` passes.
+/// How often a timeout's interrupt looks for programs the command line started since it
+/// signalled (on a terminal, for a new program in the foreground), until the line ends or
+/// `EXEC_INTERRUPT_SETTLE` passes.
 pub const INTERRUPT_FOLLOW_EVERY: Duration = Duration::from_millis(25);
+/// On a terminal, how many Ctrl-Cs a timeout's interrupt sends at most, one more each time
+/// a new program of the command line took the foreground (looked at that often), within
+/// `EXEC_INTERRUPT_SETTLE`.
+pub const TERMINAL_INTERRUPTS: usize = 8;
 /// How long `terminal_exec` waits for a terminal shell's next prompt to reach the reader
 /// when the shell, in its own foreground, has just run a line typed some other way.
 pub const EXEC_PROMPT_GRACE: Duration = Duration::from_millis(500);

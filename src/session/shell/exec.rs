@@ -33,6 +33,7 @@ use crate::config::Mode;
 use crate::errors::{ErrorCode, ToolError};
 use crate::limits::{
     AWAIT_POLL, DRAIN_DEADLINE, EXEC_INTERRUPT_SETTLE, EXEC_PROMPT_GRACE, INTERRUPT_FOLLOW_EVERY,
+    TERMINAL_INTERRUPTS,
 };
 use crate::output::{Kept, Omitted, Shape, Stream};
 use crate::process::waiting::{self, InputWait};
@@ -314,7 +315,9 @@ impl Session {
         };
         let busy_now = |s: &State| s.shell().and_then(|t| t.busy());
         if matches!(self.inspect(busy_now), Some(Busy::Foreground))
-            && self.foreground().is_some_and(|f| f.pid == self.pid)
+            && self
+                .foreground()
+                .is_some_and(|f| f.pid == self.shell_group())
         {
             // The shell itself is in the foreground after a line typed some other way: its
             // next prompt's mark may still be on its way to the reader. Let it arrive.
@@ -322,6 +325,22 @@ impl Session {
             let grace = deadline.min(Instant::now() + EXEC_PROMPT_GRACE);
             self.wait_until(grace, |s| !matches!(busy_now(s), Some(Busy::Foreground)))
                 .await;
+        }
+        let typed_at_prompt = |s: &State| {
+            s.shell().is_some_and(|t| {
+                t.typed_since_submit() && matches!(t.busy(), None | Some(Busy::Continuing))
+            })
+        };
+        if self.mode == Mode::Pty && self.inspect(typed_at_prompt) {
+            // At a prompt after lines typed some other way, the shell may still be reading
+            // the last of them (one left open shows its continuation prompt once read), or
+            // taking a Ctrl-C that cancels a line left open. Once the shell waits for input,
+            // it has printed its marks; let them arrive.
+            let grace = deadline.min(Instant::now() + EXEC_PROMPT_GRACE);
+            while self.waiting().awaiting_input == Some(false) && Instant::now() < grace {
+                tokio::time::sleep(AWAIT_POLL).await;
+            }
+            self.drain_reader(Stream::Stdout).await;
         }
         let (busy, uncollected, typing, nonce) = self.inspect(|s| {
             let shell = s.shell();
@@ -859,7 +878,9 @@ impl Session {
     /// is interrupted in its place.
     pub(in crate::session) async fn interrupt_command(&self, seq: u64, settle: Instant) {
         if self.mode == Mode::Pty {
-            return self.interrupt().await;
+            let first = self.terminal().and_then(|t| t.foreground());
+            self.interrupt().await;
+            return self.follow_terminal_interrupt(seq, first, settle).await;
         }
         let mut interrupting = Interrupting::default();
         loop {
@@ -874,6 +895,38 @@ impl Session {
                 return;
             }
             tokio::time::sleep(INTERRUPT_FOLLOW_EVERY).await;
+        }
+    }
+
+    /// On a terminal: Ctrl-C again whenever another program of command `seq` has taken the
+    /// foreground since the last one, until the command ends or `settle` passes. bash loses
+    /// a Ctrl-C that comes as it starts a program (the new program still has the shell's
+    /// handler, and then exits as if nothing came), so a loop of short programs goes on
+    /// with the next; the interrupt follows it, as a user presses Ctrl-C again. A program
+    /// that took the Ctrl-C and runs on (a REPL, a pager, an editor) keeps its group, and
+    /// the shell itself (which may be running its prompt hook) is never sent one again.
+    async fn follow_terminal_interrupt(&self, seq: u64, mut last: Option<i32>, settle: Instant) {
+        let shell = self.shell_group();
+        let mut sent = 1;
+        while sent < TERMINAL_INTERRUPTS {
+            let until = settle.min(Instant::now() + INTERRUPT_FOLLOW_EVERY);
+            let ended = |s: &State| {
+                s.status().is_final()
+                    || s.shell()
+                        .and_then(|t| t.current())
+                        .is_none_or(|c| c.seq != seq || c.ended.is_some())
+            };
+            if self.wait_until(until, ended).await || Instant::now() >= settle {
+                return;
+            }
+            let Some(now) = self.terminal().and_then(|t| t.foreground()) else {
+                return;
+            };
+            if Some(now) != last && now != shell {
+                self.interrupt().await;
+                last = Some(now);
+                sent += 1;
+            }
         }
     }
 
@@ -1082,6 +1135,15 @@ impl Session {
             Busy::Command(seq) => {
                 format!("command {seq} is still running in this shell: {PIPE_BUSY}")
             }
+            Busy::Continuing => "a line typed with terminal_write or terminal_keys left a \
+                                 command line unfinished (an open quote or here-document, a \
+                                 line ending in `|`, `&&` or `\\`, an `if` without its `fi`): \
+                                 the shell shows its continuation prompt and would read this \
+                                 command as the rest of that line, so nothing of it was typed. \
+                                 Finish that line with terminal_write (the closing quote or word \
+                                 and a newline), or cancel it with terminal_keys [\"C-c\"], then \
+                                 run the command again"
+                .to_owned(),
             Busy::Foreground => {
                 let program = self
                     .foreground()

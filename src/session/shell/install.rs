@@ -16,7 +16,9 @@
 //!   that start mark and readline its echo, should a command send it elsewhere (`exec
 //!   2>/dev/null`); history expansion is off (`!` is plain text, as on pipes),
 //!   and the shell's history goes nowhere (`HISTFILE=/dev/null`: a `history -a` in a
-//!   `PROMPT_COMMAND` still succeeds, which under `set -e` matters); the first element of
+//!   `PROMPT_COMMAND` still succeeds, which under `set -e` matters; exported, so a bash
+//!   started inside the session neither reads the user's history file nor writes to it);
+//!   the first element of
 //!   `PROMPT_COMMAND` begins with the hook, put back there at each prompt should a command
 //!   replace that element or put a command of its own before the hook;
 //! - other POSIX shells (dash): `PS1` prints the end mark with `$?` (dash expands
@@ -90,7 +92,7 @@ pub fn install_line(nonce: &str) -> String {
          PROMPT_COMMAND[{GUARD_INDEX}]='{{ __mt_e=$?; }} 2>&-;{{ [[ -n ${{__mt_f-}} ]] || __mt_d $__mt_e; __mt_f=; }} 3>&2 2>/dev/null || {{ [[ -n ${{__mt_f-}} ]] || __mt_d $__mt_e; __mt_f=; }} 2>/dev/null;{RESTORE}'; \
          else __mt_h='{{ __mt_e=$?; }} 2>&-;{{ __mt_d $__mt_e; :; }} 3>&2 2>/dev/null || {{ __mt_d $__mt_e; }} 2>/dev/null;{RESTORE};{{ __mt_q; }} 2>/dev/null'; \
          PROMPT_COMMAND=\"$__mt_h${{__mt_o:+;$__mt_o}}\"; fi; unset __mt_o; __mt_r=; \
-         PS0='\\e]6973;'\"$__mt_n\"';C\\a'\"${{PS0-}}\"; set +H; HISTFILE=/dev/null; \
+         PS0='\\e]6973;'\"$__mt_n\"';C\\a'\"${{PS0-}}\"; set +H; export HISTFILE=/dev/null; \
          history -d -1 2>/dev/null; \
          if shopt -oq emacs || shopt -oq vi; then set -o emacs; \
          bind 'set enable-bracketed-paste on' 2>/dev/null; bind 'set enable-active-region off' 2>/dev/null; __mt_k=readline; \

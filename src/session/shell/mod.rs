@@ -151,6 +151,9 @@ pub enum Busy {
     Command(u64),
     /// A program started some other way (`terminal_write`) runs in the foreground.
     Foreground,
+    /// A line typed some other way left the command line unfinished: the shell reads the
+    /// rest of it at its continuation prompt, so a command typed now would be that rest.
+    Continuing,
 }
 
 impl Track {
@@ -213,7 +216,7 @@ impl Track {
     /// Whether the shell itself reads what is typed now as its command line: at its
     /// prompt, or at the continuation prompt of a line typed some other way.
     pub fn reads_command_line(&self) -> bool {
-        self.busy().is_none() || self.continuing
+        matches!(self.busy(), None | Some(Busy::Continuing))
     }
 
     /// Whether a new command can be typed now.
@@ -223,6 +226,9 @@ impl Track {
         }
         if let Some(c) = self.current().filter(|c| c.ended.is_none()) {
             return Some(Busy::Command(c.seq));
+        }
+        if self.continuing {
+            return Some(Busy::Continuing);
         }
         (!self.at_prompt).then_some(Busy::Foreground)
     }
@@ -491,6 +497,7 @@ mod tests {
         assert!(!track.reads_command_line());
         track.mark(&Mark::Continued, 3);
         assert!(track.reads_command_line());
+        assert!(matches!(track.busy(), Some(Busy::Continuing)));
         // `read v; fi` typed: the command runs (dash marks no start), its `read` asks.
         let before = track.seen();
         track.typed_line(before);
