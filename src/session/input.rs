@@ -184,6 +184,23 @@ impl Session {
                 ),
             ));
         }
+        // A terminal reading lines drops what is typed past this much of a line: the
+        // program would read a cut line, and nothing would say so.
+        let longest = text.split(['\n', '\r']).map(str::len).max().unwrap_or(0);
+        if longest >= TERMINAL_LINE_MAX_BYTES && self.terminal().is_some_and(|t| t.reads_lines())
+        {
+            return Err(ToolError::new(
+                ErrorCode::InputTooLarge,
+                format!(
+                    "text has a line of {longest} bytes, and the terminal reads lines now \
+                     (canonical mode), keeping at most {} bytes of a line: the rest would be \
+                     dropped; nothing was written. Split the line, write the data to a file \
+                     some other way (a command that creates it), or run the program in a \
+                     profile on pipes",
+                    TERMINAL_LINE_MAX_BYTES - 1
+                ),
+            ));
+        }
         let closed = self.send(text.as_bytes(), close, cancel).await?;
         Ok((text.len(), closed))
     }
