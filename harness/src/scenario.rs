@@ -470,6 +470,9 @@ pub struct SaveRegex {
     pub regex: String,
     #[serde(default)]
     pub all: bool,
+    /// Save the group as an integer (a cursor, a count) rather than as text.
+    #[serde(default)]
+    pub integer: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]

@@ -710,10 +710,17 @@ impl Run<'_> {
             };
             let text = text.as_str();
             let re = Regex::new(&s.regex).map_err(|e| format!("save_regex {var}: {e}"))?;
-            let captured: Vec<Value> = re
-                .captures_iter(text)
-                .filter_map(|c| c.get(1).map(|m| Value::String(m.as_str().into())))
-                .collect();
+            let mut captured = Vec::new();
+            for group in re.captures_iter(text).filter_map(|c| c.get(1)) {
+                let group = group.as_str();
+                captured.push(match s.integer {
+                    false => Value::String(group.into()),
+                    true => group
+                        .parse::<u64>()
+                        .map(Value::from)
+                        .map_err(|_| format!("save_regex {var}: `{group}` is not an integer"))?,
+                });
+            }
             let value = match (s.all, captured.first()) {
                 (true, _) => Value::Array(captured.clone()),
                 (false, Some(first)) => first.clone(),

@@ -181,20 +181,28 @@ impl HeadTail {
         omitted.end_cursor = next;
     }
 
-    /// The text so far: the head, one line naming what was omitted (if anything), the tail.
-    pub fn kept(&self) -> Kept {
+    /// The text so far: the head, one line naming what was omitted (if anything) and where
+    /// to read it, the tail. The session's buffer holds output from cursor `held_from` on:
+    /// the line names only what it still holds of the omitted range.
+    pub fn kept(&self, held_from: u64) -> Kept {
         let mut text = String::with_capacity(self.head.len() + self.tail_bytes() + 100);
         text.push_str(&self.head);
         if let Some(o) = &self.omitted {
             if !text.is_empty() && !text.ends_with('\n') {
                 text.push('\n');
             }
-            text.push_str(&format!(
-                "[... {} omitted: terminal_read from cursor {} to {} ...]\n",
-                o.amount(),
-                o.start_cursor,
-                o.end_cursor
-            ));
+            let amount = o.amount();
+            let (from, to) = (o.start_cursor, o.end_cursor);
+            text.push_str(&if held_from <= from {
+                format!("[... {amount} omitted: terminal_read from cursor {from} to {to} ...]\n")
+            } else if held_from < to {
+                format!(
+                    "[... {amount} omitted; the buffer no longer holds its start: \
+                     terminal_read from cursor {held_from} to {to} ...]\n"
+                )
+            } else {
+                format!("[... {amount} omitted; the buffer no longer holds it ...]\n")
+            });
         }
         text.push_str(&self.tail_text[self.tail_from..]);
         Kept {
@@ -216,7 +224,7 @@ mod tests {
             kept.push(cursor, line);
             cursor += line.chars().count() as u64;
         }
-        kept.kept()
+        kept.kept(0)
     }
 
     #[test]
@@ -246,6 +254,33 @@ mod tests {
                  cursor 16 to 744 ...]\n{}",
                 lines[93..].concat()
             )
+        );
+    }
+
+    #[test]
+    fn the_marker_names_only_what_the_buffer_still_holds_of_the_omitted_range() {
+        let lines: Vec<String> = (0..100).map(|i| format!("line {i:02}\n")).collect();
+        let mut kept = HeadTail::new(80);
+        for (i, line) in lines.iter().enumerate() {
+            kept.push(i as u64 * 8, line);
+        }
+        // 91 lines are omitted, cursors 16 to 744.
+        let marker = |held_from| {
+            let text = kept.kept(held_from).text;
+            text.lines().nth(2).unwrap().to_owned()
+        };
+        assert_eq!(
+            marker(16),
+            "[... 91 lines (728 bytes) omitted: terminal_read from cursor 16 to 744 ...]"
+        );
+        assert_eq!(
+            marker(400),
+            "[... 91 lines (728 bytes) omitted; the buffer no longer holds its start: \
+             terminal_read from cursor 400 to 744 ...]"
+        );
+        assert_eq!(
+            marker(744),
+            "[... 91 lines (728 bytes) omitted; the buffer no longer holds it ...]"
         );
     }
 
@@ -280,7 +315,7 @@ mod tests {
         for (at, line) in shaper.finish() {
             kept.push(at, &line);
         }
-        kept.kept()
+        kept.kept(0)
     }
 
     #[test]
@@ -330,7 +365,7 @@ mod tests {
         for (at, line) in shaper.finish() {
             kept.push(at, &line);
         }
-        let kept = kept.kept();
+        let kept = kept.kept(0);
         // The cursor stops at the line's limit, as at a terminal's margin.
         assert_eq!(kept.text.trim_start(), "x");
         assert!(kept.text.len() <= 64, "{} bytes", kept.text.len());

@@ -55,17 +55,17 @@ impl Capture {
         }
     }
 
-    /// What it holds now: ended, or so far.
-    fn kept(&mut self) -> Kept {
+    /// What it holds now: ended, or so far; the buffer holds output from `held_from` on.
+    fn kept(&mut self, held_from: u64) -> Kept {
         if self.ended {
-            return self.kept.kept();
+            return self.kept.kept(held_from);
         }
         // The lines being built are shown without being taken out of the shaper.
         let mut so_far = self.kept.clone();
         for (at, line) in self.shaper.peek() {
             so_far.push(at, &line);
         }
-        so_far.kept()
+        so_far.kept(held_from)
     }
 }
 
@@ -116,7 +116,7 @@ impl Captures {
         let Some(c) = slot.as_mut().filter(|c| !c.ended) else {
             return false;
         };
-        if unless_shown && !c.kept().text.trim().is_empty() {
+        if unless_shown && !c.kept(0).text.trim().is_empty() {
             return false;
         }
         *slot = Some(Capture::new(c.shape, c.max_bytes, c.screen, true));
@@ -129,10 +129,11 @@ impl Captures {
         }
     }
 
-    /// What `stream`'s capture holds (empty when it has none).
-    pub fn kept(&mut self, stream: Stream) -> Kept {
+    /// What `stream`'s capture holds (empty when it has none); the session's buffer holds
+    /// output from cursor `held_from` on.
+    pub fn kept(&mut self, stream: Stream, held_from: u64) -> Kept {
         match self.streams[stream as usize].as_mut() {
-            Some(c) => c.kept(),
+            Some(c) => c.kept(held_from),
             None => Kept {
                 text: String::new(),
                 omitted: None,

@@ -187,8 +187,7 @@ impl Session {
         // A terminal reading lines drops what is typed past this much of a line: the
         // program would read a cut line, and nothing would say so.
         let longest = text.split(['\n', '\r']).map(str::len).max().unwrap_or(0);
-        if longest >= TERMINAL_LINE_MAX_BYTES && self.terminal().is_some_and(|t| t.reads_lines())
-        {
+        if longest >= TERMINAL_LINE_MAX_BYTES && self.terminal().is_some_and(|t| t.reads_lines()) {
             return Err(ToolError::new(
                 ErrorCode::InputTooLarge,
                 format!(

@@ -82,9 +82,13 @@ impl Session {
                 self.terminate(Reason::User, GRACE_DEFAULT_MS).await;
             }
         }
+        let base = self.inspect(|s| s.output().base());
         let (stdout, stderr) = {
             let mut captures = self.captures();
-            (captures.kept(Stream::Stdout), captures.kept(Stream::Stderr))
+            (
+                captures.kept(Stream::Stdout, base),
+                captures.kept(Stream::Stderr, base),
+            )
         };
         self.acknowledge(self.inspect(|s| s.output().end()));
         let session = self.snapshot();

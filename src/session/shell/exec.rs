@@ -1008,10 +1008,11 @@ impl Session {
             self.drain_reader(Stream::Stdout).await;
             self.drain_reader(Stream::Stderr).await;
         }
+        let base = self.inspect(|s| s.output().base());
         let (output, stderr) = {
             let mut captures = self.captures();
-            let stderr = (self.mode == Mode::Pipe).then(|| captures.kept(Stream::Stderr));
-            (captures.kept(Stream::Stdout), stderr)
+            let stderr = (self.mode == Mode::Pipe).then(|| captures.kept(Stream::Stderr, base));
+            (captures.kept(Stream::Stdout, base), stderr)
         };
         let still_running = ended.is_none() && !self.status().is_final();
         let (foreground, screen) = if still_running {
@@ -1037,7 +1038,6 @@ impl Session {
             (None, _) => end,
         };
         self.acknowledge(end_cursor);
-        let base = self.inspect(|s| s.output().base());
         let lost = |kept: &Kept| kept.omitted.is_some_and(|o| o.start_cursor < base);
         ExecResult {
             outcome,
