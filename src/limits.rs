@@ -154,6 +154,9 @@ pub const TITLE_MAX_BYTES: usize = 1024;
 /// Whether a session awaits input: output in the last this long means not yet, and a wait
 /// for input looks again at most this often while the output is quiet.
 pub const AWAIT_QUIET: Duration = Duration::from_millis(20);
+/// A wait on the input with a timeout under this long is a pause, not a wait for input,
+/// until the session has been quiet this long (vim waits 100 ms as it exits).
+pub const BRIEF_WAIT: Duration = Duration::from_millis(250);
 pub const AWAIT_POLL: Duration = Duration::from_millis(10);
 
 /// A one-shot run on a terminal types its input once the program reads, or once it has been

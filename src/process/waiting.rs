@@ -14,7 +14,10 @@
 use std::fs;
 use std::os::unix::fs::FileExt;
 
+use std::time::Duration;
+
 use super::procfs;
+use crate::limits::BRIEF_WAIT;
 
 /// What a session's input is, as `/proc/PID/fd/N` names it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -99,20 +102,36 @@ const MAX_THREADS: usize = 1024;
 
 /// Whether the processes `members` wait for `input`: `Some(true)` when none of their
 /// threads is runnable and at least one is blocked reading it; `Some(false)` once one is
-/// found runnable; `None` when what one of them does cannot be read before that.
-pub fn awaiting(members: &[Member], leader: &procfs::Held, input: &InputFile) -> Option<bool> {
-    look(members, leader, input, true)
+/// found runnable; `None` when what one of them does cannot be read before that. The
+/// session's output and input have been quiet for `quiet`: a wait on the input with a
+/// timeout under `BRIEF_WAIT` counts only once that is at least as long (a program that
+/// pauses a moment as it exits, as vim does for late answers to its terminal queries, is
+/// not waiting for input; one that waits so again and again, in silence, is).
+pub fn awaiting(
+    members: &[Member],
+    leader: &procfs::Held,
+    input: &InputFile,
+    quiet: Duration,
+) -> Option<bool> {
+    look(members, leader, input, true, quiet >= BRIEF_WAIT)
 }
 
 /// Whether a thread of the processes `members` is blocked reading `input`, whatever the
 /// others do (one may compute while another reads); `None` when what one of them does
 /// cannot be read.
 pub fn reading(members: &[Member], leader: &procfs::Held, input: &InputFile) -> Option<bool> {
-    look(members, leader, input, false)
+    look(members, leader, input, false, true)
 }
 
-/// `awaiting` when `idle` (a runnable thread means no), else `reading`.
-fn look(members: &[Member], leader: &procfs::Held, input: &InputFile, idle: bool) -> Option<bool> {
+/// `awaiting` when `idle` (a runnable thread means no), else `reading`; a brief wait on the
+/// input counts as reading it only when `patient`.
+fn look(
+    members: &[Member],
+    leader: &procfs::Held,
+    input: &InputFile,
+    idle: bool,
+    patient: bool,
+) -> Option<bool> {
     if members.is_empty() {
         return Some(false);
     }
@@ -141,7 +160,7 @@ fn look(members: &[Member], leader: &procfs::Held, input: &InputFile, idle: bool
                 continue;
             };
             for tid in tids {
-                if !take(thread_doing(pid, tid, input)?) {
+                if !take(thread_doing(pid, tid, input, patient)?) {
                     return Some(false);
                 }
             }
@@ -151,7 +170,8 @@ fn look(members: &[Member], leader: &procfs::Held, input: &InputFile, idle: bool
             } else {
                 fs::read_to_string(format!("/proc/{pid}/syscall")).ok()
             };
-            let doing = doing(pid, state, call, input, || procfs::stat(pid).is_some())?;
+            let there = || procfs::stat(pid).is_some();
+            let doing = doing(pid, state, call, (input, patient), there)?;
             if !take(doing) {
                 return Some(false);
             }
@@ -171,23 +191,24 @@ enum Doing {
 }
 
 /// What thread `tid` of process `pid` is doing; `None` when it cannot be read.
-fn thread_doing(pid: i32, tid: i32, input: &InputFile) -> Option<Doing> {
+fn thread_doing(pid: i32, tid: i32, input: &InputFile, patient: bool) -> Option<Doing> {
     let Some(stat) = procfs::task_stat(pid, tid) else {
         return Some(Doing::Gone);
     };
     let call = fs::read_to_string(format!("/proc/{pid}/task/{tid}/syscall")).ok();
-    doing(pid, stat.state, call, input, || {
+    doing(pid, stat.state, call, (input, patient), || {
         procfs::task_stat(pid, tid).is_some()
     })
 }
 
-/// What a thread of `pid` in `state`, blocked in `call` (its `syscall` text), is doing;
-/// `there`: whether it still exists, asked when its call cannot be read.
+/// What a thread of `pid` in `state`, blocked in `call` (its `syscall` text), is doing
+/// (a brief wait on `input` is reading it only when `patient`); `there`: whether it still
+/// exists, asked when its call cannot be read.
 fn doing(
     pid: i32,
     state: char,
     call: Option<String>,
-    input: &InputFile,
+    (input, patient): (&InputFile, bool),
     there: impl FnOnce() -> bool,
 ) -> Option<Doing> {
     match state {
@@ -205,9 +226,39 @@ fn doing(
         Blocked::Running => Some(Doing::Busy),
         // Descriptors and memory are the process's, shared by its threads.
         Blocked::Call(call) => Some(Doing::Sleeping {
-            reading: reads(pid, &call, input)?,
+            reading: reads(pid, &call, input)? && (patient || !brief(pid, &call)),
         }),
     }
+}
+
+/// Whether `call` of `pid` waits with a timeout under `BRIEF_WAIT` (a timeout that cannot
+/// be read is none).
+fn brief(pid: i32, call: &Call) -> bool {
+    let Call { nr, args } = *call;
+    // A timespec (or a select's timeval) at `address`; none when the pointer is null.
+    let at = |address: u64, per_second: u64| -> Option<Duration> {
+        let bytes = memory(pid, (address != 0).then_some(address)?, 16)?;
+        let seconds = i64::from_ne_bytes(bytes[..8].try_into().ok()?);
+        let fraction = i64::from_ne_bytes(bytes[8..].try_into().ok()?);
+        let nanos = u64::try_from(fraction).ok()? * (1_000_000_000 / per_second);
+        Some(Duration::from_secs(u64::try_from(seconds).ok()?) + Duration::from_nanos(nanos))
+    };
+    // A timeout in milliseconds; negative is none.
+    let millis = |arg: u64| u64::try_from(arg as i32).ok().map(Duration::from_millis);
+    let timeout = match nr {
+        libc::SYS_pselect6 => at(args[4], 1_000_000_000),
+        libc::SYS_ppoll => at(args[2], 1_000_000_000),
+        libc::SYS_epoll_pwait2 => at(args[3], 1_000_000_000),
+        libc::SYS_epoll_pwait => millis(args[3]),
+        #[cfg(target_arch = "x86_64")]
+        libc::SYS_select => at(args[4], 1_000_000),
+        #[cfg(target_arch = "x86_64")]
+        libc::SYS_poll => millis(args[2]),
+        #[cfg(target_arch = "x86_64")]
+        libc::SYS_epoll_wait => millis(args[3]),
+        _ => None,
+    };
+    timeout.is_some_and(|t| t < BRIEF_WAIT)
 }
 
 enum Blocked {
@@ -401,6 +452,34 @@ mod tests {
         shell.kill().unwrap();
         shell.wait().unwrap();
         assert!(!waits_for_a_child(pid));
+    }
+
+    #[test]
+    fn a_wait_with_a_short_timeout_is_brief_and_a_long_one_is_not() {
+        for (timeout, brief_wait) in [("0.1", true), ("30", false)] {
+            let script =
+                format!("import select\nwhile True: select.select([0], [], [], {timeout})");
+            let mut program = std::process::Command::new("/usr/bin/python3")
+                .args(["-c", &script])
+                .stdin(std::process::Stdio::piped())
+                .spawn()
+                .unwrap();
+            let pid = program.id() as i32;
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+            let call = loop {
+                let text = fs::read_to_string(format!("/proc/{pid}/syscall")).unwrap();
+                if let Some(Blocked::Call(call)) = blocked_on(&text)
+                    && SELECTS.contains(&call.nr)
+                {
+                    break call;
+                }
+                assert!(std::time::Instant::now() < deadline, "never selected");
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            };
+            assert_eq!(brief(pid, &call), brief_wait, "timeout {timeout}");
+            program.kill().unwrap();
+            program.wait().unwrap();
+        }
     }
 
     #[test]

@@ -166,7 +166,7 @@ impl Session {
             _ if self.terminal().is_some_and(|t| t.unread() > 0) => Some(false),
             (Some(input), Some(fg)) => {
                 let members = group_members(&self.leader_files, fg.pid);
-                awaiting(&members, &self.leader_files, input)
+                awaiting(&members, &self.leader_files, input, last_traffic.elapsed())
             }
             _ => None,
         };

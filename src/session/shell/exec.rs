@@ -1128,8 +1128,9 @@ impl Session {
                 format!(
                     "command {seq} is still running in this shell: collect its result with \
                      `continue: true`; answer it with terminal_keys or terminal_write, or \
-                     interrupt it (terminal_keys [\"C-c\"]), then collect it with \
-                     `continue: true` before the next command{hint}"
+                     interrupt it (terminal_keys [\"C-c\"]; a REPL or an editor takes that \
+                     as a key: quit it as it is quit, such as C-d, `exit()` or `:q`), then \
+                     collect it with `continue: true` before the next command{hint}"
                 )
             }
             Busy::Command(seq) => {
