@@ -9,17 +9,13 @@
 
 use std::ops::Range;
 
-/// The bytes of an OSC string kept by the parser.
-const OSC_KEPT_BYTES: usize = 8;
-
 /// vte's parser, fed one code point at a time, and skipped where what it does is known:
 /// in its ground state (it printed since its last escape) it prints or executes every code
 /// point but ESC, and stays there.
 #[derive(Default)]
 pub struct Vte {
-    /// An OSC string's first bytes are kept, enough to tell a query (`11;?`) from the rest:
-    /// neither the stripper nor the rendered lines need more.
-    parser: vte::Parser<OSC_KEPT_BYTES>,
+    /// No OSC bytes are kept: neither the stripper nor the rendered lines need any.
+    parser: vte::Parser<0>,
     ground: bool,
 }
 

@@ -102,18 +102,10 @@ impl vte::Perform for Did {
             },
             'S' | 'T' | 'L' | 'M' => self.changed = true,
             'n' | 'c' => self.asked = true,
-            'm' if marks == b"?" => self.asked = true,
             // Entering the alternate screen again clears it.
             'h' if alternate(marks, params) => self.changed = true,
             'l' if alternate(marks, params) => self.left = true,
             _ => {}
-        }
-    }
-
-    fn osc_dispatch(&mut self, params: &[&[u8]], _: bool) {
-        // A colour asked for (`OSC 11 ; ?`).
-        if params.get(1) == Some(&&b"?"[..]) {
-            self.asked = true;
         }
     }
 
@@ -233,9 +225,6 @@ mod tests {
             assert_eq!(scan(piece), want, "{piece:?}");
         }
         assert!(Drawing::default().scan(b"a\r\n\x1b[6n").asks);
-        assert!(Drawing::default().scan(b"a\x1b]11;?\x07").asks);
-        assert!(Drawing::default().scan(b"a\x1b[?4m").asks);
-        assert!(!Drawing::default().scan(b"a\x1b]11;rgb:0/0/0\x07").asks);
         assert!(!Drawing::default().scan(b"a\r\n\x1b[6m").asks);
     }
 

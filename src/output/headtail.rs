@@ -14,6 +14,11 @@ use std::collections::VecDeque;
 
 use serde::Serialize;
 
+/// Where the buffer no longer holds the start of an omitted range, the range named begins
+/// this many code points past the oldest it holds: the output that follows the command at
+/// once (a terminal shell's prompt) evicts as much again from a full buffer.
+const EVICTION_ROOM: u64 = 512;
+
 /// What was left out between the head and the tail.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct Omitted {
@@ -183,7 +188,8 @@ impl HeadTail {
 
     /// The text so far: the head, one line naming what was omitted (if anything) and where
     /// to read it, the tail. The session's buffer holds output from cursor `held_from` on:
-    /// the line names only what it still holds of the omitted range.
+    /// the line names only what it still holds of the omitted range, from `EVICTION_ROOM`
+    /// code points on.
     pub fn kept(&self, held_from: u64) -> Kept {
         let mut text = String::with_capacity(self.head.len() + self.tail_bytes() + 100);
         text.push_str(&self.head);
@@ -193,12 +199,15 @@ impl HeadTail {
             }
             let amount = o.amount();
             let (from, to) = (o.start_cursor, o.end_cursor);
+            // Past the output that follows at once (a terminal shell's prompt), which
+            // evicts as much again from a full buffer.
+            let still = held_from.saturating_add(EVICTION_ROOM);
             text.push_str(&if held_from <= from {
                 format!("[... {amount} omitted: terminal_read from cursor {from} to {to} ...]\n")
-            } else if held_from < to {
+            } else if still < to {
                 format!(
                     "[... {amount} omitted; the buffer no longer holds its start: \
-                     terminal_read from cursor {held_from} to {to} ...]\n"
+                     terminal_read from cursor {still} to {to} ...]\n"
                 )
             } else {
                 format!("[... {amount} omitted; the buffer no longer holds it ...]\n")
@@ -274,12 +283,13 @@ mod tests {
             "[... 91 lines (728 bytes) omitted: terminal_read from cursor 16 to 744 ...]"
         );
         assert_eq!(
-            marker(400),
+            marker(100),
             "[... 91 lines (728 bytes) omitted; the buffer no longer holds its start: \
-             terminal_read from cursor 400 to 744 ...]"
+             terminal_read from cursor 612 to 744 ...]"
         );
+        // What is left of it would be gone by the time it is read.
         assert_eq!(
-            marker(744),
+            marker(400),
             "[... 91 lines (728 bytes) omitted; the buffer no longer holds it ...]"
         );
     }

@@ -11,14 +11,6 @@ use crate::limits::{SCROLLBACK_CELLS, SCROLLBACK_MAX_LINES, TITLE_MAX_BYTES};
 
 /// Answer to "what terminal are you" (`ESC [ c`): a VT102-class terminal.
 const DEVICE_ATTRIBUTES: &[u8] = b"\x1b[?6c";
-/// Answer to "which version" (`ESC [ > c`): a VT100, version 0, which asks nothing more of a
-/// program that looks for an xterm's version (vim waits for this answer as it exits).
-const SECONDARY_DEVICE_ATTRIBUTES: &[u8] = b"\x1b[>0;0;0c";
-/// Answers to "which colours" (`OSC 10 ; ?`, `OSC 11 ; ?`): the foreground and background
-/// the live view draws a screen with (light grey on black; vim waits for these too, and
-/// picks its colours by them).
-const FOREGROUND_COLOUR: &[u8] = b"\x1b]10;rgb:e5e5/e5e5/e5e5\x07";
-const BACKGROUND_COLOUR: &[u8] = b"\x1b]11;rgb:0000/0000/0000\x07";
 
 #[derive(Default)]
 struct Events {
@@ -68,18 +60,6 @@ impl vt100::Callbacks for Events {
             // Device status: OK.
             (None, 'n', 5) => self.replies.extend_from_slice(b"\x1b[0n"),
             (None, 'c', 0) => self.replies.extend_from_slice(DEVICE_ATTRIBUTES),
-            (Some(b'>'), 'c', 0) => self.replies.extend_from_slice(SECONDARY_DEVICE_ATTRIBUTES),
-            // Which modifyOtherKeys level (`ESC [ ? 4 m`): none; keys come as a VT102 sends
-            // them (vim asks, and waits for the answer as it exits).
-            (Some(b'?'), 'm', 4) => self.replies.extend_from_slice(b"\x1b[>4;0m"),
-            _ => {}
-        }
-    }
-
-    fn unhandled_osc(&mut self, _: &mut vt100::Screen, params: &[&[u8]]) {
-        match params {
-            [b"10", b"?"] => self.replies.extend_from_slice(FOREGROUND_COLOUR),
-            [b"11", b"?"] => self.replies.extend_from_slice(BACKGROUND_COLOUR),
             _ => {}
         }
     }
@@ -759,14 +739,6 @@ mod tests {
         let mut s = Screen::new(24, 80, BUDGET);
         assert_eq!(s.feed(b"ab\x1b[6n"), b"\x1b[1;3R");
         assert_eq!(s.feed(b"\x1b[c"), DEVICE_ATTRIBUTES);
-        assert_eq!(s.feed(b"\x1b[>c"), SECONDARY_DEVICE_ATTRIBUTES);
-        assert_eq!(s.feed(b"\x1b[?4m"), b"\x1b[>4;0m");
-        assert_eq!(
-            s.feed(b"\x1b]10;?\x07\x1b]11;?\x1b\\"),
-            [FOREGROUND_COLOUR, BACKGROUND_COLOUR].concat()
-        );
-        // A colour set, not asked, wants no answer.
-        assert_eq!(s.feed(b"\x1b]11;rgb:0/0/0\x07"), b"");
         assert_eq!(s.feed(b"\x1b[5n"), b"\x1b[0n");
         assert_eq!(s.feed(b"plain"), b"");
     }

@@ -192,10 +192,11 @@ impl Session {
                 ErrorCode::InputTooLarge,
                 format!(
                     "text has a line of {longest} bytes, and the terminal reads lines now \
-                     (canonical mode), keeping at most {} bytes of a line: the rest would be \
-                     dropped; nothing was written. Split the line, write the data to a file \
-                     some other way (a command that creates it), or run the program in a \
-                     profile on pipes",
+                     (canonical mode), keeping at most {} bytes of a line (however many writes \
+                     it is typed in): the rest would be dropped; nothing was written. Send \
+                     the data in lines of that size at most, write it to a file some other \
+                     way (a command that creates it), or run the program in a profile on \
+                     pipes",
                     TERMINAL_LINE_MAX_BYTES - 1
                 ),
             ));

@@ -879,8 +879,12 @@ impl Session {
     pub(in crate::session) async fn interrupt_command(&self, seq: u64, settle: Instant) {
         if self.mode == Mode::Pty {
             let first = self.terminal().and_then(|t| t.foreground());
+            let took = first.is_some_and(|group| self.takes_interrupts(group));
             self.interrupt().await;
-            return self.follow_terminal_interrupt(seq, first, settle).await;
+            if !took {
+                self.follow_terminal_interrupt(seq, first, settle).await;
+            }
+            return;
         }
         let mut interrupting = Interrupting::default();
         loop {
@@ -899,12 +903,15 @@ impl Session {
     }
 
     /// On a terminal: Ctrl-C again whenever another program of command `seq` has taken the
-    /// foreground since the last one, until the command ends or `settle` passes. bash loses
-    /// a Ctrl-C that comes as it starts a program (the new program still has the shell's
-    /// handler, and then exits as if nothing came), so a loop of short programs goes on
-    /// with the next; the interrupt follows it, as a user presses Ctrl-C again. A program
-    /// that took the Ctrl-C and runs on (a REPL, a pager, an editor) keeps its group, and
-    /// the shell itself (which may be running its prompt hook) is never sent one again.
+    /// foreground since the last one, until one that has run a few ticks gets it, the
+    /// command ends or `settle` passes. bash loses a Ctrl-C that comes as it starts a
+    /// program (the new program still has the shell's handler, and then exits as if
+    /// nothing came), so a loop of short programs goes on with the next; the interrupt
+    /// follows it, as a user presses Ctrl-C again. A program that has run a few ticks
+    /// takes it, whatever it then does: one that catches it and ends well leaves the rest
+    /// of the line to run, as after one Ctrl-C at a terminal (`pytest; cleanup`), and one
+    /// that runs on (a REPL, a pager) keeps its group. The shell itself (which may be
+    /// running its prompt hook) is never sent one again.
     async fn follow_terminal_interrupt(&self, seq: u64, mut last: Option<i32>, settle: Instant) {
         let shell = self.shell_group();
         let mut sent = 1;
@@ -923,11 +930,24 @@ impl Session {
                 return;
             };
             if Some(now) != last && now != shell {
+                let took = self.takes_interrupts(now);
                 self.interrupt().await;
+                if took {
+                    return;
+                }
                 last = Some(now);
                 sent += 1;
             }
         }
+    }
+
+    /// Whether the program leading process group `group` (not the shell's) has run long
+    /// enough to take a Ctrl-C sent now: it runs, and has for `SETTLED_TICKS`.
+    fn takes_interrupts(&self, group: i32) -> bool {
+        let now = procfs::ticks_since_boot(Duration::ZERO).unwrap_or(0);
+        group != self.shell_group()
+            && procfs::stat(group)
+                .is_some_and(|s| !matches!(s.state, 'Z' | 'X') && s.started + SETTLED_TICKS <= now)
     }
 
     /// On pipes: SIGINT to the processes the running command started (a job an earlier
