@@ -19,7 +19,9 @@ use crate::config::Mode;
 use crate::limits::{DRAIN_DEADLINE, INSTALL_WITHIN, KILL_CONFIRM, SINK_CLOSE_AFTER_WRITE};
 use crate::output::{OutputBuffer, Redactor, Screen, Shape, Stream};
 use crate::process::waiting::InputFile;
-use crate::process::{Exit, ExitReceiver, PipeChild, PtyChild, SessionGroups, has_exited};
+use crate::process::{
+    Exit, ExitReceiver, PipeChild, PtyChild, SessionGroups, has_exited, signal_process,
+};
 
 pub struct NewSession {
     pub id: String,
@@ -33,6 +35,10 @@ pub struct NewSession {
     pub idle_timeout: Option<Duration>,
     /// `(name, value)` of every secret the profile allows: redacted from the output.
     pub redact: Vec<(String, String)>,
+    /// `(name, value)` of every configured secret: redacted from what is kept of the
+    /// input (the recording's input events, the command history, the audit log), which
+    /// no timing of output depends on.
+    pub redact_typed: Vec<(String, String)>,
     /// Record the session as an asciicast file.
     pub record: Option<RecordTo>,
     /// The profile is a POSIX shell (`terminal_exec` runs commands in it).
@@ -86,7 +92,7 @@ pub fn launch(new: NewSession, spawned: Spawned) -> Arc<Session> {
         )
     });
     if let Some(recording) = &recording {
-        recording.redact_input(&new.redact);
+        recording.redact_input(&new.redact_typed);
     }
     let mut marks = None;
     let (pid, exit, mode, input, terminal, screen, sources) = match spawned {
@@ -167,7 +173,7 @@ pub fn launch(new: NewSession, spawned: Spawned) -> Arc<Session> {
             recording,
             sink,
             links,
-            typed: Redactor::new(&new.redact),
+            typed: Redactor::new(&new.redact_typed),
         },
     ));
     if let Some((shape, max_bytes)) = new.capture {
@@ -406,6 +412,12 @@ impl Session {
             return self.settled_snapshot().await;
         }
         tracing::info!(session = %self.id, pid = self.pid, ?reason, "terminating");
+        // An interactive shell ignores SIGTERM: once the program it waits for ended of it,
+        // it would run the rest of the command line until SIGKILL. SIGHUP first, as a
+        // terminal hanging up sends it: the shell ends, and sends it on to its jobs.
+        if self.mode == Mode::Pty && self.inspect(|s| s.shell().is_some()) {
+            signal_process(self.shell_group(), Signal::SIGHUP);
+        }
         // A stopped group (SIGSTOP, SIGTSTP) only acts on SIGTERM once it runs again.
         self.groups()
             .await
@@ -483,6 +495,7 @@ mod tests {
             timeout: Some(Duration::from_secs(600)),
             idle_timeout: None,
             redact: Vec::new(),
+            redact_typed: Vec::new(),
             record: None,
             shell: false,
             capture: None,

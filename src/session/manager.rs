@@ -297,6 +297,11 @@ impl Sessions {
                         Some((name.clone(), secret.value.expose().to_owned()))
                     })
                     .collect(),
+                redact_typed: config
+                    .secrets
+                    .iter()
+                    .map(|(name, secret)| (name.clone(), secret.value.expose().to_owned()))
+                    .collect(),
                 record: config
                     .recordings_dir
                     .as_ref()

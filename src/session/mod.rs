@@ -279,8 +279,8 @@ impl Session {
         Session::new(identity, state, parts)
     }
 
-    /// Typed `text` as it may be kept: every secret value the profile allows replaced by
-    /// its marker.
+    /// Typed `text` as it may be kept: the value of every configured secret replaced by its
+    /// marker.
     pub fn redact_typed<'a>(&self, text: &'a str) -> std::borrow::Cow<'a, str> {
         match &self.typed {
             Some(redactor) => redactor.replaced(text),

@@ -91,7 +91,7 @@ impl TerminalServer {
         match tool {
             "terminal_exec" => {
                 if let Some(command) = text("command") {
-                    // The line as typed, less any secret value the session's profile allows.
+                    // The line as typed, less any configured secret's value.
                     let session = session_id.as_deref().and_then(|id| self.sessions.find(id));
                     let command = match &session {
                         Some(session) => session.redact_typed(command),
