@@ -381,6 +381,7 @@ fn profile(action: ProfileAction) -> Result<(), String> {
                     "`{id}` is a shell: a client may run any command line in it with terminal_exec"
                 );
             }
+            println!("{APPLIES_AT_START}");
             Ok(())
         }
         ProfileAction::List { config } => {
@@ -399,6 +400,7 @@ fn profile(action: ProfileAction) -> Result<(), String> {
             file.remove(&id)?;
             file.save()?;
             println!("withdrew `{id}` (from {})", path.display());
+            println!("{APPLIES_AT_START}");
             if let Some(n) = file.demo_written() {
                 println!(
                     "the config had no `commands`, which approves the {n} demo profiles: the \
@@ -572,6 +574,8 @@ fn open_audit(config: &Config) -> Result<Option<Arc<audit::AuditLog>>, String> {
 async fn run(sessions: Arc<Sessions>, audit: Option<Arc<audit::AuditLog>>) -> Result<(), String> {
     let mut sigterm = signal(SignalKind::terminate()).map_err(|e| e.to_string())?;
     let mut sigint = signal(SignalKind::interrupt()).map_err(|e| e.to_string())?;
+    // A terminal that was closed: the server run in it shuts down as on SIGTERM.
+    let mut sighup = signal(SignalKind::hangup()).map_err(|e| e.to_string())?;
     stdio::widen_stdout();
     let (stdin, stdout) = rmcp::transport::io::stdio_pipes();
     let (transport, stdin_closed) = stdio::Stdio::new(stdin, stdout);
@@ -599,6 +603,7 @@ async fn run(sessions: Arc<Sessions>, audit: Option<Arc<audit::AuditLog>>) -> Re
         () = hangup::stdout_closed() => ("the client closed stdout", true),
         _ = sigterm.recv() => ("SIGTERM", false),
         _ = sigint.recv() => ("SIGINT", false),
+        _ = sighup.recv() => ("SIGHUP", false),
     };
     tracing::info!("shutting down ({why})");
     sessions
@@ -611,6 +616,11 @@ async fn run(sessions: Arc<Sessions>, audit: Option<Arc<audit::AuditLog>>) -> Re
     tracing::info!("shutdown complete");
     Ok(())
 }
+
+/// What `profile add` and `profile remove` say after their change: a server reads its
+/// config once, as it starts.
+const APPLIES_AT_START: &str = "a server already running keeps the profiles it started with: \
+    restart it (or the MCP client that starts it) to apply this";
 
 /// What went wrong in a handshake, without what the client sent: rmcp's own text of it
 /// holds the client's message whole.

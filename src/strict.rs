@@ -9,8 +9,10 @@ use serde_json::{Map, Value};
 
 /// JSON text as a value, refusing an object that gives a key twice: `serde_json` keeps the
 /// last, so a config with two `commands` would lose the first without a word. The error
-/// names the key, its line and column.
+/// names the key, its line and column. A byte order mark some editors put first is not
+/// part of the text.
 pub fn parse_unique(text: &str) -> Result<Value, serde_json::Error> {
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     serde_json::from_str::<Unique>(text).map(|unique| unique.0)
 }
 
@@ -254,6 +256,7 @@ mod tests {
             );
         }
         assert!(parse_unique(r#"{"a": 1} x"#).is_err(), "trailing text");
+        assert_eq!(parse_unique("\u{feff}{\"a\": 1}").unwrap(), json!({"a": 1}));
     }
 
     #[test]

@@ -549,6 +549,10 @@ fn profile_add_validates_and_rewrites_atomically_keeping_the_rest() {
         stdout_of(&out).contains("terminal_exec"),
         "a shell's meaning is spelled out"
     );
+    assert!(
+        stdout_of(&out).contains("a server already running keeps the profiles it started with"),
+        "that a running server does not see it is said"
+    );
     let after: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
     let bash = &after["commands"]["bash"];
     let argv0 = bash["argv"][0].as_str().unwrap();

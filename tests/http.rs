@@ -645,6 +645,16 @@ async fn an_idle_mcp_session_expires() {
 
 #[tokio::test]
 async fn sigterm_ends_every_terminal_session_and_exits_0() {
+    shutdown_by(nix::sys::signal::Signal::SIGTERM).await;
+}
+
+/// A server run in a terminal that is closed gets SIGHUP: it shuts down as on SIGTERM.
+#[tokio::test]
+async fn sighup_ends_every_terminal_session_and_exits_0() {
+    shutdown_by(nix::sys::signal::Signal::SIGHUP).await;
+}
+
+async fn shutdown_by(signal: nix::sys::signal::Signal) {
     let mut server = Server::start(&["--listen", "127.0.0.1:0"], LOG);
     let first = server.open_session().await.unwrap();
     let second = server.open_session().await.unwrap();
@@ -657,7 +667,7 @@ async fn sigterm_ends_every_terminal_session_and_exits_0() {
         .call(&second, "terminal_status", json!({"session_id": session}))
         .await;
     assert_eq!(seen["structuredContent"]["status"], json!("RUNNING"));
-    server.signal(nix::sys::signal::Signal::SIGTERM);
+    server.signal(signal);
     assert_eq!(server.wait_exit().code(), Some(0));
     let gone = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None).is_err();
     assert!(gone, "the session's process {pid} outlived the server");

@@ -112,7 +112,7 @@ fn listen_address(listen: &str, allow_remote: bool) -> Result<SocketAddr, String
     Ok(address)
 }
 
-/// Serve until SIGTERM or SIGINT, then shut down every session.
+/// Serve until SIGTERM, SIGINT or SIGHUP, then shut down every session.
 pub async fn serve(
     sessions: Arc<Sessions>,
     audit: Option<Arc<AuditLog>>,
@@ -120,6 +120,8 @@ pub async fn serve(
 ) -> Result<(), String> {
     let mut sigterm = signal(SignalKind::terminate()).map_err(|e| e.to_string())?;
     let mut sigint = signal(SignalKind::interrupt()).map_err(|e| e.to_string())?;
+    // A terminal that was closed: the server run in it shuts down as on SIGTERM.
+    let mut sighup = signal(SignalKind::hangup()).map_err(|e| e.to_string())?;
     let listener = TcpListener::bind(prepared.address)
         .and_then(|l| l.set_nonblocking(true).map(|()| l))
         .and_then(tokio::net::TcpListener::from_std)
@@ -159,6 +161,7 @@ pub async fn serve(
     let why = tokio::select! {
         _ = sigterm.recv() => "SIGTERM",
         _ = sigint.recv() => "SIGINT",
+        _ = sighup.recv() => "SIGHUP",
     };
     tracing::info!("shutting down ({why})");
     sessions.shutdown(SHUTDOWN_GRACE.as_millis() as u64).await;
