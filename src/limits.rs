@@ -18,6 +18,9 @@ pub const REPLY_QUEUE_MAX: usize = 16;
 /// server, and the most for one MCP session (half, so one cannot take every place).
 pub const MAX_IN_FLIGHT: usize = 64;
 pub const MCP_SESSION_MAX_IN_FLIGHT: usize = MAX_IN_FLIGHT / 2;
+/// How often a termination that holds a terminal shell stopped looks whether any other
+/// program of its session still runs (the shell is killed once none does).
+pub const HELD_SHELL_POLL: Duration = Duration::from_millis(20);
 
 /// Largest cursor a client may pass (2^63 - 1).
 pub const MAX_CURSOR: u64 = i64::MAX as u64;

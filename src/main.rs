@@ -575,7 +575,7 @@ async fn run(sessions: Arc<Sessions>, audit: Option<Arc<audit::AuditLog>>) -> Re
     let mut sigterm = signal(SignalKind::terminate()).map_err(|e| e.to_string())?;
     let mut sigint = signal(SignalKind::interrupt()).map_err(|e| e.to_string())?;
     // A terminal that was closed: the server run in it shuts down as on SIGTERM.
-    let mut sighup = signal(SignalKind::hangup()).map_err(|e| e.to_string())?;
+    let mut sighup = hangup::terminal_closed()?;
     stdio::widen_stdout();
     let (stdin, stdout) = rmcp::transport::io::stdio_pipes();
     let (transport, stdin_closed) = stdio::Stdio::new(stdin, stdout);
@@ -603,7 +603,7 @@ async fn run(sessions: Arc<Sessions>, audit: Option<Arc<audit::AuditLog>>) -> Re
         () = hangup::stdout_closed() => ("the client closed stdout", true),
         _ = sigterm.recv() => ("SIGTERM", false),
         _ = sigint.recv() => ("SIGINT", false),
-        _ = sighup.recv() => ("SIGHUP", false),
+        () = hangup::next_hangup(&mut sighup) => ("SIGHUP", false),
     };
     tracing::info!("shutting down ({why})");
     sessions

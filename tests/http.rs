@@ -696,6 +696,37 @@ async fn audit_lines_over_http_carry_the_mcp_session_and_the_client_address() {
     assert!(!text.contains(&server.token[..16]), "{text}");
 }
 
+/// Started with SIGHUP ignored (`nohup`), the server keeps it ignored: closing the terminal
+/// it was started from must not end it.
+#[test]
+fn a_server_started_with_sighup_ignored_keeps_running_on_sighup() {
+    let home = tempfile::tempdir().unwrap();
+    let mut child = Command::new("/bin/sh")
+        .args([
+            "-c",
+            "trap '' HUP; exec \"$0\" \"$@\"",
+            BIN,
+            "http",
+            "--listen",
+            "127.0.0.1:0",
+        ])
+        .current_dir(home.path())
+        .env("XDG_CONFIG_HOME", home.path())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = Stderr::of(&mut child);
+    stderr.line("mcp-terminal: listening on http://127.0.0.1:");
+    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGHUP).unwrap();
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+    assert_eq!(child.wait().unwrap().code(), Some(0));
+    let text = stderr.until("the shutdown line", |t| t.contains("shutting down"));
+    assert!(text.contains("shutting down (SIGTERM)"), "{text}");
+}
+
 #[test]
 fn without_token_file_the_token_lives_beside_the_default_config() {
     let home = tempfile::tempdir().unwrap();

@@ -121,7 +121,7 @@ pub async fn serve(
     let mut sigterm = signal(SignalKind::terminate()).map_err(|e| e.to_string())?;
     let mut sigint = signal(SignalKind::interrupt()).map_err(|e| e.to_string())?;
     // A terminal that was closed: the server run in it shuts down as on SIGTERM.
-    let mut sighup = signal(SignalKind::hangup()).map_err(|e| e.to_string())?;
+    let mut sighup = crate::hangup::terminal_closed()?;
     let listener = TcpListener::bind(prepared.address)
         .and_then(|l| l.set_nonblocking(true).map(|()| l))
         .and_then(tokio::net::TcpListener::from_std)
@@ -161,7 +161,7 @@ pub async fn serve(
     let why = tokio::select! {
         _ = sigterm.recv() => "SIGTERM",
         _ = sigint.recv() => "SIGINT",
-        _ = sighup.recv() => "SIGHUP",
+        () = crate::hangup::next_hangup(&mut sighup) => "SIGHUP",
     };
     tracing::info!("shutting down ({why})");
     sessions.shutdown(SHUTDOWN_GRACE.as_millis() as u64).await;

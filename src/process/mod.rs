@@ -225,20 +225,42 @@ impl SessionGroups {
     /// session means the group is gone and its ID reused; it is skipped. One stat read per
     /// group, not a scan.
     pub fn signal(&self, signals: &[Signal]) {
-        let ours: Vec<i32> = self
-            .others
+        self.signal_holding(signals, None);
+    }
+
+    /// `signal`, but the group `held` (one stopped on purpose) is sent no SIGCONT.
+    pub fn signal_holding(&self, signals: &[Signal], held: Option<i32>) {
+        let ours = self.ours();
+        for &signal in signals {
+            for group in std::iter::once(self.sid).chain(ours.iter().copied()) {
+                if !(signal == Signal::SIGCONT && Some(group) == held) {
+                    signal_group(group, signal);
+                }
+            }
+        }
+    }
+
+    /// Whether a process of the session other than `held` runs (is neither gone nor a
+    /// zombie a stopped parent has not reaped). Reads a file per process: the session's
+    /// tree, where it can be listed, else every process.
+    pub fn others_run(&self, held: i32) -> bool {
+        procfs::session_tree(self.sid, usize::MAX)
+            .unwrap_or_else(procfs::pids)
+            .into_iter()
+            .filter(|pid| *pid != held)
+            .filter_map(procfs::stat)
+            .any(|s| s.session == self.sid && !matches!(s.state, 'Z' | 'X'))
+    }
+
+    /// The found groups still this session's (see `signal`).
+    fn ours(&self) -> Vec<i32> {
+        self.others
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .iter()
             .copied()
             .filter(|group| group_and_session(*group).is_none_or(|(_, s)| s == self.sid))
-            .collect();
-        for signal in signals {
-            signal_group(self.sid, *signal);
-            for group in &ours {
-                signal_group(*group, *signal);
-            }
-        }
+            .collect()
     }
 }
 

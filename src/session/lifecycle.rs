@@ -16,7 +16,9 @@ use super::sink::Sink;
 use super::state::{Reason, State, Status};
 use super::{Identity, Origin, Parts, Session, Snapshot};
 use crate::config::Mode;
-use crate::limits::{DRAIN_DEADLINE, INSTALL_WITHIN, KILL_CONFIRM, SINK_CLOSE_AFTER_WRITE};
+use crate::limits::{
+    DRAIN_DEADLINE, HELD_SHELL_POLL, INSTALL_WITHIN, KILL_CONFIRM, SINK_CLOSE_AFTER_WRITE,
+};
 use crate::output::{OutputBuffer, Redactor, Screen, Shape, Stream};
 use crate::process::waiting::InputFile;
 use crate::process::{
@@ -412,17 +414,20 @@ impl Session {
             return self.settled_snapshot().await;
         }
         tracing::info!(session = %self.id, pid = self.pid, ?reason, "terminating");
-        // An interactive shell ignores SIGTERM: once the program it waits for ended of it,
-        // it would run the rest of the command line until SIGKILL. SIGHUP first, as a
-        // terminal hanging up sends it: the shell ends, and sends it on to its jobs.
-        if self.mode == Mode::Pty && self.inspect(|s| s.shell().is_some()) {
-            signal_process(self.shell_group(), Signal::SIGHUP);
+        // An interactive shell ignores SIGTERM (and may ignore SIGHUP): once the program it
+        // waits for ended of the signal, it would run the rest of the command line. It is
+        // stopped first (SIGSTOP, which nothing ignores) and kept stopped while its
+        // programs get SIGTERM and their grace, then killed with them.
+        let held = (self.mode == Mode::Pty && self.inspect(|s| s.shell().is_some()))
+            .then(|| self.shell_group());
+        if let Some(shell) = held {
+            signal_process(shell, Signal::SIGSTOP);
         }
         // A stopped group (SIGSTOP, SIGTSTP) only acts on SIGTERM once it runs again.
         self.groups()
             .await
-            .signal(&[Signal::SIGTERM, Signal::SIGCONT]);
-        if !self.wait_final(grace).await {
+            .signal_holding(&[Signal::SIGTERM, Signal::SIGCONT], held);
+        if !self.wait_programs(grace, held).await {
             self.groups().await.kill().await;
             if !self.wait_final(KILL_CONFIRM).await {
                 tracing::error!(session = %self.id, pid = self.pid, "process survived SIGKILL");
@@ -430,6 +435,25 @@ impl Session {
             }
         }
         self.settled_snapshot().await
+    }
+
+    /// Wait until the session is final, or `grace` passes; with a shell `held` stopped
+    /// (its process, which leads its group), only until no other process of the session
+    /// runs (false then: the shell is left to kill). Whether it is final.
+    async fn wait_programs(&self, grace: Duration, held: Option<i32>) -> bool {
+        let Some(shell) = held else {
+            return self.wait_final(grace).await;
+        };
+        let until = Instant::now() + grace;
+        loop {
+            let look = until.min(Instant::now() + HELD_SHELL_POLL);
+            if self.wait_final(look - Instant::now()).await {
+                return true;
+            }
+            if Instant::now() >= until || !self.groups().await.others_run(shell) {
+                return false;
+            }
+        }
     }
 
     /// The session's process groups, scanned for the first signal of its termination and

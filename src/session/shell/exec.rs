@@ -158,6 +158,12 @@ fn uncollected(last: &super::Command) -> Option<ToolError> {
 /// it (see `interrupt_programs`).
 const SETTLED_TICKS: u64 = 3;
 
+/// On a terminal, clock ticks (100 ms) a program has run for, at least, to be taken to
+/// have got a Ctrl-C and dealt with it as it meant to, ending well or not (see
+/// `follow_terminal_interrupt`): a short program of a loop on a loaded machine can live
+/// longer than `SETTLED_TICKS` and still lose a Ctrl-C that comes as it exits.
+const TERMINAL_SETTLED_TICKS: u64 = 10;
+
 /// What a timeout's interrupt on pipes has done so far (see `interrupt_programs`).
 #[derive(Default)]
 struct Interrupting {
@@ -903,11 +909,11 @@ impl Session {
     }
 
     /// On a terminal: Ctrl-C again whenever another program of command `seq` has taken the
-    /// foreground since the last one, until one that has run a few ticks gets it, the
-    /// command ends or `settle` passes. bash loses a Ctrl-C that comes as it starts a
-    /// program (the new program still has the shell's handler, and then exits as if
-    /// nothing came), so a loop of short programs goes on with the next; the interrupt
-    /// follows it, as a user presses Ctrl-C again. A program that has run a few ticks
+    /// foreground since the last one, until one that has run 100 ms gets it, the command
+    /// ends or `settle` passes. bash loses a Ctrl-C that comes as it starts a program (the
+    /// new program still has the shell's handler, and then exits as if nothing came), or
+    /// as a program exits, so a loop of short programs goes on with the next; the
+    /// interrupt follows it, as a user presses Ctrl-C again. A program that has run 100 ms
     /// takes it, whatever it then does: one that catches it and ends well leaves the rest
     /// of the line to run, as after one Ctrl-C at a terminal (`pytest; cleanup`), and one
     /// that runs on (a REPL, a pager) keeps its group. The shell itself (which may be
@@ -929,7 +935,9 @@ impl Session {
             let Some(now) = self.terminal().and_then(|t| t.foreground()) else {
                 return;
             };
-            if Some(now) != last && now != shell {
+            // Not while the new group's program is still the shell's child before its exec,
+            // which would lose it as the first did: it is looked at again.
+            if Some(now) != last && now != shell && self.programs(now, 0) {
                 let took = self.takes_interrupts(now);
                 self.interrupt().await;
                 if took {
@@ -941,13 +949,29 @@ impl Session {
         }
     }
 
-    /// Whether the program leading process group `group` (not the shell's) has run long
-    /// enough to take a Ctrl-C sent now: it runs, and has for `SETTLED_TICKS`.
+    /// Whether a program of process group `group` (not the shell's) takes a Ctrl-C sent
+    /// now: one of its processes runs, has for `TERMINAL_SETTLED_TICKS`, and is a program of
+    /// its own
+    /// (a child the shell forked runs the shell's handler until its exec, and a loaded
+    /// machine may keep it there that long). Any member counts: the first of a pipeline
+    /// may have ended.
     fn takes_interrupts(&self, group: i32) -> bool {
+        group != self.shell_group() && self.programs(group, TERMINAL_SETTLED_TICKS)
+    }
+
+    /// Whether a process of group `group` runs a program of its own (not the shell's child
+    /// before its exec, which runs the shell's handler) and has for `ticks` at least.
+    fn programs(&self, group: i32, ticks: u64) -> bool {
+        let shell_name = procfs::name(self.shell_group());
         let now = procfs::ticks_since_boot(Duration::ZERO).unwrap_or(0);
-        group != self.shell_group()
-            && procfs::stat(group)
-                .is_some_and(|s| !matches!(s.state, 'Z' | 'X') && s.started + SETTLED_TICKS <= now)
+        waiting::group_members(&self.leader_files, group)
+            .iter()
+            .any(|member| {
+                procfs::stat(member.pid)
+                    .is_some_and(|s| !matches!(s.state, 'Z' | 'X') && s.started + ticks <= now)
+                    && procfs::name(member.pid)
+                        .is_some_and(|name| Some(&name) != shell_name.as_ref())
+            })
     }
 
     /// On pipes: SIGINT to the processes the running command started (a job an earlier
