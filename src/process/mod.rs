@@ -240,16 +240,17 @@ impl SessionGroups {
         }
     }
 
-    /// Whether a process of the session other than `held` runs (is neither gone nor a
-    /// zombie a stopped parent has not reaped). Reads a file per process: the session's
-    /// tree, where it can be listed, else every process.
+    /// Whether a process of the session other than `held` runs: is neither gone, nor a
+    /// zombie a stopped parent has not reaped, nor stopped (a background job stops again
+    /// at its first touch of the terminal, and would wait out the grace). Reads a file per
+    /// process: the session's tree, where it can be listed, else every process.
     pub fn others_run(&self, held: i32) -> bool {
         procfs::session_tree(self.sid, usize::MAX)
             .unwrap_or_else(procfs::pids)
             .into_iter()
             .filter(|pid| *pid != held)
             .filter_map(procfs::stat)
-            .any(|s| s.session == self.sid && !matches!(s.state, 'Z' | 'X'))
+            .any(|s| s.session == self.sid && !matches!(s.state, 'Z' | 'X' | 'T' | 't'))
     }
 
     /// The found groups still this session's (see `signal`).

@@ -19,6 +19,11 @@ pub struct Stat {
     pub started: u64,
 }
 
+/// `/proc/PID/cmdline` of `pid`: its arguments, NUL-separated; `None` if it cannot be read.
+pub fn cmdline(pid: i32) -> Option<Vec<u8>> {
+    fs::read(format!("/proc/{pid}/cmdline")).ok()
+}
+
 /// `/proc/PID/stat` of `pid`; `None` if it does not exist (or cannot be read).
 pub fn stat(pid: i32) -> Option<Stat> {
     parse_stat(&read_text(&format!("/proc/{pid}/stat"))?)

@@ -33,6 +33,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use super::input::is_shell;
 use super::shell::scan::{Mark, Piece, Scanner};
 use super::shell::{CaptureChange, Typing};
 use super::{Session, sleep_until};
@@ -41,7 +42,7 @@ use crate::limits::{
     INSTALL_HELD_MAX_BYTES, READ_CHUNK_BYTES, READ_FIRST_BYTES, REDACT_HOLD_MAX, REDACT_HOLD_QUIET,
 };
 use crate::output::{Flush, Redactor, Stream, Utf8Decoder};
-use crate::process::{PtyMaster, unread};
+use crate::process::{PtyMaster, procfs, unread};
 
 /// Where a reader reads from.
 pub enum Source {
@@ -745,11 +746,21 @@ impl Session {
             s.shell_mark(mark, at);
         });
         // Printed by the integration line, which the shell runs itself: its own group is
-        // in the foreground.
+        // in the foreground, unless a line typed at once already runs there as the shell's
+        // job, whose parent is then the shell.
         if let Mark::Installed(_) = mark
             && let Some(group) = self.terminal().and_then(|t| t.foreground())
         {
-            let _ = self.shell_group.set(group);
+            let a_shell = |pid: i32| procfs::name(pid).is_some_and(|name| is_shell(&name));
+            let shell = if a_shell(group) {
+                group
+            } else {
+                procfs::stat(group)
+                    .map(|s| s.ppid)
+                    .filter(|parent| a_shell(*parent))
+                    .unwrap_or(self.pid)
+            };
+            let _ = self.shell_group.set(shell);
         }
     }
 

@@ -552,7 +552,7 @@ fn uncertain() -> ToolError {
 }
 
 /// Whether a program's name is a shell's, whose line editor runs what is typed at its prompt.
-fn is_shell(name: &str) -> bool {
+pub(super) fn is_shell(name: &str) -> bool {
     const SHELLS: &[&str] = &[
         "sh", "bash", "dash", "ash", "zsh", "ksh", "ksh93", "mksh", "yash", "posh", "fish", "csh",
         "tcsh", "busybox",

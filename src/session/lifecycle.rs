@@ -9,7 +9,7 @@ use tokio::time::Instant;
 
 use super::capture::NO_SCREEN;
 use super::ingest::{MarksReader, Reader, ReaderLink, Source};
-use super::input::{Input, Typed};
+use super::input::{Input, Typed, is_shell};
 use super::recording::{Header, Recording};
 use super::shell::{Track, install_line, new_nonce};
 use super::sink::Sink;
@@ -22,7 +22,7 @@ use crate::limits::{
 use crate::output::{OutputBuffer, Redactor, Screen, Shape, Stream};
 use crate::process::waiting::InputFile;
 use crate::process::{
-    Exit, ExitReceiver, PipeChild, PtyChild, SessionGroups, has_exited, signal_process,
+    Exit, ExitReceiver, PipeChild, PtyChild, SessionGroups, has_exited, procfs, signal_process,
 };
 
 pub struct NewSession {
@@ -419,7 +419,8 @@ impl Session {
         // stopped first (SIGSTOP, which nothing ignores) and kept stopped while its
         // programs get SIGTERM and their grace, then killed with them.
         let held = (self.mode == Mode::Pty && self.inspect(|s| s.shell().is_some()))
-            .then(|| self.shell_group());
+            .then(|| self.running_shell())
+            .flatten();
         if let Some(shell) = held {
             signal_process(shell, Signal::SIGSTOP);
         }
@@ -435,6 +436,19 @@ impl Session {
             }
         }
         self.settled_snapshot().await
+    }
+
+    /// The shell process of this session, if one runs now: its own group's leader, still
+    /// in this POSIX session and still a shell (not a program it `exec`'d, nor a process
+    /// that took the ID of one that ended). Else the session's leader when that is a shell.
+    fn running_shell(&self) -> Option<i32> {
+        let shell = |pid: i32| {
+            procfs::stat(pid).is_some_and(|s| s.session == self.pid && s.pgrp == pid)
+                && procfs::name(pid).is_some_and(|name| is_shell(&name))
+        };
+        [self.shell_group(), self.pid]
+            .into_iter()
+            .find(|pid| shell(*pid))
     }
 
     /// Wait until the session is final, or `grace` passes; with a shell `held` stopped

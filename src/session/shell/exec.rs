@@ -158,11 +158,11 @@ fn uncollected(last: &super::Command) -> Option<ToolError> {
 /// it (see `interrupt_programs`).
 const SETTLED_TICKS: u64 = 3;
 
-/// On a terminal, clock ticks (100 ms) a program has run for, at least, to be taken to
+/// On a terminal, clock ticks (50 ms) a program has run for, at least, to be taken to
 /// have got a Ctrl-C and dealt with it as it meant to, ending well or not (see
 /// `follow_terminal_interrupt`): a short program of a loop on a loaded machine can live
 /// longer than `SETTLED_TICKS` and still lose a Ctrl-C that comes as it exits.
-const TERMINAL_SETTLED_TICKS: u64 = 10;
+const TERMINAL_SETTLED_TICKS: u64 = 5;
 
 /// What a timeout's interrupt on pipes has done so far (see `interrupt_programs`).
 #[derive(Default)]
@@ -909,11 +909,11 @@ impl Session {
     }
 
     /// On a terminal: Ctrl-C again whenever another program of command `seq` has taken the
-    /// foreground since the last one, until one that has run 100 ms gets it, the command
+    /// foreground since the last one, until one that has run 50 ms gets it, the command
     /// ends or `settle` passes. bash loses a Ctrl-C that comes as it starts a program (the
     /// new program still has the shell's handler, and then exits as if nothing came), or
     /// as a program exits, so a loop of short programs goes on with the next; the
-    /// interrupt follows it, as a user presses Ctrl-C again. A program that has run 100 ms
+    /// interrupt follows it, as a user presses Ctrl-C again. A program that has run 50 ms
     /// takes it, whatever it then does: one that catches it and ends well leaves the rest
     /// of the line to run, as after one Ctrl-C at a terminal (`pytest; cleanup`), and one
     /// that runs on (a REPL, a pager) keeps its group. The shell itself (which may be
@@ -960,17 +960,17 @@ impl Session {
     }
 
     /// Whether a process of group `group` runs a program of its own (not the shell's child
-    /// before its exec, which runs the shell's handler) and has for `ticks` at least.
+    /// before its exec, which runs the shell's handler: its command line is still the
+    /// shell's) and has for `ticks` at least.
     fn programs(&self, group: i32, ticks: u64) -> bool {
-        let shell_name = procfs::name(self.shell_group());
+        let shell = procfs::cmdline(self.shell_group());
         let now = procfs::ticks_since_boot(Duration::ZERO).unwrap_or(0);
         waiting::group_members(&self.leader_files, group)
             .iter()
             .any(|member| {
                 procfs::stat(member.pid)
                     .is_some_and(|s| !matches!(s.state, 'Z' | 'X') && s.started + ticks <= now)
-                    && procfs::name(member.pid)
-                        .is_some_and(|name| Some(&name) != shell_name.as_ref())
+                    && procfs::cmdline(member.pid).is_some_and(|line| Some(&line) != shell.as_ref())
             })
     }
 
