@@ -701,24 +701,8 @@ async fn audit_lines_over_http_carry_the_mcp_session_and_the_client_address() {
 #[test]
 fn a_server_started_with_sighup_ignored_keeps_running_on_sighup() {
     let home = tempfile::tempdir().unwrap();
-    let mut child = Command::new("/bin/sh")
-        .args([
-            "-c",
-            "trap '' HUP; exec \"$0\" \"$@\"",
-            BIN,
-            "http",
-            "--listen",
-            "127.0.0.1:0",
-        ])
-        .current_dir(home.path())
-        .env("XDG_CONFIG_HOME", home.path())
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let stderr = Stderr::of(&mut child);
-    stderr.line("mcp-terminal: listening on http://127.0.0.1:");
+    let ignoring = "trap '' HUP; exec \"$0\" \"$@\"";
+    let (mut child, stderr) = http_with_default_config(home.path(), &["/bin/sh", "-c", ignoring]);
     let pid = nix::unistd::Pid::from_raw(child.id() as i32);
     nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGHUP).unwrap();
     nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
@@ -730,17 +714,7 @@ fn a_server_started_with_sighup_ignored_keeps_running_on_sighup() {
 #[test]
 fn without_token_file_the_token_lives_beside_the_default_config() {
     let home = tempfile::tempdir().unwrap();
-    let mut child = Command::new(BIN)
-        .args(["http", "--listen", "127.0.0.1:0"])
-        .current_dir(home.path())
-        .env("XDG_CONFIG_HOME", home.path())
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let stderr = Stderr::of(&mut child);
-    stderr.line("mcp-terminal: listening on http://127.0.0.1:");
+    let (mut child, stderr) = http_with_default_config(home.path(), &[]);
     let path = home.path().join("mcp-terminal/token");
     let created = stderr.line("mcp-terminal: created a new token in ");
     assert!(created.contains(&path.display().to_string()), "{created}");
@@ -751,6 +725,29 @@ fn without_token_file_the_token_lives_beside_the_default_config() {
     )
     .unwrap();
     assert_eq!(child.wait().unwrap().code(), Some(0));
+}
+
+/// `mcp-terminal http` on a free port, with `home` as its config home and no flags, run
+/// through `wrapper` (a program and its first arguments, the server's path after them),
+/// once it listens.
+fn http_with_default_config(
+    home: &std::path::Path,
+    wrapper: &[&str],
+) -> (std::process::Child, Stderr) {
+    let mut argv: Vec<&str> = wrapper.to_vec();
+    argv.extend([BIN, "http", "--listen", "127.0.0.1:0"]);
+    let mut child = Command::new(argv[0])
+        .args(&argv[1..])
+        .current_dir(home)
+        .env("XDG_CONFIG_HOME", home)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = Stderr::of(&mut child);
+    stderr.line("mcp-terminal: listening on http://127.0.0.1:");
+    (child, stderr)
 }
 
 // The live view (`--web`, SPEC §11).
