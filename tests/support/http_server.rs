@@ -33,7 +33,9 @@ impl HttpServer {
     /// The same in `dir`, where a token file may already be.
     pub fn start_in(dir: tempfile::TempDir, args: &[&str], log: &str) -> HttpServer {
         let token_file = dir.path().join("token");
-        let mut child = Command::new(BIN)
+        let mut command = Command::new(BIN);
+        hangup_as_default(&mut command);
+        let mut child = command
             .args(["http", "--token-file"])
             .arg(&token_file)
             .args(args)
@@ -182,5 +184,19 @@ pub fn dumpable_unless_root() -> &'static str {
         "0"
     } else {
         "1"
+    }
+}
+
+/// Give the server SIGHUP's default disposition whatever the test runner's is: a runner
+/// started under `nohup` ignores SIGHUP, which its children inherit, and a server started
+/// with SIGHUP ignored keeps it ignored.
+pub fn hangup_as_default(command: &mut Command) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: between fork and exec only `signal`, which is async-signal-safe, is called.
+    unsafe {
+        command.pre_exec(|| {
+            libc::signal(libc::SIGHUP, libc::SIG_DFL);
+            Ok(())
+        });
     }
 }
