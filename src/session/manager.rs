@@ -85,15 +85,18 @@ impl Sessions {
         Ok(session)
     }
 
-    /// `text` with the value of every configured secret replaced by its marker.
-    pub fn redact_any_secret(&self, text: &str) -> String {
-        let secrets: Vec<(String, String)> = self
-            .config
+    /// `(name, value)` of every configured secret.
+    fn every_secret(&self) -> Vec<(String, String)> {
+        self.config
             .secrets
             .iter()
             .map(|(name, secret)| (name.clone(), secret.value.expose().to_owned()))
-            .collect();
-        match crate::output::Redactor::new(&secrets) {
+            .collect()
+    }
+
+    /// `text` with the value of every configured secret replaced by its marker.
+    pub fn redact_any_secret(&self, text: &str) -> String {
+        match crate::output::Redactor::new(&self.every_secret()) {
             Some(redactor) => redactor.replaced(text).into_owned(),
             None => text.to_owned(),
         }
@@ -297,11 +300,7 @@ impl Sessions {
                         Some((name.clone(), secret.value.expose().to_owned()))
                     })
                     .collect(),
-                redact_typed: config
-                    .secrets
-                    .iter()
-                    .map(|(name, secret)| (name.clone(), secret.value.expose().to_owned()))
-                    .collect(),
+                redact_typed: self.every_secret(),
                 record: config
                     .recordings_dir
                     .as_ref()

@@ -486,11 +486,17 @@ mod tests {
         assert!(track.current().is_none());
     }
 
+    /// A terminal shell integrated with `typing`, at its first prompt.
+    fn prompted(typing: Typing) -> Track {
+        let mut track = Track::installing("n".into());
+        track.mark(&Mark::Installed(typing), 0);
+        track.mark(&Mark::End(Some(0)), 0);
+        track
+    }
+
     #[test]
     fn a_typed_line_left_open_reads_the_command_line_until_the_next_line_or_prompt() {
-        let mut track = Track::installing("n".into());
-        track.mark(&Mark::Installed(Typing::Canonical), 0);
-        track.mark(&Mark::End(Some(0)), 0);
+        let mut track = prompted(Typing::Canonical);
         // `if true; then` typed: the shell runs nothing yet and shows its `> ` prompt.
         let before = track.seen();
         track.typed_line(before);
@@ -519,9 +525,7 @@ mod tests {
 
     #[test]
     fn a_line_typed_before_the_prompt_it_caused_leaves_the_shell_at_its_prompt() {
-        let mut track = Track::installing("n".into());
-        track.mark(&Mark::Installed(Typing::Readline), 0);
-        track.mark(&Mark::End(Some(0)), 0);
+        let mut track = prompted(Typing::Readline);
         // A line is typed at the prompt; the shell's next prompt is seen before the write
         // is noted (a command that ran at once): the shell is at its prompt.
         let before = track.seen();
