@@ -514,7 +514,7 @@ impl Reader {
     }
 
     async fn apply(&mut self, mark: Mark) {
-        if let Mark::Installed(typing) = mark {
+        if let Mark::Installed { typing, .. } = mark {
             // The shell's start and the installing line are not shown.
             self.installing = None;
             if typing == Typing::Readline
@@ -745,10 +745,21 @@ impl Session {
             let at = s.output().end();
             s.shell_mark(mark, at);
         });
-        // Printed by the integration line, which the shell runs itself: its own group is
-        // in the foreground, unless a line typed at once already runs there as the shell's
-        // job, whose parent is then the shell.
-        if let Mark::Installed(_) = mark
+        // Printed by the integration line, which the shell runs itself: the mark names the
+        // shell (`$$`), whose group is its own. A line typed at once may already run in the
+        // foreground as the shell's job, a child still named as the shell until its exec.
+        if let Mark::Installed {
+            shell: Some(pid), ..
+        } = mark
+            && let Some(stat) = procfs::stat(*pid)
+            && stat.session == self.pid
+        {
+            let _ = self.shell_group.set(stat.pgrp);
+        }
+        // Without it, the foreground's group is the shell's, or a job's whose parent is the
+        // shell.
+        if let Mark::Installed { .. } = mark
+            && self.shell_group.get().is_none()
             && let Some(group) = self.terminal().and_then(|t| t.foreground())
         {
             let a_shell = |pid: i32| procfs::name(pid).is_some_and(|name| is_shell(&name));

@@ -100,7 +100,7 @@ pub fn install_line(nonce: &str) -> String {
          else __mt_p=\"$(builtin printf '{OSC}%s;P{BEL}' \"$__mt_n\")\"; PS2=$__mt_p; __mt_k=canonical; fi; \
          else PS1=\"$(command printf '{OSC}%s;D;' \"$__mt_n\")\"'$?'\"$(command printf '{BEL}')$PS1\"; \
          export VIRTUAL_ENV_DISABLE_PROMPT=1; PS2=\"$(command printf '{OSC}%s;P{BEL}' \"$__mt_n\")\"; \
-         __mt_k=canonical; fi; command printf '{OSC}%s;I;%s{BEL}' \"$__mt_n\" \"$__mt_k\" >/dev/tty"
+         __mt_k=canonical; fi; command printf '{OSC}%s;I;%s;%s{BEL}' \"$__mt_n\" \"$__mt_k\" \"$$\" >/dev/tty"
     )
 }
 

@@ -348,7 +348,7 @@ impl Track {
             Mark::Start
             | Mark::InputEnd
             | Mark::InputReady
-            | Mark::Installed(_)
+            | Mark::Installed { .. }
             | Mark::Continued
             | Mark::Probed => None,
         }
@@ -390,7 +390,7 @@ impl Track {
                 }
             },
             // The prompt comes with the end mark that follows.
-            Mark::Installed(typing) => self.typing = Some(*typing),
+            Mark::Installed { typing, .. } => self.typing = Some(*typing),
             Mark::Start | Mark::InputEnd => match self.open() {
                 Some(command) if command.started.is_none() => {
                     command.started = Some(at);
@@ -446,7 +446,13 @@ mod tests {
     fn a_command_runs_from_its_start_mark_to_its_end_mark() {
         let mut track = Track::installing("n".into());
         assert!(matches!(track.busy(), Some(Busy::Installing)));
-        track.mark(&Mark::Installed(Typing::Readline), 0);
+        track.mark(
+            &Mark::Installed {
+                typing: Typing::Readline,
+                shell: None,
+            },
+            0,
+        );
         assert!(matches!(track.busy(), Some(Busy::Installing)));
         track.mark(&Mark::End(Some(0)), 0);
         assert!(track.busy().is_none());
@@ -489,7 +495,13 @@ mod tests {
     /// A terminal shell integrated with `typing`, at its first prompt.
     fn prompted(typing: Typing) -> Track {
         let mut track = Track::installing("n".into());
-        track.mark(&Mark::Installed(typing), 0);
+        track.mark(
+            &Mark::Installed {
+                typing,
+                shell: None,
+            },
+            0,
+        );
         track.mark(&Mark::End(Some(0)), 0);
         track
     }

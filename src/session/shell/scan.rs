@@ -15,8 +15,12 @@ use memchr::memchr_iter;
 /// What a mark says.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Mark {
-    /// The integration is installed; how commands are typed into this shell.
-    Installed(super::Typing),
+    /// The integration is installed: how commands are typed into this shell, and the
+    /// shell's process id (`$$`), where the mark says it.
+    Installed {
+        typing: super::Typing,
+        shell: Option<i32>,
+    },
     /// A command line was read and is about to run (bash's `PS0`).
     Start,
     /// Readline reads a line (the terminal is set up for it).
@@ -121,7 +125,13 @@ impl Scanner {
                     if let Some(mark) = mark {
                         // The text after it in this very read (the first prompt) is
                         // readline's already.
-                        if mark == Mark::Installed(super::Typing::Readline) {
+                        if matches!(
+                            mark,
+                            Mark::Installed {
+                                typing: super::Typing::Readline,
+                                ..
+                            }
+                        ) {
                             self.paste_ends = true;
                         }
                         piece(Piece::Mark(mark));
@@ -191,11 +201,16 @@ impl Scanner {
 fn parse(body: &str) -> Option<Mark> {
     let (kind, data) = body.split_once(';').unwrap_or((body, ""));
     match kind {
-        "I" => match data {
-            "readline" => Some(Mark::Installed(super::Typing::Readline)),
-            "canonical" => Some(Mark::Installed(super::Typing::Canonical)),
-            _ => None,
-        },
+        "I" => {
+            let (typing, shell) = data.split_once(';').unwrap_or((data, ""));
+            let typing = match typing {
+                "readline" => super::Typing::Readline,
+                "canonical" => super::Typing::Canonical,
+                _ => return None,
+            };
+            let shell = shell.parse().ok().filter(|pid| *pid > 0);
+            Some(Mark::Installed { typing, shell })
+        }
         "C" => Some(Mark::Start),
         "P" => Some(Mark::Continued),
         "R" => Some(Mark::Probed),
@@ -282,11 +297,14 @@ mod tests {
 
     #[test]
     fn a_readline_shell_reads_from_the_prompt_that_follows_its_installation() {
-        let text = format!("{}{}{PASTE_ON}$ ", mark("I;readline"), mark("D;0"));
+        let text = format!("{}{}{PASTE_ON}$ ", mark("I;readline;42"), mark("D;0"));
         assert_eq!(
             scanned(&mut Scanner::new(NONCE), &[&text]),
             [
-                Owned::Mark(Mark::Installed(super::super::Typing::Readline)),
+                Owned::Mark(Mark::Installed {
+                    typing: super::super::Typing::Readline,
+                    shell: Some(42)
+                }),
                 Owned::Mark(Mark::End(Some(0))),
                 Owned::Text("\u{1b}[?2004h".into()),
                 Owned::Mark(Mark::InputReady),
