@@ -226,7 +226,9 @@ fn display_path(path: &str) -> &str {
 /// A value for an error message: short values verbatim, the rest by type.
 pub fn describe(value: &Value) -> String {
     let text = value.to_string();
-    if text.len() <= 40 {
+    if value.is_null() {
+        text
+    } else if text.len() <= 40 {
         format!("{} {text}", type_name(value))
     } else {
         type_name(value).to_owned()
@@ -304,5 +306,12 @@ mod tests {
             type_name(&json!(9.21e18)),
             "a whole number written as a float"
         );
+    }
+
+    #[test]
+    fn a_value_is_named_once_by_type_and_shown_when_short() {
+        assert_eq!(describe(&json!(null)), "null");
+        assert_eq!(describe(&json!(true)), "a boolean true");
+        assert_eq!(describe(&json!("x".repeat(50))), "a string");
     }
 }
