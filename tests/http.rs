@@ -902,6 +902,17 @@ async fn live_view_is_read_only_and_answers_unknown_pages_with_404() {
     let (status, _, _) = view(&base, "/ui/recordings/..%2F..%2Fetc%2Fpasswd", &cookie).await;
     assert_eq!(status, StatusCode::NOT_FOUND);
 
+    // The listener's root, as a browser opens it: where things are, not the view's place.
+    for path in ["/", "/index.html"] {
+        let (status, _, body) = view(&base, path, "").await;
+        assert_eq!(status, StatusCode::NOT_FOUND, "{path}");
+        assert!(
+            body.contains("MCP at /mcp") && body.contains("web-url"),
+            "{body}"
+        );
+        assert!(!body.contains("/ui/"), "{body}");
+    }
+
     // Without --web there is no view at all.
     let plain = Server::start(&["--listen", "127.0.0.1:0"], LOG);
     let (status, _, _) = view(&plain.base, "/ui/", "").await;
@@ -1090,6 +1101,13 @@ fn stdio_web_serves_the_view_beside_stdio_on_loopback_only() {
             .await
             .unwrap();
         assert_eq!(foreign.status(), StatusCode::FORBIDDEN);
+        let (status, _, body) = view(&base, "/", "").await;
+        assert_eq!(status, StatusCode::NOT_FOUND);
+        assert!(
+            body.contains("live view") && body.contains("web-url"),
+            "{body}"
+        );
+        assert!(!body.contains("/ui/"), "{body}");
     });
     drop(child.stdin.take());
     assert_eq!(child.wait().unwrap().code(), Some(0));

@@ -250,5 +250,7 @@ fn router(
     if let Some(view) = view {
         router = router.merge(crate::web::router(view));
     }
-    router.layer(from_fn_with_state(access, guard::browser_rules))
+    router
+        .fallback(|| async { crate::web::not_served(true) })
+        .layer(from_fn_with_state(access, guard::browser_rules))
 }

@@ -243,6 +243,24 @@ fn pages(prefix: &str) -> Router<Arc<View>> {
         .route(&at("{*rest}"), any(unknown))
 }
 
+/// The answer at an address outside every route (a browser opening the listener's root):
+/// where the server's things are, without the view's own place, which is the owner's.
+pub fn not_served(mcp: bool) -> Response {
+    let what = if mcp {
+        "mcp-terminal serves MCP at /mcp (a POST with the bearer token) and, when it was \
+         started with --web, the live view at the address `mcp-terminal web-url` prints"
+    } else {
+        "this is mcp-terminal's live view: open the address `mcp-terminal web-url` prints (or \
+         the one the server printed when it started)"
+    };
+    (
+        StatusCode::NOT_FOUND,
+        [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+        format!("Nothing is served here: {what}.\n"),
+    )
+        .into_response()
+}
+
 async fn in_place(State(view): State<Arc<View>>) -> Redirect {
     Redirect::to(&view.base())
 }
@@ -423,7 +441,9 @@ pub fn serve_beside(
     if let Some(file) = &beside.url_file {
         address::publish(file, &url, view.sign_in.owner_key());
     }
-    let app = router(view).layer(from_fn_with_state(beside.access, guard::browser_rules));
+    let app = router(view)
+        .fallback(|| async { not_served(false) })
+        .layer(from_fn_with_state(beside.access, guard::browser_rules));
     let limits = listener::Limits {
         connections: HTTP_MAX_CONNECTIONS,
         header_read: HTTP_HEADER_READ_TIMEOUT,
