@@ -157,10 +157,18 @@ pub fn parse_config_as(
     })
 }
 
-/// `web_listen`: a loopback `IP:PORT` (the live view beside stdio serves this machine only).
+/// `web_listen`: a loopback `IP:PORT`, or `localhost:PORT` for 127.0.0.1 (the live view
+/// beside stdio serves this machine only).
 fn web_listen(text: &str) -> Result<std::net::SocketAddr, String> {
-    let address: std::net::SocketAddr = text.parse().map_err(|_| {
-        format!("`web_listen`: `{text}` is not an address of the form IP:PORT (127.0.0.1:8766)")
+    let address = match text.strip_prefix("localhost:") {
+        Some(port) => format!("127.0.0.1:{port}").parse(),
+        None => text.parse(),
+    };
+    let address: std::net::SocketAddr = address.map_err(|_| {
+        format!(
+            "`web_listen`: `{text}` is not an address of the form IP:PORT or localhost:PORT \
+             (127.0.0.1:8766)"
+        )
     })?;
     if !address.ip().is_loopback() {
         return Err(format!(
@@ -745,6 +753,9 @@ mod tests {
         assert_eq!(c.web_listen, Some("127.0.0.1:9000".parse().unwrap()));
         assert!(err(json!({"web_listen": "0.0.0.0:9000"})).contains("not a loopback"));
         assert!(err(json!({"web_listen": "localhost"})).contains("IP:PORT"));
+        let c = parse_config(&with(json!({"web_listen": "localhost:9001"})), &root()).unwrap();
+        assert_eq!(c.web_listen, Some("127.0.0.1:9001".parse().unwrap()));
+        assert!(err(json!({"web_listen": "localhost:x"})).contains("localhost:PORT"));
         assert!(err(json!({"web_listen": 8766})).contains("must be a string"));
     }
 
