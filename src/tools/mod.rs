@@ -126,6 +126,21 @@ impl TerminalServer {
             }
             _ => {}
         }
+        // How a command ended, for the owner reading what ran: exec's outcome as `result`,
+        // the exit status, and the signal that ended a run.
+        if matches!(tool, "terminal_exec" | "terminal_run")
+            && let Some(answer) = answered
+        {
+            if let Some(result) = answer.get("outcome").filter(|v| v.is_string()) {
+                details.insert("result".into(), result.clone());
+            }
+            if let Some(code) = answer.get("exit_code") {
+                details.insert("exit_code".into(), code.clone());
+            }
+            if let Some(signal) = answer.get("signal").filter(|v| !v.is_null()) {
+                details.insert("signal".into(), signal.clone());
+            }
+        }
         let written = audit.record(AuditLine {
             by: By::Agent,
             tool: tool.to_owned(),
