@@ -320,6 +320,11 @@ async fn expiry(
                 tokio::time::sleep_until(due).await;
                 continue;
             }
+            if session.named_now() {
+                // A call waiting on it names it all along.
+                session.touch();
+                continue;
+            }
             match session.commands_idle_since().await {
                 // A command running in the shell is not idleness.
                 None => session.touch(),

@@ -103,6 +103,9 @@ pub struct Session {
     exec: tokio::sync::Mutex<shell::Calls>,
     /// When a tool call last named this session (for `idle_timeout_ms`).
     named_at: Mutex<Instant>,
+    /// Calls naming this session that have not answered yet (a wait, a read that waits,
+    /// a run): while one is open, the session is named.
+    naming_calls: std::sync::atomic::AtomicUsize,
     /// The asciicast recording, when the owner records this profile.
     recording: Option<Arc<Recording>>,
     /// The secrets the profile allows, to keep out of what is kept of typed text (command
@@ -246,6 +249,7 @@ impl Session {
             echo_seen: std::sync::atomic::AtomicUsize::new(0),
             exec: tokio::sync::Mutex::default(),
             named_at: Mutex::new(Instant::now()),
+            naming_calls: std::sync::atomic::AtomicUsize::new(0),
             recording: parts.recording,
             typed: parts.typed,
             shell_group: std::sync::OnceLock::new(),
@@ -400,6 +404,18 @@ impl Session {
         *self.named_at.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// A call naming this session until it answers (a wait, a read that waits, a run): no
+    /// idle time passes while it is open, and it starts again when the call ends.
+    pub fn naming_call(&self) -> NamingCall<'_> {
+        self.naming_calls.fetch_add(1, Ordering::SeqCst);
+        NamingCall(self)
+    }
+
+    /// Whether a call naming this session is open.
+    fn named_now(&self) -> bool {
+        self.naming_calls.load(Ordering::SeqCst) > 0
+    }
+
     /// Final and past its retention period.
     fn expired(&self, retention: Duration) -> bool {
         self.inspect(|s| s.final_since().is_some_and(|at| at.elapsed() >= retention))
@@ -432,5 +448,15 @@ impl Session {
             }
         }
         None
+    }
+}
+
+/// A call naming its session, open until dropped (see `Session::naming_call`).
+pub struct NamingCall<'a>(&'a Session);
+
+impl Drop for NamingCall<'_> {
+    fn drop(&mut self) {
+        self.0.touch();
+        self.0.naming_calls.fetch_sub(1, Ordering::SeqCst);
     }
 }

@@ -127,6 +127,7 @@ impl TerminalServer {
             capture: Some((shape, args.int("max_bytes") as usize)),
         };
         let session = self.sessions.start(request).await?;
+        let _naming = session.naming_call();
         let result = session
             .run_to_end(stdin, Duration::from_millis(timeout_ms), cancel)
             .await;
@@ -144,8 +145,9 @@ impl TerminalServer {
             Some(lines) => ReadFrom::Tail(lines as usize),
             None => ReadFrom::Cursor(args.int("cursor")),
         };
-        let mut result = self
-            .session(args)?
+        let session = self.session(args)?;
+        let _naming = session.naming_call();
+        let mut result = session
             .read(
                 from,
                 args.int("max_bytes") as usize,
@@ -296,6 +298,7 @@ impl TerminalServer {
         let session = self
             .sessions
             .get(args.str("session_id").unwrap_or_default())?;
+        let _naming = session.naming_call();
         let search = match args.str("pattern") {
             Some(pattern) => Some(Search::compile_for_client(pattern).await?),
             None => None,
