@@ -253,6 +253,8 @@ impl Sessions {
             None => requested.to_owned(),
         };
         let spawned = spawned.map_err(|e| match e {
+            // Shutdown kills the children of spawns in flight: no fault of the profile's.
+            _ if self.shutting_down.load(Ordering::SeqCst) => shutting_down(),
             SpawnError::CwdStuck => ToolError::new(
                 ErrorCode::CwdNotAllowed,
                 format!(

@@ -99,12 +99,50 @@ impl Session {
         if self.status().is_final() {
             return Err(self.not_running());
         }
+        let pipe_shell = self.mode == Mode::Pipe && self.inspect(|s| s.shell().is_some());
         match target {
+            Target::Group | Target::Leader if signal == Signal::SIGINT && pipe_shell => {
+                self.interrupt_pipe_shell().await;
+            }
             Target::Group => signal_group(self.pid, signal),
             Target::Leader => signal_process(self.pid, signal),
             Target::Command => self.signal_command(signal).await?,
         }
         Ok(())
+    }
+
+    /// SIGINT to a shell on pipes is Ctrl-C, as a terminal gives it: what runs is
+    /// interrupted, and the shell lives on with its state. The shell is in the group its
+    /// programs run in, and one without a trap of its own for SIGINT (dash, any `sh`)
+    /// would die of it, where an interactive shell never does. A command of
+    /// terminal_exec is interrupted as its timeout does; programs started otherwise
+    /// (a line of terminal_write) get SIGINT, and the shell SIGURG, whose trap (once a
+    /// command installed it) ends their line if they died of it.
+    async fn interrupt_pipe_shell(&self) {
+        let running = self.inspect(|s| {
+            let command = s.shell().and_then(|t| t.current());
+            command.filter(|c| c.ended.is_none()).map(|c| c.seq)
+        });
+        if let Some(seq) = running {
+            self.interrupt_command(seq, Instant::now() + EXEC_INTERRUPT_SETTLE)
+                .await;
+            return;
+        }
+        let shell = self.pid;
+        let programs = tokio::task::spawn_blocking(move || {
+            procfs::session_members(shell)
+                .into_iter()
+                .filter(|&pid| pid != shell && procfs::stat(pid).is_some_and(|s| s.pgrp == shell))
+                .collect::<Vec<_>>()
+        })
+        .await
+        .unwrap_or_default();
+        for &pid in &programs {
+            signal_process(pid, Signal::SIGINT);
+        }
+        if !programs.is_empty() {
+            signal_process(shell, Signal::SIGURG);
+        }
     }
 
     /// A signal for what a shell runs, the shell spared: a program that ignores Ctrl-C
