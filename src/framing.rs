@@ -12,12 +12,14 @@
 //! message alike.
 //!
 //! At most `MAX_IN_FLIGHT` requests are with the service unanswered (`InFlight`): beyond
-//! that no more input is read until an answer has been written to stdout. A client that
-//! writes requests and never reads the answers therefore meets a full pipe instead of a
-//! growing server. A request whose id is already in flight is answered here with "Invalid
+//! that, requests read are held here (up to `MAX_HELD` of them, `MAX_HELD_BYTES` in all)
+//! until an answer has been written to stdout, while input is still read, so that a
+//! cancellation of a request in flight (or of one held, which is then dropped) still gets
+//! through; past that no more input is read. A client that writes requests and never
+//! reads the answers therefore meets a full pipe instead of a growing server. A request whose id is already in flight is answered here with "Invalid
 //! Request": its answer could not be told apart from the first one's.
 
-use std::collections::HashSet;
+use std::collections::{HashSet, VecDeque};
 use std::sync::{Arc, Mutex};
 
 use rmcp::model::{
@@ -27,7 +29,7 @@ use rmcp::model::{
 use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
 use tokio::sync::{Notify, mpsc, oneshot};
 
-use crate::limits::{MAX_FRAME_BYTES, MAX_IN_FLIGHT};
+use crate::limits::{MAX_FRAME_BYTES, MAX_HELD, MAX_HELD_BYTES, MAX_IN_FLIGHT};
 
 /// The reading half of the stdio transport. `next` is cancel-safe: the service's loop
 /// drops it whenever something else is ready, so everything between two messages (the
@@ -37,8 +39,11 @@ pub struct Guard<R> {
     reader: BufReader<R>,
     line: Vec<u8>,
     discarding: bool,
-    /// A request read, waiting for a place in flight.
-    waiting: Option<(RequestId, ClientJsonRpcMessage)>,
+    /// Requests read, waiting in order for a place in flight, each with its line's size.
+    held: VecDeque<(RequestId, ClientJsonRpcMessage, usize)>,
+    held_bytes: usize,
+    /// Stdin ended: what is held is still passed on.
+    ended: bool,
     /// An answer of the guard's, waiting for room in `replies`.
     refusal: Option<Vec<u8>>,
     replies: mpsc::Sender<Vec<u8>>,
@@ -72,7 +77,9 @@ impl<R: AsyncRead + Unpin> Guard<R> {
             reader: BufReader::with_capacity(64 * 1024, stdin),
             line: Vec::new(),
             discarding: false,
-            waiting: None,
+            held: VecDeque::new(),
+            held_bytes: 0,
+            ended: false,
             refusal: None,
             replies,
             in_flight,
@@ -97,35 +104,100 @@ impl<R: AsyncRead + Unpin> Guard<R> {
                 let permit = self.replies.reserve().await.ok()?;
                 permit.send(self.refusal.take().expect("checked above"));
             }
-            if let Some((id, _)) = &self.waiting {
-                let admitted = self.in_flight.admit(id_text(id)).await;
-                let (id, message) = self.waiting.take().expect("checked above");
-                if admitted {
-                    return Some(message);
+            if let Some((id, _, _)) = self.held.front() {
+                match self.in_flight.try_admit(id_text(id)) {
+                    Admission::Admitted => {
+                        let (_, message, size) = self.held.pop_front().expect("checked above");
+                        self.held_bytes -= size;
+                        return Some(message);
+                    }
+                    Admission::Duplicate => {
+                        let (id, _, size) = self.held.pop_front().expect("checked above");
+                        self.held_bytes -= size;
+                        tracing::warn!("refused a request whose id is already in flight");
+                        let why = format!(
+                            "Invalid Request: id {id} belongs to a request not yet answered; \
+                             give each request in flight its own id"
+                        );
+                        self.refusal = Some(error_frame(id_value(&id), -32600, &why));
+                        continue;
+                    }
+                    Admission::Full if self.ended || self.held_full() => {
+                        self.in_flight.room().await;
+                        continue;
+                    }
+                    // Input is still read meanwhile: a cancellation may free a place.
+                    Admission::Full => {
+                        let in_flight = self.in_flight.clone();
+                        tokio::select! {
+                            () = in_flight.room() => continue,
+                            frame = self.frame() => match frame {
+                                Some(frame) => match self.take(frame) {
+                                    Some(message) => return Some(message),
+                                    None => continue,
+                                },
+                                None => {
+                                    self.ended = true;
+                                    continue;
+                                }
+                            },
+                        }
+                    }
                 }
-                tracing::warn!("refused a request whose id is already in flight");
-                let why = format!(
-                    "Invalid Request: id {id} belongs to a request not yet answered; give \
-                     each request in flight its own id"
-                );
-                self.refusal = Some(error_frame(id_value(&id), -32600, &why));
-                continue;
+            }
+            if self.ended {
+                return None;
             }
             let frame = self.frame().await?;
-            match frame.map(|frame| self.judge(frame.trim_ascii())) {
-                Err(()) => {
-                    tracing::warn!("refused a message over {MAX_FRAME_BYTES} bytes");
-                    let why = format!(
-                        "Invalid Request: the message exceeds {MAX_FRAME_BYTES} bytes \
-                         (newline included) and was discarded unread"
-                    );
-                    self.refusal = Some(error_frame(serde_json::Value::Null, -32600, &why));
-                }
-                Ok(Verdict::Deliver(message)) => return Some(message),
-                Ok(Verdict::Admit(id, message)) => self.waiting = Some((id, message)),
-                Ok(Verdict::Answer(answer)) => self.refusal = Some(answer),
-                Ok(Verdict::Ignore) => {}
+            if let Some(message) = self.take(frame) {
+                return Some(message);
             }
+        }
+    }
+
+    /// Whether no more requests are held until a place in flight comes free.
+    fn held_full(&self) -> bool {
+        self.held.len() >= MAX_HELD || self.held_bytes >= MAX_HELD_BYTES
+    }
+
+    /// What comes of a line read: a message to pass on now, or nothing (a request held, an
+    /// answer of the guard's pending).
+    fn take(&mut self, frame: Result<Vec<u8>, ()>) -> Option<ClientJsonRpcMessage> {
+        let Ok(frame) = frame else {
+            tracing::warn!("refused a message over {MAX_FRAME_BYTES} bytes");
+            let why = format!(
+                "Invalid Request: the message exceeds {MAX_FRAME_BYTES} bytes (newline \
+                 included) and was discarded unread"
+            );
+            self.refusal = Some(error_frame(serde_json::Value::Null, -32600, &why));
+            return None;
+        };
+        match self.judge(frame.trim_ascii()) {
+            Verdict::Deliver(message) => Some(message),
+            Verdict::Admit(id, message) => {
+                self.held_bytes += frame.len();
+                self.held.push_back((id, message, frame.len()));
+                None
+            }
+            Verdict::Answer(answer) => {
+                self.refusal = Some(answer);
+                None
+            }
+            Verdict::Ignore => None,
+        }
+    }
+
+    /// Request `id` (as JSON text) was cancelled: its place in flight is free, or, held
+    /// here, it is dropped unsent (a cancelled request is not answered).
+    fn cancelled(&mut self, id: &str) {
+        self.in_flight.settle(id);
+        if let Some(at) = self
+            .held
+            .iter()
+            .position(|(held, _, _)| id_text(held) == id)
+        {
+            let (_, _, size) = self.held.remove(at).expect("found above");
+            self.held_bytes -= size;
         }
     }
 
@@ -163,7 +235,7 @@ impl<R: AsyncRead + Unpin> Guard<R> {
 
     /// What `read` makes of it, with the places in flight kept: a request waits for one, a
     /// cancellation (readable or not) frees its request's.
-    fn judge(&self, body: &[u8]) -> Verdict {
+    fn judge(&mut self, body: &[u8]) -> Verdict {
         match read(body) {
             Ok(JsonRpcMessage::Request(request)) => {
                 let id = request.id.clone();
@@ -179,13 +251,13 @@ impl<R: AsyncRead + Unpin> Guard<R> {
                         &notification.notification
                     && let Some(id) = &cancel.params.request_id
                 {
-                    self.in_flight.settle(&id_text(id));
+                    self.cancelled(&id_text(id));
                 }
                 Verdict::Deliver(message)
             }
             Err(unreadable) => {
                 if let Some(id) = &unreadable.cancelled {
-                    self.in_flight.settle(id);
+                    self.cancelled(id);
                 }
                 unreadable
                     .answer
@@ -337,6 +409,15 @@ fn id_value(id: &RequestId) -> serde_json::Value {
     serde_json::to_value(id).unwrap_or_default()
 }
 
+/// Whether a request may go in flight now.
+enum Admission {
+    Admitted,
+    /// A request with its id is in flight.
+    Duplicate,
+    /// `MAX_IN_FLIGHT` are.
+    Full,
+}
+
 /// The ids (as JSON text) of requests passed to the service and not yet answered on stdout.
 #[derive(Default)]
 pub struct InFlight {
@@ -349,22 +430,38 @@ impl InFlight {
         self.ids.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Wait for room, then note `id` as in flight. False, at once, when a request with the
-    /// same id is still unanswered: the service keys its answers by id, so the two would
-    /// share one answer and the other would never come. Cancel-safe: the id is noted only
-    /// when this returns true.
-    async fn admit(&self, id: String) -> bool {
+    /// Note `id` as in flight if there is room. Refused when a request with the same id is
+    /// still unanswered: the service keys its answers by id, so the two would share one
+    /// answer and the other would never come.
+    fn try_admit(&self, id: String) -> Admission {
+        let mut ids = self.ids();
+        if ids.contains(&id) {
+            Admission::Duplicate
+        } else if ids.len() < MAX_IN_FLIGHT {
+            ids.insert(id);
+            Admission::Admitted
+        } else {
+            Admission::Full
+        }
+    }
+
+    /// Once there is room for another request in flight.
+    async fn room(&self) {
         loop {
             let answered = self.answered.notified();
-            {
-                let mut ids = self.ids();
-                if ids.contains(&id) {
-                    return false;
-                }
-                if ids.len() < MAX_IN_FLIGHT {
-                    ids.insert(id);
-                    return true;
-                }
+            if self.ids().len() < MAX_IN_FLIGHT {
+                return;
+            }
+            answered.await;
+        }
+    }
+
+    /// Once no request is in flight: every one passed on was answered or cancelled.
+    pub async fn all_answered(&self) {
+        loop {
+            let answered = self.answered.notified();
+            if self.ids().is_empty() {
+                return;
             }
             answered.await;
         }
@@ -475,7 +572,7 @@ mod tests {
     }
 
     fn judged(text: &str) -> Verdict {
-        let (_, guard, _, _) = guard();
+        let (_, mut guard, _, _) = guard();
         guard.judge(text.as_bytes())
     }
 
@@ -590,7 +687,7 @@ mod tests {
     }
 
     fn judged_bytes(bytes: &[u8]) -> Verdict {
-        let (_, guard, _, _) = guard();
+        let (_, mut guard, _, _) = guard();
         guard.judge(bytes)
     }
 
@@ -657,6 +754,53 @@ mod tests {
         let next = tokio::time::timeout(Duration::from_secs(30), guard.next()).await;
         let next = next.expect("the cancellation freed a place").unwrap();
         assert!(passed(next, MAX_IN_FLIGHT + 1));
+    }
+
+    /// Full, with requests held behind the limit: input is still read, so a cancellation
+    /// that comes after them reaches the service (and frees a place), and a held request
+    /// that is cancelled is dropped, never passed on.
+    #[tokio::test]
+    async fn cancellations_get_past_requests_held_at_the_limit() {
+        let (mut client, mut guard, _answers, _) = guard();
+        let request =
+            |n: usize| format!("{{\"jsonrpc\":\"2.0\",\"id\":{n},\"method\":\"ping\"}}\n");
+        let cancel = |n: usize| {
+            format!(
+                "{{\"jsonrpc\":\"2.0\",\"method\":\"notifications/cancelled\",\"params\":{{\"requestId\":{n}}}}}\n"
+            )
+        };
+        for n in 0..MAX_IN_FLIGHT {
+            client.write_all(request(n).as_bytes()).await.unwrap();
+            guard.next().await.unwrap();
+        }
+        let held = [MAX_IN_FLIGHT, MAX_IN_FLIGHT + 1, MAX_IN_FLIGHT + 2];
+        for n in held {
+            client.write_all(request(n).as_bytes()).await.unwrap();
+        }
+        // Held: the second is cancelled; then one in flight is.
+        for n in [MAX_IN_FLIGHT + 1, 7] {
+            client.write_all(cancel(n).as_bytes()).await.unwrap();
+        }
+        let is_cancel =
+            |message: &ClientJsonRpcMessage| matches!(message, JsonRpcMessage::Notification(_));
+        let first = tokio::time::timeout(Duration::from_secs(30), guard.next()).await;
+        let first = first
+            .expect("input is read past the held requests")
+            .unwrap();
+        assert!(is_cancel(&first), "{first:?}");
+        let second = guard.next().await.unwrap();
+        assert!(is_cancel(&second), "{second:?}");
+        // The cancellation of 7 freed a place: the first held request passes.
+        let next = guard.next().await.unwrap();
+        assert!(
+            matches!(&next, JsonRpcMessage::Request(r) if id_text(&r.id) == held[0].to_string())
+        );
+        // Full again; an answer frees a place for the last, the cancelled one skipped.
+        guard.in_flight.settle("3");
+        let last = guard.next().await.unwrap();
+        assert!(
+            matches!(&last, JsonRpcMessage::Request(r) if id_text(&r.id) == held[2].to_string())
+        );
     }
 
     /// A line over the limit is discarded as it streams in and answered; the next is read.

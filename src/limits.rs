@@ -18,6 +18,10 @@ pub const REPLY_QUEUE_MAX: usize = 16;
 /// server, and the most for one MCP session (half, so one cannot take every place).
 pub const MAX_IN_FLIGHT: usize = 64;
 pub const MCP_SESSION_MAX_IN_FLIGHT: usize = MAX_IN_FLIGHT / 2;
+/// On stdio, requests read past `MAX_IN_FLIGHT` and held (input is still read, so their
+/// cancellations and those of requests in flight get through), at most, and their bytes.
+pub const MAX_HELD: usize = MAX_IN_FLIGHT;
+pub const MAX_HELD_BYTES: usize = 4 << 20;
 /// How often a termination that holds a terminal shell stopped looks whether any other
 /// program of its session still runs (the shell is killed once none does).
 pub const HELD_SHELL_POLL: Duration = Duration::from_millis(20);
@@ -210,6 +214,10 @@ pub const INTERRUPT_FOLLOW_EVERY: Duration = Duration::from_millis(25);
 /// a new program of the command line took the foreground (looked at that often), within
 /// `EXEC_INTERRUPT_SETTLE`.
 pub const TERMINAL_INTERRUPTS: usize = 8;
+/// On a terminal, how long a timeout's interrupt waits when the shell itself holds the
+/// foreground (its programs done, its own builtins or prompt hook running) for the end
+/// the command may be about to print: a Ctrl-C then would land at the prompt.
+pub const EXEC_END_GRACE: Duration = Duration::from_millis(40);
 /// How long `terminal_exec` waits for a terminal shell's next prompt to reach the reader
 /// when the shell, in its own foreground, has just run a line typed some other way.
 pub const EXEC_PROMPT_GRACE: Duration = Duration::from_millis(500);

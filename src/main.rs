@@ -579,6 +579,7 @@ async fn run(sessions: Arc<Sessions>, audit: Option<Arc<audit::AuditLog>>) -> Re
     stdio::widen_stdout();
     let (stdin, stdout) = rmcp::transport::io::stdio_pipes();
     let (transport, stdin_closed) = stdio::Stdio::new(stdin, stdout);
+    let in_flight = transport.in_flight();
     let server = TerminalServer::new(sessions.clone()).with_audit(audit);
     tracing::info!(version = env!("CARGO_PKG_VERSION"), "serving MCP on stdio");
 
@@ -609,9 +610,16 @@ async fn run(sessions: Arc<Sessions>, audit: Option<Arc<audit::AuditLog>>) -> Re
     sessions
         .shutdown(limits::SHUTDOWN_GRACE.as_millis() as u64)
         .await;
-    // Requests still in flight (a wait on a session that just ended) can answer now.
+    // Requests still in flight (a wait on a session that just ended) can answer now; with
+    // none left, there is nothing to wait for.
     if !served {
-        let _ = tokio::time::timeout(limits::SHUTDOWN_FLUSH, serving).await;
+        let flushed = async {
+            tokio::select! {
+                () = &mut serving => {}
+                () = in_flight.all_answered() => {}
+            }
+        };
+        let _ = tokio::time::timeout(limits::SHUTDOWN_FLUSH, flushed).await;
     }
     tracing::info!("shutdown complete");
     Ok(())

@@ -95,6 +95,11 @@ where
         };
         (stdio, stdin_closed)
     }
+
+    /// The requests passed on and not answered yet.
+    pub fn in_flight(&self) -> Arc<InFlight> {
+        self.out.in_flight.clone()
+    }
 }
 
 impl<R, W> Transport<RoleServer> for Stdio<R, W>
