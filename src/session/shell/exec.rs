@@ -32,8 +32,8 @@ use super::{Busy, Typing};
 use crate::config::Mode;
 use crate::errors::{ErrorCode, ToolError};
 use crate::limits::{
-    AWAIT_POLL, DRAIN_DEADLINE, EXEC_INTERRUPT_SETTLE, EXEC_PROMPT_GRACE, INTERRUPT_FOLLOW_EVERY,
-    TERMINAL_INTERRUPTS,
+    AWAIT_POLL, DRAIN_DEADLINE, EXEC_END_GRACE, EXEC_INTERRUPT_SETTLE, EXEC_PROMPT_GRACE,
+    INTERRUPT_FOLLOW_EVERY, TERMINAL_INTERRUPTS,
 };
 use crate::output::{Kept, Omitted, Shape, Stream};
 use crate::process::waiting::{self, InputWait};
@@ -234,6 +234,28 @@ impl Session {
             waited = self.wait_command(seq, deadline, watch_input, unchanged_since) => waited,
             () = cancel.cancelled() => Waited::TimedOut,
         };
+        // A command that ended as its time ran out may have printed its end mark to a
+        // terminal, or be about to (the shell, back in its foreground, runs its prompt
+        // hook): a Ctrl-C then would land at the prompt, setting the next command's `$?` to
+        // 130 or cutting into its typing. A loop the shell runs itself waits that moment.
+        let waited = match waited {
+            Waited::TimedOut if self.mode == Mode::Pty => {
+                self.drain_reader(Stream::Stdout).await;
+                if self
+                    .foreground()
+                    .is_some_and(|f| f.pid == self.shell_group())
+                {
+                    let grace = Instant::now() + EXEC_END_GRACE;
+                    self.wait_until(grace, |s| command_ended(s, seq)).await;
+                }
+                if self.inspect(|s| command_ended(s, seq)) {
+                    Waited::Ended
+                } else {
+                    Waited::TimedOut
+                }
+            }
+            waited => waited,
+        };
         // `continue` asked to interrupt at its timeout (it keeps by default): a program
         // still waiting for input then is interrupted too, as one still running would be.
         let waited = match (waited, request.on_timeout) {
@@ -423,6 +445,17 @@ impl Session {
         if let Err(e) = typed {
             // Never typed whole: it will not end by itself.
             self.update(|s| s.shell_abandon(seq));
+            // A shell that died as the command went in closed its input with it: that
+            // is the answer, not the closed input.
+            if e.code == ErrorCode::StdinClosed
+                && self
+                    .wait_final(
+                        EXEC_PROMPT_GRACE.min(deadline.saturating_duration_since(Instant::now())),
+                    )
+                    .await
+            {
+                return Err(self.not_running());
+            }
             return Err(e);
         }
         Ok(seq)
@@ -706,7 +739,7 @@ impl Session {
             let (ended, started, shell_ended) = self.inspect(|s| {
                 let command = s.shell().and_then(|t| t.current()).filter(|c| c.seq == seq);
                 (
-                    command.is_some_and(|c| c.ended.is_some()),
+                    command_ended(s, seq),
                     command.is_some_and(|c| c.started.is_some()),
                     s.status().is_final(),
                 )
@@ -1203,4 +1236,11 @@ impl Session {
         };
         ToolError::new(ErrorCode::SessionBusy, message)
     }
+}
+/// Whether command `seq` is the shell's current one and has ended.
+fn command_ended(s: &State, seq: u64) -> bool {
+    s.shell()
+        .and_then(|t| t.current())
+        .filter(|c| c.seq == seq)
+        .is_some_and(|c| c.ended.is_some())
 }
