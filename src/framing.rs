@@ -39,8 +39,9 @@ pub struct Guard<R> {
     reader: BufReader<R>,
     line: Vec<u8>,
     discarding: bool,
-    /// Requests read, waiting in order for a place in flight, each with its line's size.
-    held: VecDeque<(RequestId, ClientJsonRpcMessage, usize)>,
+    /// Requests read, waiting in order for a place in flight: each as its line (read again
+    /// when it passes), which takes a fraction of what its parsed form would.
+    held: VecDeque<(RequestId, Vec<u8>)>,
     held_bytes: usize,
     /// Stdin ended: what is held is still passed on.
     ended: bool,
@@ -102,24 +103,24 @@ impl<R: AsyncRead + Unpin> Guard<R> {
         loop {
             if self.refusal.is_some() {
                 let permit = self.replies.reserve().await.ok()?;
+                self.in_flight.reply_queued();
                 permit.send(self.refusal.take().expect("checked above"));
             }
-            if let Some((id, _, _)) = self.held.front() {
+            if let Some((id, _)) = self.held.front() {
                 match self.in_flight.try_admit(id_text(id)) {
                     Admission::Admitted => {
-                        let (_, message, size) = self.held.pop_front().expect("checked above");
-                        self.held_bytes -= size;
-                        return Some(message);
+                        let (_, line) = self.held.pop_front().expect("checked above");
+                        self.held_bytes -= line.len();
+                        // It was read as a valid request once.
+                        match read(line.trim_ascii()) {
+                            Ok(message) => return Some(message),
+                            Err(_) => continue,
+                        }
                     }
                     Admission::Duplicate => {
-                        let (id, _, size) = self.held.pop_front().expect("checked above");
-                        self.held_bytes -= size;
-                        tracing::warn!("refused a request whose id is already in flight");
-                        let why = format!(
-                            "Invalid Request: id {id} belongs to a request not yet answered; \
-                             give each request in flight its own id"
-                        );
-                        self.refusal = Some(error_frame(id_value(&id), -32600, &why));
+                        let (id, line) = self.held.pop_front().expect("checked above");
+                        self.held_bytes -= line.len();
+                        self.refuse_duplicate(&id);
                         continue;
                     }
                     Admission::Full if self.ended || self.held_full() => {
@@ -175,8 +176,19 @@ impl<R: AsyncRead + Unpin> Guard<R> {
         match self.judge(frame.trim_ascii()) {
             Verdict::Deliver(message) => Some(message),
             Verdict::Admit(id, message) => {
+                // Behind none held, it passes at once if it may.
+                if self.held.is_empty() {
+                    match self.in_flight.try_admit(id_text(&id)) {
+                        Admission::Admitted => return Some(message),
+                        Admission::Duplicate => {
+                            self.refuse_duplicate(&id);
+                            return None;
+                        }
+                        Admission::Full => {}
+                    }
+                }
                 self.held_bytes += frame.len();
-                self.held.push_back((id, message, frame.len()));
+                self.held.push_back((id, frame));
                 None
             }
             Verdict::Answer(answer) => {
@@ -191,14 +203,20 @@ impl<R: AsyncRead + Unpin> Guard<R> {
     /// here, it is dropped unsent (a cancelled request is not answered).
     fn cancelled(&mut self, id: &str) {
         self.in_flight.settle(id);
-        if let Some(at) = self
-            .held
-            .iter()
-            .position(|(held, _, _)| id_text(held) == id)
-        {
-            let (_, _, size) = self.held.remove(at).expect("found above");
-            self.held_bytes -= size;
+        if let Some(at) = self.held.iter().position(|(held, _)| id_text(held) == id) {
+            let (_, line) = self.held.remove(at).expect("found above");
+            self.held_bytes -= line.len();
         }
+    }
+
+    /// Answer a request whose id is in flight already.
+    fn refuse_duplicate(&mut self, id: &RequestId) {
+        tracing::warn!("refused a request whose id is already in flight");
+        let why = format!(
+            "Invalid Request: id {id} belongs to a request not yet answered; give each \
+             request in flight its own id"
+        );
+        self.refusal = Some(error_frame(id_value(id), -32600, &why));
     }
 
     /// The next line that is not blank, newline included; `Err` for one over
@@ -422,6 +440,8 @@ enum Admission {
 #[derive(Default)]
 pub struct InFlight {
     ids: Mutex<HashSet<String>>,
+    /// The guard's own answers queued for stdout and not yet written.
+    replies: std::sync::atomic::AtomicUsize,
     answered: Notify,
 }
 
@@ -456,15 +476,30 @@ impl InFlight {
         }
     }
 
-    /// Once no request is in flight: every one passed on was answered or cancelled.
+    /// Once no request is in flight and none of the guard's answers waits: every request
+    /// passed on was answered or cancelled, and every one refused here was told so.
     pub async fn all_answered(&self) {
+        use std::sync::atomic::Ordering;
         loop {
             let answered = self.answered.notified();
-            if self.ids().is_empty() {
+            if self.ids().is_empty() && self.replies.load(Ordering::SeqCst) == 0 {
                 return;
             }
             answered.await;
         }
+    }
+
+    /// One of the guard's answers was queued for stdout.
+    fn reply_queued(&self) {
+        self.replies
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// One of the guard's answers was written (or could not be: stdout is gone).
+    pub fn reply_written(&self) {
+        self.replies
+            .fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+        self.answered.notify_waiters();
     }
 
     /// The request `id` was answered (its answer is on stdout) or cancelled. A cancelled

@@ -19,7 +19,8 @@ pub const REPLY_QUEUE_MAX: usize = 16;
 pub const MAX_IN_FLIGHT: usize = 64;
 pub const MCP_SESSION_MAX_IN_FLIGHT: usize = MAX_IN_FLIGHT / 2;
 /// On stdio, requests read past `MAX_IN_FLIGHT` and held (input is still read, so their
-/// cancellations and those of requests in flight get through), at most, and their bytes.
+/// cancellations and those of requests in flight get through), at most, and the bytes of
+/// their lines (held as read, not parsed).
 pub const MAX_HELD: usize = MAX_IN_FLIGHT;
 pub const MAX_HELD_BYTES: usize = 4 << 20;
 /// How often a termination that holds a terminal shell stopped looks whether any other

@@ -81,7 +81,9 @@ where
         let writer = out.clone();
         let replies = tokio::spawn(async move {
             while let Some(line) = queued.recv().await {
-                if writer.write(&line).await.is_err() {
+                let written = writer.write(&line).await;
+                writer.in_flight.reply_written();
+                if written.is_err() {
                     return;
                 }
             }
