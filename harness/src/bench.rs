@@ -311,6 +311,13 @@ async fn run_all(server: &Path, sizes: Sizes, report: &mut BenchReport) {
     out.push(measure(&progress::PROGRESS_BAR, progress::progress_bar(&servers)).await);
     out.push(measure(&memory::MEMORY_AT_REST, memory::memory_at_rest(&servers)).await);
     out.push(measure(&memory::MEMORY_OSC_FLOOD, memory::osc_flood(&servers)).await);
+    out.push(
+        measure(
+            &memory::MEMORY_TERMINALS_ENDED,
+            memory::terminals_ended(&servers),
+        )
+        .await,
+    );
     out.push(measure(&memory::MEMORY_RESIZE, memory::resize(&servers)).await);
     out.push(measure(&memory::MEMORY_ALTERNATING, memory::alternating(&servers)).await);
 

@@ -47,6 +47,12 @@ pub const MEMORY_OSC_FLOOD: Workload = Workload {
     about: "server VmRSS after a PTY child wrote an unterminated OSC title of 50,000,000 bytes",
 };
 
+pub const MEMORY_TERMINALS_ENDED: Workload = Workload {
+    name: "memory_terminals_ended",
+    about: "server VmRSS idle, then after 8 PTY sessions at once each printed 3,000,000 bytes \
+         in lines of 100 (their emulators drawing it) and exited, and all were forgotten",
+};
+
 pub const MEMORY_RESIZE: Workload = Workload {
     name: "memory_resize",
     about: "server VmRSS with 8 `cat` PTY sessions resized to 1000×1000 (or the largest square \
@@ -241,6 +247,46 @@ pub async fn memory_at_rest(servers: &Servers) -> Result<Vec<Metric>, String> {
         .await?;
     metrics.extend(full);
     Ok(metrics)
+}
+
+/// Terminal sessions printed at once.
+const TERMINALS_ENDED: usize = 8;
+
+/// RSS idle, and once `TERMINALS_ENDED` PTY sessions that printed 3 MB each, drawn by their
+/// emulators at once, exited and were forgotten: what their emulators freed goes back.
+pub async fn terminals_ended(servers: &Servers) -> Result<Vec<Metric>, String> {
+    let profiles = json!({
+        "print": {"argv": sh("head -c 3000000 /dev/zero | tr '\\0' c | fold -w 100"), "mode": "pty"},
+    });
+    servers
+        .with(
+            &Setup {
+                name: "terminals-ended",
+                limits: json!({}),
+                profiles,
+            },
+            async |mcp| {
+                let idle = rss_kib(mcp)?;
+                let mut sids = Vec::new();
+                for _ in 0..TERMINALS_ENDED {
+                    sids.push(start(mcp, "print").await?);
+                }
+                for sid in &sids {
+                    poll(mcp, sid, Duration::from_secs(120), complete).await?;
+                    // The screen has drawn all of it.
+                    call(mcp, "terminal_screen", json!({"session_id": sid})).await?;
+                }
+                for sid in &sids {
+                    end(mcp, sid).await?;
+                }
+                let ended = rss_kib(mcp)?;
+                Ok(vec![
+                    Metric::value("idle_rss", "KiB", idle),
+                    Metric::value("after_terminals_rss", "KiB", ended),
+                ])
+            },
+        )
+        .await
 }
 
 /// RSS while a PTY child writes an unterminated OSC title of 50 MB.

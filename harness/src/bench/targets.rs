@@ -321,6 +321,13 @@ pub(super) fn comparisons(benchmarks: &[Benchmark]) -> Vec<Comparison> {
             idle_before_buffers,
             Target::OverFloorAtMost(2048.0),
         ),
+        (
+            "RSS after 8 terminal sessions printed 3 MB each and were forgotten",
+            "KiB",
+            get("memory_terminals_ended", "after_terminals_rss"),
+            get("memory_terminals_ended", "idle_rss"),
+            Target::OverFloorAtMost(4096.0),
+        ),
     ];
     rows.into_iter()
         .filter_map(|(name, unit, value, floor, target)| {
