@@ -109,12 +109,15 @@ impl<R: AsyncRead + Unpin> Guard<R> {
             if let Some((id, _)) = self.held.front() {
                 match self.in_flight.try_admit(id_text(id)) {
                     Admission::Admitted => {
-                        let (_, line) = self.held.pop_front().expect("checked above");
+                        let (id, line) = self.held.pop_front().expect("checked above");
                         self.held_bytes -= line.len();
-                        // It was read as a valid request once.
+                        // It was read as a valid request once, and reads so again.
                         match read(line.trim_ascii()) {
                             Ok(message) => return Some(message),
-                            Err(_) => continue,
+                            Err(_) => {
+                                self.in_flight.settle(&id_text(&id));
+                                continue;
+                            }
                         }
                     }
                     Admission::Duplicate => {

@@ -6,7 +6,6 @@ use std::sync::atomic::Ordering;
 use nix::sys::signal::Signal;
 use tokio::time::Instant;
 
-use super::input::is_shell;
 use super::sink::Feed;
 use super::{Session, lock_screen};
 use crate::config::Mode;
@@ -101,10 +100,14 @@ impl Session {
             return Err(self.not_running());
         }
         let pipe_shell = self.mode == Mode::Pipe && self.inspect(|s| s.shell().is_some());
+        if signal == Signal::SIGINT
+            && pipe_shell
+            && target != Target::Command
+            && self.interrupted_command().await
+        {
+            return Ok(());
+        }
         match target {
-            Target::Group | Target::Leader if signal == Signal::SIGINT && pipe_shell => {
-                self.interrupt_pipe_shell(target).await?;
-            }
             Target::Group => signal_group(self.pid, signal),
             Target::Leader => signal_process(self.pid, signal),
             Target::Command => self.signal_command(signal).await?,
@@ -112,58 +115,23 @@ impl Session {
         Ok(())
     }
 
-    /// SIGINT to a shell on pipes is Ctrl-C, as a terminal gives it, where the session's
-    /// leader is the shell: what runs is interrupted, and the shell lives on with its
-    /// state. The shell is in the group its programs run in, and one without a trap of
-    /// its own for SIGINT (dash, any `sh`) would die of it, where an interactive shell
-    /// never does. A command of terminal_exec is interrupted as its timeout does it;
-    /// otherwise the other processes of the shell's group get SIGINT (a program a line of
-    /// terminal_write started, a background job too, as the group signal gives it), and
-    /// the shell SIGURG, whose trap (once a command installed it) ends a loop whose
-    /// program died of it; the rest of such a line runs on, as a script's would. With no
-    /// other process there, nothing is sent: that is an error saying so. A leader that is
-    /// no shell (one that `exec`'d a program) gets the signal as any group does.
-    async fn interrupt_pipe_shell(&self, target: Target) -> Result<(), ToolError> {
+    /// SIGINT to a shell on pipes while a command of terminal_exec runs is Ctrl-C, as a
+    /// terminal gives it: the command is interrupted as its timeout does it, and the shell
+    /// lives on with its state. The shell is in the group its programs run in, and one
+    /// without a trap of its own for SIGINT (dash, any `sh`) would die of a group signal,
+    /// where an interactive shell never does. With no such command, the signal goes where
+    /// the target says. True when it was sent as Ctrl-C.
+    async fn interrupted_command(&self) -> bool {
         let running = self.inspect(|s| {
             let command = s.shell().and_then(|t| t.current());
             command.filter(|c| c.ended.is_none()).map(|c| c.seq)
         });
-        if let Some(seq) = running {
-            self.interrupt_command(seq, Instant::now() + EXEC_INTERRUPT_SETTLE)
-                .await;
-            return Ok(());
-        }
-        let shell = self.pid;
-        if !procfs::name(shell).is_some_and(|name| is_shell(&name)) {
-            match target {
-                Target::Leader => signal_process(shell, Signal::SIGINT),
-                _ => signal_group(shell, Signal::SIGINT),
-            }
-            return Ok(());
-        }
-        let programs = tokio::task::spawn_blocking(move || {
-            procfs::session_members(shell)
-                .into_iter()
-                .filter(|&pid| pid != shell && procfs::stat(pid).is_some_and(|s| s.pgrp == shell))
-                .collect::<Vec<_>>()
-        })
-        .await
-        .unwrap_or_default();
-        if programs.is_empty() {
-            return Err(ToolError::invalid_argument(
-                "signal",
-                "SIGINT found nothing to interrupt: no program runs in the shell, which \
-                 itself would die of it (a shell on pipes has no Ctrl-C of its own). A loop \
-                 the shell runs itself from a line of terminal_write ends only with the \
-                 session (terminal_terminate); run such loops with terminal_exec, whose \
-                 interrupt ends them",
-            ));
-        }
-        for &pid in &programs {
-            signal_process(pid, Signal::SIGINT);
-        }
-        signal_process(shell, Signal::SIGURG);
-        Ok(())
+        let Some(seq) = running else {
+            return false;
+        };
+        self.interrupt_command(seq, Instant::now() + EXEC_INTERRUPT_SETTLE)
+            .await;
+        true
     }
 
     /// A signal for what a shell runs, the shell spared: a program that ignores Ctrl-C
