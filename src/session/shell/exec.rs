@@ -209,7 +209,10 @@ impl Session {
                 ErrorCode::SessionBusy,
                 format!(
                     "another terminal_exec call is waiting on session {}; wait for its \
-                     answer, or start another shell session to run commands in parallel",
+                     answer, or start another shell session to run commands in parallel. \
+                     A call whose client gave up on it (a timeout of the client's own) \
+                     still waits until its command ends or its `timeout_ms` passes, or, \
+                     cancelled, a moment more: call again after that",
                     self.id
                 ),
             ));
