@@ -247,10 +247,10 @@ impl Lane {
         let thread = tokio::task::spawn_blocking(move || {
             let screen = matches!(fed.consumer, Consumer::Screen { .. });
             fed.run(rx, &handle);
-            // An emulator ends after its session's own hand-back when it was still drawing
-            // (or outlives the session's record): hand back what it freed.
+            // The emulator goes with its session, freed by whichever of the two lets go of
+            // it last: hand back what they free once they are done.
             if screen {
-                crate::heap::return_now();
+                crate::heap::return_soon();
             }
         });
         (Lane { tx, room }, thread)

@@ -209,6 +209,17 @@ pub fn rss_kib(mcp: &McpServer) -> Result<f64, String> {
     mcp.rss_kib().map(|k| k as f64)
 }
 
+/// How long after the last of a session's memory was freed the server has handed it back
+/// to the system, at the latest (it waits for frees to pause, 1 s at most).
+const HAND_BACK: Duration = Duration::from_millis(1500);
+
+/// The server's resident set once it has handed back what ended sessions freed: a step
+/// of the server's that no call shows, so read when it is due.
+pub async fn settled_rss_kib(mcp: &McpServer) -> Result<f64, String> {
+    tokio::time::sleep(HAND_BACK).await;
+    rss_kib(mcp)
+}
+
 /// The server's resident set now and at its peak, as metrics named `<phase>_vm_rss` and
 /// `<phase>_vm_hwm`.
 pub fn memory_metrics(pid: u32, phase: &str) -> Result<Vec<Metric>, String> {

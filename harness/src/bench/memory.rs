@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 
 use super::calls::{
     Paging, READ_WAIT_MS, call, complete, end, field_u64, memory_metrics, poll, read_pages,
-    rss_kib, sh, start, wait_for,
+    rss_kib, settled_rss_kib, sh, start, wait_for,
 };
 use super::report::{Benchmark, Metric, Status};
 use super::workload::{Servers, Setup, Workload};
@@ -39,7 +39,8 @@ pub const MEMORY_AT_REST: Workload = Workload {
          (max_records 32, buffer_records 65,536, retention 1 s), idle, with 32 buffers each \
          full of 65,536 4-byte code points (256 KiB: the most text the global cap of \
          2,097,152 retained code points lets 32 sessions hold), and after every session \
-         expired, against that server's own idle",
+         expired (read 1.5 s later, once the server has handed back what they freed), against \
+         that server's own idle",
 };
 
 pub const MEMORY_OSC_FLOOD: Workload = Workload {
@@ -50,7 +51,8 @@ pub const MEMORY_OSC_FLOOD: Workload = Workload {
 pub const MEMORY_TERMINALS_ENDED: Workload = Workload {
     name: "memory_terminals_ended",
     about: "server VmRSS idle, then after 8 PTY sessions at once each printed 3,000,000 bytes \
-         in lines of 100 (their emulators drawing it) and exited, and all were forgotten",
+         in lines of 100 (their emulators drawing it) and exited, and all were forgotten \
+         (read 1.5 s later, once the server has handed back what they freed)",
 };
 
 pub const MEMORY_RESIZE: Workload = Workload {
@@ -233,7 +235,7 @@ pub async fn memory_at_rest(servers: &Servers) -> Result<Vec<Metric>, String> {
                     }
                     tokio::time::sleep(Duration::from_millis(50)).await;
                 }
-                let expired = rss_kib(mcp)?;
+                let expired = settled_rss_kib(mcp).await?;
                 let retained_kib = retained as f64 / 1024.0;
                 Ok(vec![
                     Metric::value("full_buffers_idle_rss", "KiB", idle),
@@ -279,7 +281,7 @@ pub async fn terminals_ended(servers: &Servers) -> Result<Vec<Metric>, String> {
                 for sid in &sids {
                     end(mcp, sid).await?;
                 }
-                let ended = rss_kib(mcp)?;
+                let ended = settled_rss_kib(mcp).await?;
                 Ok(vec![
                     Metric::value("idle_rss", "KiB", idle),
                     Metric::value("after_terminals_rss", "KiB", ended),
