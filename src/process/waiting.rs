@@ -170,7 +170,7 @@ fn look(
             } else {
                 fs::read_to_string(format!("/proc/{pid}/syscall")).ok()
             };
-            let there = || procfs::stat(pid).is_some();
+            let there = || procfs::stat(pid).is_some_and(|s| alive(s.state));
             let doing = doing(pid, state, call, (input, patient), there)?;
             if !take(doing) {
                 return Some(false);
@@ -197,8 +197,13 @@ fn thread_doing(pid: i32, tid: i32, input: &InputFile, patient: bool) -> Option<
     };
     let call = fs::read_to_string(format!("/proc/{pid}/task/{tid}/syscall")).ok();
     doing(pid, stat.state, call, (input, patient), || {
-        procfs::task_stat(pid, tid).is_some()
+        procfs::task_stat(pid, tid).is_some_and(|s| alive(s.state))
     })
+}
+
+/// Whether a thread in `state` has not ended (a zombie's `/proc` files stay, unreadable).
+fn alive(state: char) -> bool {
+    !matches!(state, 'Z' | 'X' | 'x')
 }
 
 /// What a thread of `pid` in `state`, blocked in `call` (its `syscall` text), is doing
@@ -213,22 +218,21 @@ fn doing(
 ) -> Option<Doing> {
     match state {
         // A zombie reads nothing.
-        'Z' | 'X' | 'x' => return Some(Doing::Gone),
+        _ if !alive(state) => return Some(Doing::Gone),
         // Sleeping is the only state in which a thread waits for input.
         'S' => {}
         _ => return Some(Doing::Busy),
     }
-    let Some(call) = call else {
-        // Gone meanwhile, it reads nothing; there and unreadable, it cannot be known.
-        return if there() { None } else { Some(Doing::Gone) };
-    };
-    match blocked_on(&call)? {
+    let known = call.and_then(|call| match blocked_on(&call)? {
         Blocked::Running => Some(Doing::Busy),
         // Descriptors and memory are the process's, shared by its threads.
         Blocked::Call(call) => Some(Doing::Sleeping {
             reading: reads(pid, &call, input)? && (patient || !brief(pid, &call)),
         }),
-    }
+    });
+    // What it does could not be read: gone meanwhile (its call, descriptors or memory went
+    // with it, or a zombie's), it reads nothing; there, it cannot be known.
+    known.or_else(|| (!there()).then_some(Doing::Gone))
 }
 
 /// Whether `call` of `pid` waits with a timeout under `BRIEF_WAIT` (a timeout that cannot
@@ -279,8 +283,11 @@ fn blocked_on(text: &str) -> Option<Blocked> {
     if first == "running" {
         return Some(Blocked::Running);
     }
-    // `-1 …` is a process blocked outside any system call (a page fault): not reading.
     let nr: i64 = first.parse().ok()?;
+    // `-1 SP PC` is a process blocked outside any system call (a page fault): not reading.
+    if nr < 0 {
+        return Some(Blocked::Call(Call { nr, args: [0; 5] }));
+    }
     let mut args = [0u64; 5];
     for arg in &mut args {
         let field = fields.next()?;
@@ -533,5 +540,49 @@ mod tests {
         assert_eq!(reads(tid, &call, &InputFile::Pipe(inode + 1)), Some(false));
         nix::unistd::write(&write, b"x").unwrap();
         reader.join().unwrap();
+    }
+
+    /// A process that ends while it is looked at (its call read, its descriptors or memory
+    /// gone by the time they are) reads nothing: that is not "cannot be known".
+    #[test]
+    fn a_process_gone_during_the_look_reads_nothing() {
+        let mut program = std::process::Command::new("/bin/true").spawn().unwrap();
+        let pid = program.id() as i32;
+        program.wait().unwrap();
+        let input = InputFile::Pipe(1);
+        // Blocked in a poll whose set was in its memory, and in a read of descriptor 0.
+        let poll = format!(
+            "{} 0x7ffc0000 0x1 0xffffffff 0x0 0x0 0x0 0x7ffc 0x7ffd",
+            POLLS[0]
+        );
+        let read = format!(
+            "{} 0x0 0x7ffc0000 0x1000 0x0 0x0 0x0 0x7ffc 0x7ffd",
+            libc::SYS_read
+        );
+        for call in [poll, read] {
+            let doing = doing(pid, 'S', Some(call), (&input, true), || false);
+            assert!(matches!(
+                doing,
+                Some(Doing::Gone | Doing::Sleeping { reading: false })
+            ));
+        }
+        // Unreadable and still there: unknown.
+        let poll = format!(
+            "{} 0x7ffc0000 0x1 0xffffffff 0x0 0x0 0x0 0x7ffc 0x7ffd",
+            POLLS[0]
+        );
+        assert!(doing(pid, 'S', Some(poll), (&input, true), || true).is_none());
+    }
+
+    #[test]
+    fn a_process_blocked_outside_a_system_call_is_not_reading() {
+        let call = match blocked_on("-1 0x7ffc1234 0x55aa5678").unwrap() {
+            Blocked::Call(call) => call,
+            Blocked::Running => panic!("running"),
+        };
+        assert_eq!(
+            reads(std::process::id() as i32, &call, &InputFile::Pipe(1)),
+            Some(false)
+        );
     }
 }
