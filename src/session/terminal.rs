@@ -122,11 +122,7 @@ impl Session {
     /// where an interactive shell never does. With no such command, the signal goes where
     /// the target says. True when it was sent as Ctrl-C.
     async fn interrupted_command(&self) -> bool {
-        let running = self.inspect(|s| {
-            let command = s.shell().and_then(|t| t.current());
-            command.filter(|c| c.ended.is_none()).map(|c| c.seq)
-        });
-        let Some(seq) = running else {
+        let Some(seq) = self.running_command() else {
             return false;
         };
         self.interrupt_command(seq, Instant::now() + EXEC_INTERRUPT_SETTLE)
@@ -147,11 +143,7 @@ impl Session {
             ));
         }
         let shell = self.shell_group();
-        // The command running now, if one is.
-        let running = self.inspect(|s| {
-            let command = s.shell().and_then(|t| t.current());
-            command.filter(|c| c.ended.is_none()).map(|c| c.seq)
-        });
+        let running = self.running_command();
         let nothing = || {
             let why = match (running.is_some(), self.mode) {
                 (false, _) => "no command runs in the shell now",
@@ -226,12 +218,14 @@ pub(crate) struct CommandStart {
 }
 
 impl Session {
+    /// The sequence number of the shell's command running now, if one runs.
+    pub(crate) fn running_command(&self) -> Option<u64> {
+        self.inspect(|s| s.shell()?.running().map(|c| c.seq))
+    }
+
     /// The running command's start; `None` when no command runs.
     pub(crate) fn command_start(&self) -> Option<CommandStart> {
-        let began = self.inspect(|s| {
-            let command = s.shell().and_then(|t| t.current());
-            command.filter(|c| c.ended.is_none()).map(|c| c.began_at)
-        })?;
+        let began = self.inspect(|s| s.shell()?.running().map(|c| c.began_at))?;
         Some(CommandStart {
             began,
             before: self.pids_before_command.load(Ordering::Relaxed),

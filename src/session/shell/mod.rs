@@ -209,6 +209,11 @@ impl Track {
         self.commands.back()
     }
 
+    /// The current command while it runs (its end not seen yet).
+    pub fn running(&self) -> Option<&Command> {
+        self.current().filter(|c| c.ended.is_none())
+    }
+
     pub fn history(&self) -> impl Iterator<Item = &Command> {
         self.commands.iter()
     }
@@ -224,7 +229,7 @@ impl Track {
         if self.typing.is_none() || !self.prompted {
             return Some(Busy::Installing);
         }
-        if let Some(c) = self.current().filter(|c| c.ended.is_none()) {
+        if let Some(c) = self.running() {
             return Some(Busy::Command(c.seq));
         }
         if self.continuing {
@@ -340,7 +345,7 @@ impl Track {
     /// What `mark` would change in the current command's capture (decided before the mark
     /// is applied, so the capture is complete before anyone sees the command end).
     pub fn capture_change(&self, mark: &Mark) -> Option<CaptureChange> {
-        let open = self.current().filter(|c| c.ended.is_none())?;
+        let open = self.running()?;
         match mark {
             Mark::Start | Mark::InputEnd if open.started.is_none() => Some(CaptureChange::Start),
             Mark::Start if open.started_at_echo_end => Some(CaptureChange::Restart),
