@@ -44,8 +44,9 @@ pub const IDLE_MAX_MS: u64 = 60_000;
 /// `terminal_wait`: default timeout and longest pattern.
 pub const WAIT_DEFAULT_MS: u64 = 10_000;
 pub const WAIT_PATTERN_MAX_CHARS: usize = 1024;
-/// How often a waiting `terminal_wait` reports progress when the client asked for it.
-pub const WAIT_PROGRESS_EVERY: Duration = Duration::from_millis(500);
+/// How often `terminal_wait`, `terminal_exec` and `terminal_run` report progress while
+/// they wait, when the client asked for it.
+pub const PROGRESS_EVERY: Duration = Duration::from_millis(500);
 /// Keys per `terminal_keys` call, and characters per key name.
 pub const MAX_KEYS: usize = 64;
 pub const KEY_NAME_MAX_CHARS: usize = 16;

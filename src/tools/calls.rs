@@ -19,7 +19,7 @@ use super::params::Args;
 use super::{TerminalServer, ok};
 use crate::config::Mode;
 use crate::errors::{ErrorCode, ToolError};
-use crate::limits::{IDLE_MAX_MS, IDLE_MIN_MS, TERMINAL_LINE_MAX_BYTES, WAIT_PROGRESS_EVERY};
+use crate::limits::{IDLE_MAX_MS, IDLE_MIN_MS, PROGRESS_EVERY, TERMINAL_LINE_MAX_BYTES};
 use crate::output::{Search, Shape, Stream};
 use crate::session::{
     ExecRequest, OnTimeout, ReadFrom, Reason, Session, StartRequest, Streams, Target, WaitRequest,
@@ -36,7 +36,7 @@ impl TerminalServer {
         let cancel = &context.ct;
         match tool {
             "terminal_start" => self.start(args).await,
-            "terminal_run" => self.run(args, cancel).await,
+            "terminal_run" => self.run(args, context).await,
             "terminal_read" => self.read(args).await,
             "terminal_write" => self.write(args, cancel).await,
             "terminal_status" => ok(self.session(args)?.snapshot()),
@@ -54,7 +54,7 @@ impl TerminalServer {
                 .session(args)?
                 .screen(args.int("scrollback") as usize)
                 .await?),
-            "terminal_exec" => self.exec(args, cancel).await,
+            "terminal_exec" => self.exec(args, context).await,
             other => Err(ToolError::internal(format!("tool {other} has no handler"))),
         }
     }
@@ -80,7 +80,11 @@ impl TerminalServer {
         ok(self.sessions.start(request).await?.snapshot())
     }
 
-    async fn run(&self, args: &Args, cancel: &CancellationToken) -> Result<Value, ToolError> {
+    async fn run(
+        &self,
+        args: &Args,
+        context: &RequestContext<RoleServer>,
+    ) -> Result<Value, ToolError> {
         let stdin = args.str("stdin").unwrap_or_default();
         let limit = self.max_input_bytes();
         if stdin.len() > limit {
@@ -128,10 +132,8 @@ impl TerminalServer {
         };
         let session = self.sessions.start(request).await?;
         let _naming = session.naming_call();
-        let result = session
-            .run_to_end(stdin, Duration::from_millis(timeout_ms), cancel)
-            .await;
-        ok(result)
+        let running = session.run_to_end(stdin, Duration::from_millis(timeout_ms), &context.ct);
+        ok(with_progress(running, context, timeout_ms, || "running".to_owned()).await)
     }
 
     async fn read(&self, args: &Args) -> Result<Value, ToolError> {
@@ -254,12 +256,18 @@ impl TerminalServer {
         ok(json!({ "rows": rows, "cols": cols }))
     }
 
-    async fn exec(&self, args: &Args, cancel: &CancellationToken) -> Result<Value, ToolError> {
+    async fn exec(
+        &self,
+        args: &Args,
+        context: &RequestContext<RoleServer>,
+    ) -> Result<Value, ToolError> {
         let session = self
             .sessions
             .shell(args.str("session_id").unwrap_or_default())?;
         let request = exec_request(args)?;
-        let result = session.exec(&request, self.max_input_bytes(), cancel).await;
+        let executing = session.exec(&request, self.max_input_bytes(), &context.ct);
+        let total_ms = request.timeout.as_millis() as u64;
+        let result = with_progress(executing, context, total_ms, || "running".to_owned()).await;
         session.touch();
         ok(result?)
     }
@@ -329,29 +337,42 @@ impl TerminalServer {
         // On the heap: a wait's state (its search, timers and snapshot) is several KiB, and
         // every tool call's future is as large as its largest tool's, moved whole into the
         // task that runs it.
-        let mut waiting = Box::pin(session.wait(request, &searched, &context.ct));
-        let Some(token) = context.meta.get_progress_token() else {
-            return ok(waiting.await?);
+        let waiting = Box::pin(session.wait(request, &searched, &context.ct));
+        let message = || {
+            let searched = searched.load(Ordering::Relaxed);
+            format!("waiting; {searched} code points searched")
         };
-        let started = tokio::time::Instant::now();
-        // The first report is due one period from now (awaiting an immediate first tick
-        // would cost a timer turn on every wait).
-        let mut ticks =
-            tokio::time::interval_at(started + WAIT_PROGRESS_EVERY, WAIT_PROGRESS_EVERY);
-        loop {
-            tokio::select! {
-                result = &mut waiting => return ok(result?),
-                _ = ticks.tick() => {
-                    let elapsed = (started.elapsed().as_millis() as u64).min(timeout_ms) as f64;
-                    let message = format!(
-                        "waiting; {} code points searched",
-                        searched.load(Ordering::Relaxed)
-                    );
-                    let progress = ProgressNotificationParam::new(token.clone(), elapsed)
-                        .with_total(timeout_ms as f64)
-                        .with_message(message);
-                    let _ = context.peer.notify_progress(progress).await;
-                }
+        ok(with_progress(waiting, context, timeout_ms, message).await?)
+    }
+}
+
+/// `work`, reporting progress while it runs when the request asked for it (it carries a
+/// progress token): every `PROGRESS_EVERY`, the milliseconds so far out of
+/// `total_ms`, and `message`. A client that gives up on a call it hears nothing from hears
+/// that it still runs.
+async fn with_progress<T>(
+    work: impl Future<Output = T>,
+    context: &RequestContext<RoleServer>,
+    total_ms: u64,
+    message: impl Fn() -> String,
+) -> T {
+    let Some(token) = context.meta.get_progress_token() else {
+        return work.await;
+    };
+    let mut work = std::pin::pin!(work);
+    let started = tokio::time::Instant::now();
+    // The first report is due one period from now (awaiting an immediate first tick
+    // would cost a timer turn on every call).
+    let mut ticks = tokio::time::interval_at(started + PROGRESS_EVERY, PROGRESS_EVERY);
+    loop {
+        tokio::select! {
+            result = &mut work => return result,
+            _ = ticks.tick() => {
+                let elapsed = (started.elapsed().as_millis() as u64).min(total_ms) as f64;
+                let progress = ProgressNotificationParam::new(token.clone(), elapsed)
+                    .with_total(total_ms as f64)
+                    .with_message(message());
+                let _ = context.peer.notify_progress(progress).await;
             }
         }
     }
