@@ -89,16 +89,6 @@ impl ToolError {
         .with("parameter", param)
     }
 
-    pub fn session_not_found(session_id: &str) -> Self {
-        ToolError::new(
-            ErrorCode::SessionNotFound,
-            format!(
-                "no session {session_id}: it never existed, was forgotten, or its retention \
-                 period ended; call terminal_list to see retained sessions"
-            ),
-        )
-    }
-
     pub fn internal(what: impl std::fmt::Display) -> Self {
         ToolError::new(
             ErrorCode::Internal,

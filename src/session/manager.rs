@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use super::gone::{Gone, Why};
 use super::lifecycle::{NewSession, RecordTo, Spawned, launch};
 use super::state::Reason;
 use super::{Origin, Session, Snapshot};
@@ -40,6 +41,8 @@ pub struct Sessions {
     instance: String,
     /// In creation order.
     table: Mutex<Vec<Arc<Session>>>,
+    /// The latest sessions let go of.
+    gone: Gone,
     /// Serialises limit checks with the spawn they admit.
     starting: tokio::sync::Mutex<()>,
     /// Starts admitted and still spawning: they count against the limits.
@@ -54,6 +57,7 @@ impl Sessions {
             reaper,
             instance,
             table: Mutex::new(Vec::new()),
+            gone: Gone::new(),
             starting: tokio::sync::Mutex::new(()),
             starting_now: AtomicUsize::new(0),
             shutting_down: AtomicBool::new(false),
@@ -68,6 +72,7 @@ impl Sessions {
             let expired = s.expired(retention);
             if expired {
                 s.discard();
+                self.gone.record(&s.id, Why::Expired);
             }
             !expired
         });
@@ -80,7 +85,10 @@ impl Sessions {
             .retained()
             .into_iter()
             .find(|s| s.id == session_id)
-            .ok_or_else(|| ToolError::session_not_found(session_id))?;
+            .ok_or_else(|| {
+                let retention = self.config.limits.retention_seconds;
+                self.gone.not_found(session_id, retention)
+            })?;
         session.touch();
         Ok(session)
     }
@@ -155,6 +163,7 @@ impl Sessions {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .retain(|s| s.id != session_id);
+        self.gone.record(session_id, Why::Forgotten);
         Ok(snapshot)
     }
 

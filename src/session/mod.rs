@@ -16,6 +16,7 @@
 //! live view reads), `lifecycle` (start, supervise, terminate), `manager` (the table).
 
 mod capture;
+mod gone;
 mod ingest;
 mod input;
 mod io;
