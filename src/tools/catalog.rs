@@ -33,8 +33,11 @@ enum Effect {
     Read,
     /// Ends something; calling again changes nothing more: destructive + idempotent.
     End,
-    /// Creates or feeds something: neither.
-    Act,
+    /// Runs a program, or feeds or signals one: destructive, since what runs is whatever
+    /// the profile (a shell: whatever is typed) does, not idempotent.
+    Run,
+    /// Changes something in place, adding nothing that was not asked for: neither.
+    Adjust,
 }
 
 fn spec(
@@ -52,7 +55,8 @@ fn spec(
             .read_only(false)
             .destructive(true)
             .idempotent(true),
-        Effect::Act => ToolAnnotations::new().read_only(false).destructive(false),
+        Effect::Run => ToolAnnotations::new().read_only(false).destructive(true),
+        Effect::Adjust => ToolAnnotations::new().read_only(false).destructive(false),
     }
     .open_world(false);
     let tool = Tool::new(name, description, input_schema(&params))
@@ -151,7 +155,7 @@ fn run_spec(config: &Config) -> ToolSpec {
             "stderr_omitted": omitted_schema(),
             "session": snapshot_ref(),
         })),
-        Effect::Act,
+        Effect::Run,
     )
 }
 
@@ -261,7 +265,7 @@ fn exec_spec(config: &Config) -> Option<ToolSpec> {
             "end_cursor": {"type": "integer"},
             "session": snapshot_ref(),
         })),
-        Effect::Act,
+        Effect::Run,
     ))
 }
 
@@ -297,7 +301,7 @@ fn base_catalog(config: &Config) -> Vec<ToolSpec> {
                 "Then it is terminated (reason timeout).",
             ),
             envelope(started_properties()),
-            Effect::Act,
+            Effect::Run,
         ),
         spec(
             "terminal_read",
@@ -386,7 +390,7 @@ fn base_catalog(config: &Config) -> Vec<ToolSpec> {
                 ),
             ],
             envelope(input_result()),
-            Effect::Act,
+            Effect::Run,
         ),
         spec(
             "terminal_status",
@@ -523,7 +527,7 @@ fn base_catalog(config: &Config) -> Vec<ToolSpec> {
                 Param::new("target", Kind::OneOf(&["group", "leader", "command"]), ""),
             ],
             envelope(ended_properties()),
-            Effect::Act,
+            Effect::Run,
         ),
         spec(
             "terminal_keys",
@@ -546,7 +550,7 @@ fn base_catalog(config: &Config) -> Vec<ToolSpec> {
                 .required(),
             ],
             envelope(input_result()),
-            Effect::Act,
+            Effect::Run,
         ),
         spec(
             "terminal_resize",
@@ -580,7 +584,7 @@ fn base_catalog(config: &Config) -> Vec<ToolSpec> {
                 "rows": {"type": "integer"},
                 "cols": {"type": "integer"},
             })),
-            Effect::Act,
+            Effect::Adjust,
         ),
         spec(
             "terminal_screen",
