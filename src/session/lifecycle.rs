@@ -1,5 +1,6 @@
 //! Starting the tasks behind a session, watching its exit, ending it on request.
 
+use std::os::fd::AsFd;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
@@ -11,7 +12,7 @@ use super::capture::NO_SCREEN;
 use super::ingest::{MarksReader, Reader, ReaderLink, Source};
 use super::input::{Input, Typed, is_shell};
 use super::recording::{Header, Recording};
-use super::shell::{Track, install_line, new_nonce};
+use super::shell::{Track, install_line, new_nonce, pipe_prepare};
 use super::sink::Sink;
 use super::state::{Reason, State, Status};
 use super::{Identity, Origin, Parts, Session, Snapshot};
@@ -143,6 +144,21 @@ pub fn launch(new: NewSession, spawned: Spawned) -> Arc<Session> {
         (None, _) => None,
     };
     let nonce = new.shell.then(new_nonce);
+    // A shell on pipes reads what its commands' wrapper needs before anything else: written
+    // now, whole (under PIPE_BUF), into the pipe nothing has written to yet.
+    if let (Some(_), Input::Pipe { pipe, .. }) = (&nonce, &input) {
+        let prepare = pipe_prepare();
+        let written = loop {
+            match nix::unistd::write(pipe.as_fd(), prepare.as_bytes()) {
+                Err(nix::errno::Errno::EINTR) => continue,
+                other => break other,
+            }
+        };
+        if let Err(e) = written {
+            // The shell already ended (its stdin closed): its session says so.
+            tracing::debug!("the shell's preparation was not written: {e}");
+        }
+    }
     let track = nonce.clone().map(|nonce| match mode {
         Mode::Pipe => Track::wrapped(nonce),
         Mode::Pty => Track::installing(nonce),

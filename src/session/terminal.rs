@@ -116,11 +116,11 @@ impl Session {
     }
 
     /// SIGINT to a shell on pipes while a command of terminal_exec runs is Ctrl-C, as a
-    /// terminal gives it: the command is interrupted as its timeout does it, and the shell
-    /// lives on with its state. The shell is in the group its programs run in, and one
-    /// without a trap of its own for SIGINT (dash, any `sh`) would die of a group signal,
-    /// where an interactive shell never does. With no such command, the signal goes where
-    /// the target says. True when it was sent as Ctrl-C.
+    /// terminal gives it: the command is interrupted as its timeout does it (its line
+    /// ended, its status 130), and the shell lives on with its state. With no such command,
+    /// the signal goes where the target says: the shell is in the group its programs run
+    /// in, and its trap for SIGINT (`pipe_prepare`) keeps it alive. True when it was sent
+    /// as Ctrl-C.
     async fn interrupted_command(&self) -> bool {
         let Some(seq) = self.running_command() else {
             return false;

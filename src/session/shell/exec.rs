@@ -115,8 +115,6 @@ fn pieces(text: &str, max: usize) -> impl Iterator<Item = &str> {
 /// What the exec calls of one session keep between them.
 #[derive(Default)]
 pub struct Calls {
-    /// A pipe shell has had its first command (which prepares it: aliases in bash).
-    prepared: bool,
     /// The last call returned command `.0` waiting for input, its output and input as of
     /// `.1` (its last traffic): `continue` waits for something to happen after that.
     answered_waiting: Option<(u64, std::time::Instant)>,
@@ -220,7 +218,7 @@ impl Session {
         let deadline = Instant::now() + request.timeout;
         let seq = match &request.command {
             Some(command) => {
-                self.type_command(&mut calls, command, request, max_input_bytes, deadline)
+                self.type_command(command, request, max_input_bytes, deadline)
                     .await?
             }
             None => self.to_continue()?,
@@ -306,7 +304,6 @@ impl Session {
     /// its sequence number.
     async fn type_command(
         &self,
-        calls: &mut Calls,
         command: &str,
         request: &ExecRequest,
         max_input_bytes: usize,
@@ -434,8 +431,7 @@ impl Session {
                 if self.inspect(|s| s.input().partial_line()) {
                     text.push('\n');
                 }
-                text.push_str(&pipe_wrapper(command, &nonce, !calls.prepared));
-                calls.prepared = true;
+                text.push_str(&pipe_wrapper(command, &nonce));
                 self.type_as(text.as_bytes(), command).await
             }
             (Typing::Wrapper, Mode::Pty) => {

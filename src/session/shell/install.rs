@@ -173,13 +173,64 @@ pub fn probe_line(nonce: &str) -> String {
     format!("\ncommand printf \\\\033]6973\\;%s%s\\;R\\\\007 {a} {b} 2>/dev/null >&{MARKS_FD}\n")
 }
 
+/// What a shell on pipes runs before anything else (written to its stdin as it starts,
+/// ahead of any input): the traps that let an interrupt end a command line and keep the
+/// shell alive, and what the wrapper (`pipe_wrapper`) uses. One line, printing nothing,
+/// under `PIPE_BUF` so it is written whole at once.
+pub fn pipe_prepare() -> String {
+    let mut text = String::new();
+    // A non-interactive bash expands aliases only when asked; guarded for dash.
+    text.push_str("[ -n \"${BASH_VERSION-}\" ] && shopt -s expand_aliases; ");
+    // An interrupt ends the command line where it is, as Ctrl-C ends a terminal
+    // shell's: SIGWINCH to the shell (ignored by default, so never fatal, where SIGINT
+    // would end a shell without a trap, and a waiting bash whatever its traps) runs
+    // this once the running program ended: out of every loop, the wrapper's one-pass
+    // loop included, its trace hidden.
+    text.push_str("trap '{ __mt_b=1; break 99; } 2>/dev/null' WINCH; ");
+    // Ctrl-C sent to the programs a shell waits for (a timeout's interrupt,
+    // `terminal_signal` SIGINT): SIGURG (ignored by default too) runs this once the
+    // program ends, which ends the line only when the program died of the SIGINT
+    // (status 130), as a terminal shell does; one that survived it leaves the line
+    // running. The `wait` builtin returns at once when a trapped signal comes, with
+    // 128 + its number (151), and a job it waits for ignores SIGINT: that ends the line
+    // too, as Ctrl-C ends a `wait` at a terminal. SIGINT itself, sent to the group the
+    // shell and its programs share on pipes (`terminal_signal`'s default), runs it too:
+    // a shell without a trap for it (dash, any `sh`) would die of it, where a terminal
+    // never sends it to an interactive shell. Caught, it is the default again in the
+    // programs the shell starts.
+    text.push_str(
+        "trap '{ case $? in 130|151) __mt_b=1; break 99;; esac; } 2>/dev/null' URG INT; ",
+    );
+    // bash runs it after a `!` turned the 130 into 0 (`while ! curl …; do …`): there
+    // `PIPESTATUS` still holds the statuses the pipeline's programs ended with. bash
+    // has it for SIGINT too: a command substitution whose program died of SIGINT
+    // (`x=$(slow)`) makes bash send itself SIGINT, "to break out of loops", which
+    // would end a shell without a trap. And bash runs a trap that came while it waited
+    // for a subshell (`(cd src && make); deploy`) only at the end of the next command,
+    // unless an ERR trap runs first, as it does when the subshell fails: it runs the
+    // pending trap before its own. So an ERR trap that does nothing, but keeps `$_`
+    // (the last argument of the command that failed) as it was.
+    text.push_str(
+        "[ -n \"${BASH_VERSION-}\" ] && trap '{ case \"$? ${PIPESTATUS[*]} \" in \
+         130\\ *|151\\ *|*\\ 130\\ *) __mt_b=1; break 99;; esac; } 2>/dev/null' URG INT \
+         && trap '{ : \"$_\"; } 2>/dev/null' ERR; ",
+    );
+    // What gives a command the status the one before it ended with as its `$?`: a
+    // function's return (no fork), after `set -x` when traced, its trace hidden.
+    text.push_str(
+        "__mt_v() { return $1; }; __mt_y='{ set -x; __mt_v ${__mt_s:-0} \"\" && __mt_v 0 \"\"; } 2>/dev/null'; ",
+    );
+    text.push('\n');
+    text
+}
+
 /// The wrapper for a shell on pipes: the start mark on the session's stdout and stderr
 /// pipes (through the copies made at spawn, so an earlier `exec >file` never gets a mark
 /// in its file), where the command's output on each begins; the command (stdin from
 /// /dev/null, so it cannot eat the shell's own input; the copies and the marks pipe closed,
 /// so no program it starts holds them, and restored after it); the end mark with its status on the marks
 /// pipe (`MARKS_FD`), which no output can fill or delay (on the stdout copy, should that
-/// descriptor have been closed). `prepare`: the first command of the shell.
+/// descriptor have been closed). `pipe_prepare` came first.
 ///
 /// The shell's trace (`set -x`) shows the command alone: the wrapper turns it off around
 /// itself, in `case` bodies whose stderr is /dev/null (a shell writes the trace of a simple
@@ -203,47 +254,8 @@ pub fn probe_line(nonce: &str) -> String {
 /// ends with a line of its own (after an empty one, which ends a trailing backslash's
 /// line) that keeps the command's status in `__mt_e`, its trace hidden: the `eval`
 /// returns 0 unless the command ended the shell itself.
-pub fn pipe_wrapper(command: &str, nonce: &str, prepare: bool) -> String {
+pub fn pipe_wrapper(command: &str, nonce: &str) -> String {
     let mut text = String::new();
-    if prepare {
-        // A non-interactive bash expands aliases only when asked; guarded for dash.
-        text.push_str("[ -n \"${BASH_VERSION-}\" ] && shopt -s expand_aliases; ");
-        // An interrupt ends the command line where it is, as Ctrl-C ends a terminal
-        // shell's: SIGWINCH to the shell (ignored by default, so never fatal, where SIGINT
-        // would end a shell without a trap, and a waiting bash whatever its traps) runs
-        // this once the running program ended: out of every loop, the wrapper's one-pass
-        // loop included, its trace hidden.
-        text.push_str("trap '{ __mt_b=1; break 99; } 2>/dev/null' WINCH; ");
-        // Ctrl-C sent to the programs a shell waits for (a timeout's interrupt,
-        // `terminal_signal` SIGINT): SIGURG (ignored by default too) runs this once the
-        // program ends, which ends the line only when the program died of the SIGINT
-        // (status 130), as a terminal shell does; one that survived it leaves the line
-        // running. The `wait` builtin returns at once when a trapped signal comes, with
-        // 128 + its number (151), and a job it waits for ignores SIGINT: that ends the line
-        // too, as Ctrl-C ends a `wait` at a terminal.
-        text.push_str(
-            "trap '{ case $? in 130|151) __mt_b=1; break 99;; esac; } 2>/dev/null' URG; ",
-        );
-        // bash runs it after a `!` turned the 130 into 0 (`while ! curl …; do …`): there
-        // `PIPESTATUS` still holds the statuses the pipeline's programs ended with. bash
-        // has it for SIGINT too: a command substitution whose program died of SIGINT
-        // (`x=$(slow)`) makes bash send itself SIGINT, "to break out of loops", which
-        // would end a shell without a trap. And bash runs a trap that came while it waited
-        // for a subshell (`(cd src && make); deploy`) only at the end of the next command,
-        // unless an ERR trap runs first, as it does when the subshell fails: it runs the
-        // pending trap before its own. So an ERR trap that does nothing, but keeps `$_`
-        // (the last argument of the command that failed) as it was.
-        text.push_str(
-            "[ -n \"${BASH_VERSION-}\" ] && trap '{ case \"$? ${PIPESTATUS[*]} \" in \
-             130\\ *|151\\ *|*\\ 130\\ *) __mt_b=1; break 99;; esac; } 2>/dev/null' URG INT \
-             && trap '{ : \"$_\"; } 2>/dev/null' ERR; ",
-        );
-        // What gives a command the status the one before it ended with as its `$?`: a
-        // function's return (no fork), after `set -x` when traced, its trace hidden.
-        text.push_str(
-            "__mt_v() { return $1; }; __mt_y='{ set -x; __mt_v ${__mt_s:-0} \"\" && __mt_v 0 \"\"; } 2>/dev/null'; ",
-        );
-    }
     let start = print_mark(nonce, "C", "", "");
     let end = print_mark(nonce, "D", ";%s", " \"$__mt_s\"");
     // Stderr is redirected first so a closed descriptor says nothing.
@@ -329,10 +341,17 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_preparation_is_written_whole_at_once() {
+        assert!(pipe_prepare().len() < libc::PIPE_BUF);
+        assert_eq!(pipe_prepare().matches('\n').count(), 1);
+    }
+
+    #[test]
     fn the_whole_nonce_is_never_typed() {
         let nonce = new_nonce();
         for text in [
-            pipe_wrapper("echo hi", &nonce, true),
+            pipe_prepare(),
+            pipe_wrapper("echo hi", &nonce),
             terminal_wrapper("echo hi", &nonce),
         ] {
             assert!(!text.contains(&nonce), "{text}");

@@ -23,7 +23,7 @@ use std::time::SystemTime;
 use serde::Serialize;
 
 pub use exec::{Calls, ExecRequest, ExecResult, OnTimeout};
-pub(super) use install::{install_line, new_nonce};
+pub(super) use install::{install_line, new_nonce, pipe_prepare};
 use scan::Mark;
 
 /// How a command line reaches the shell.
