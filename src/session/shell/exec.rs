@@ -701,17 +701,36 @@ impl Session {
     }
 
     /// The command `continue: true` waits for.
+    /// The command `continue: true` waits for; when its result was already returned, the
+    /// error says how it ended and where its output is, for a client whose answer was lost
+    /// (a connection that dropped as the command ran).
     fn to_continue(&self) -> Result<u64, ToolError> {
         let current = self.inspect(|s| {
             s.shell()
                 .and_then(|t| t.current())
-                .map(|c| (c.seq, c.collected))
+                .map(|c| (c.seq, c.collected, c.ended, c.output_start()))
         });
         match current {
-            Some((seq, false)) => Ok(seq),
+            Some((seq, false, _, _)) => Ok(seq),
             // Why and when it ended, rather than advice to run a command it cannot run.
             _ if self.status().is_final() => Err(self.not_running()),
-            Some((_, true)) | None => Err(ToolError::invalid_argument(
+            Some((_, true, Some(ended), start)) => {
+                let status = ended
+                    .status
+                    .map_or_else(|| "no status".to_owned(), |s| format!("exit code {s}"));
+                let message = format!(
+                    "has no command to wait for: the last command's result was already \
+                     returned. It ended with {status}, its output from cursor {start} to {} \
+                     (terminal_read from {start}, should that answer have been lost); pass \
+                     `command` to run another",
+                    ended.cursor
+                );
+                Err(ToolError::invalid_argument("continue", message)
+                    .with("exit_code", ended.status)
+                    .with("start_cursor", start)
+                    .with("end_cursor", ended.cursor))
+            }
+            Some((_, true, None, _)) | None => Err(ToolError::invalid_argument(
                 "continue",
                 "has no command to wait for: the last command's result was already returned \
                  (or none was run); pass `command` to run one",
