@@ -239,13 +239,20 @@ impl Session {
         // terminal, or be about to (the shell, back in its foreground, runs its prompt
         // hook): a Ctrl-C then would land at the prompt, setting the next command's `$?` to
         // 130 or cutting into its typing. A loop the shell runs itself waits that moment.
+        // On pipes the end mark comes through a pipe of its own: a shell reading its input
+        // again (which it never does while a command runs: the command's stdin is
+        // /dev/null) has printed it.
         let waited = match waited {
-            Waited::TimedOut if self.mode == Mode::Pty => {
-                self.drain_reader(Stream::Stdout).await;
-                if self
-                    .foreground()
-                    .is_some_and(|f| f.pid == self.shell_group())
-                {
+            Waited::TimedOut => {
+                let ending = match self.mode {
+                    Mode::Pty => {
+                        self.drain_reader(Stream::Stdout).await;
+                        self.foreground()
+                            .is_some_and(|f| f.pid == self.shell_group())
+                    }
+                    Mode::Pipe => self.shell_input_wait().is_some(),
+                };
+                if ending {
                     let grace = Instant::now() + EXEC_END_GRACE;
                     self.wait_until(grace, |s| command_ended(s, seq)).await;
                 }
@@ -293,9 +300,22 @@ impl Session {
             (Waited::TimedOut, OnTimeout::Keep) => Ok(self.result(seq, "running").await),
             (Waited::TimedOut, OnTimeout::Interrupt) => {
                 let settle = Instant::now() + EXEC_INTERRUPT_SETTLE;
-                self.interrupt_command(seq, settle).await;
+                let took = self.interrupt_command(seq, settle).await;
                 self.wait_command(seq, settle, false, None).await;
-                Ok(self.result(seq, "timeout").await)
+                // On pipes a command that ended by itself as the interrupt came (no program
+                // took it, and the shell's trap did not end the line: its status is not
+                // 130) completed.
+                let own_end = self.inspect(|s| {
+                    let command = s.shell().and_then(|t| t.current()).filter(|c| c.seq == seq);
+                    command
+                        .and_then(|c| c.ended)
+                        .is_some_and(|e| e.status != Some(130))
+                });
+                let outcome = match self.mode {
+                    Mode::Pipe if !took && own_end => "completed",
+                    _ => "timeout",
+                };
+                Ok(self.result(seq, outcome).await)
             }
         }
     }
@@ -933,7 +953,10 @@ impl Session {
     /// itself as it went out (the last of a loop of short programs) never got it, and the
     /// line's next program, which at a terminal would have been in the foreground group,
     /// is interrupted in its place.
-    pub(in crate::session) async fn interrupt_command(&self, seq: u64, settle: Instant) {
+    /// Whether it reached the command: on a terminal, always taken so; on pipes, whether a
+    /// program of it that had been running took the SIGINT or the shell's trap ended its
+    /// loop (SIGWINCH).
+    pub(in crate::session) async fn interrupt_command(&self, seq: u64, settle: Instant) -> bool {
         if self.mode == Mode::Pty {
             let first = self.terminal().and_then(|t| t.foreground());
             let took = first.is_some_and(|group| self.takes_interrupts(group));
@@ -941,7 +964,7 @@ impl Session {
             if !took {
                 self.follow_terminal_interrupt(seq, first, settle).await;
             }
-            return;
+            return true;
         }
         let mut interrupting = Interrupting::default();
         loop {
@@ -953,7 +976,7 @@ impl Session {
             });
             if ended || interrupting.delivered || Instant::now() + INTERRUPT_FOLLOW_EVERY >= settle
             {
-                return;
+                return interrupting.delivered || interrupting.winched;
             }
             tokio::time::sleep(INTERRUPT_FOLLOW_EVERY).await;
         }
