@@ -347,6 +347,9 @@ async fn expiry(
                 Some(since) if since + idle > Instant::now() => {
                     tokio::time::sleep_until(since + idle).await;
                 }
+                // A call that named it while that was looked at (a wait on its input takes a
+                // moment) keeps it.
+                Some(_) if session.named_now() || Instant::now() < session.named_at() + idle => {}
                 Some(_) => return,
             }
         }
