@@ -327,7 +327,10 @@ pub fn read(body: &[u8]) -> Result<ClientJsonRpcMessage, Unreadable> {
     // past serde_json's depth limit, a number out of range) is answered here.
     let message = match serde_json::from_str::<serde_json::Value>(text) {
         Ok(message) => message,
-        Err(e) => return Err(unparsed(&format!("the message is not valid JSON ({e})"))),
+        Err(e) => {
+            return Err(half_a_character(text, &e)
+                .unwrap_or_else(|| unparsed(&format!("the message is not valid JSON ({e})"))));
+        }
     };
     let answer = match request_id(&message) {
         // Answered with its id: the service would answer it with `id: null`.
@@ -419,6 +422,78 @@ fn unparsed(why: &str) -> Unreadable {
         answer: Some(answer),
         cancelled: None,
     }
+}
+
+/// A request that is JSON but for a lone UTF-16 surrogate escape (`"\ud83d"`: half of a
+/// character, as JavaScript writes text cut in the middle of an emoji, or Python text
+/// decoded with `surrogateescape`), which no JSON parser here takes as a character:
+/// answered "Parse error" with its id, so its client is not left waiting, saying what to
+/// fix. `None` for any other message.
+fn half_a_character(text: &str, error: &serde_json::Error) -> Option<Unreadable> {
+    let mended = lone_surrogates_replaced(text);
+    if mended == text {
+        return None;
+    }
+    let mended = serde_json::from_str::<serde_json::Value>(&mended).ok()?;
+    let id = request_id(&mended)?;
+    tracing::warn!("refused a request holding half of a UTF-16 surrogate pair");
+    let answer = Answer::new(
+        id.clone(),
+        -32700,
+        &format!(
+            "Parse error: the message holds a lone UTF-16 surrogate escape, half of a \
+             character ({error}), as text cut in the middle of an emoji or decoded with \
+             surrogateescape leaves; it is no character, and nothing was done: send whole \
+             characters"
+        ),
+    );
+    Some(Unreadable {
+        answer: Some(answer),
+        cancelled: None,
+    })
+}
+
+/// `text` (JSON) with each `\uXXXX` escape of a lone UTF-16 surrogate in its strings
+/// replaced by `\ufffd`; a pair's two halves stay.
+fn lone_surrogates_replaced(text: &str) -> String {
+    let escape_at = |rest: &str| -> Option<u32> {
+        let hex = rest.strip_prefix("\\u")?.get(..4)?;
+        u32::from_str_radix(hex, 16).ok()
+    };
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    let mut in_string = false;
+    while let Some(c) = rest.chars().next() {
+        match c {
+            '"' => in_string = !in_string,
+            '\\' if in_string => {
+                match escape_at(rest) {
+                    Some(0xd800..=0xdbff)
+                        if escape_at(&rest[6..])
+                            .is_some_and(|low| (0xdc00..=0xdfff).contains(&low)) =>
+                    {
+                        out.push_str(&rest[..12]);
+                        rest = &rest[12..];
+                    }
+                    Some(0xd800..=0xdfff) => {
+                        out.push_str("\\ufffd");
+                        rest = &rest[6..];
+                    }
+                    // Any other escape: itself and the character it escapes.
+                    _ => {
+                        let escaped = rest[1..].chars().next().map_or(0, char::len_utf8);
+                        out.push_str(&rest[..1 + escaped]);
+                        rest = &rest[1 + escaped..];
+                    }
+                }
+                continue;
+            }
+            _ => {}
+        }
+        out.push(c);
+        rest = &rest[c.len_utf8()..];
+    }
+    out
 }
 
 /// A request id as JSON text: how `InFlight` knows it.
@@ -612,6 +687,37 @@ mod tests {
     fn judged(text: &str) -> Verdict {
         let (_, mut guard, _, _) = guard();
         guard.judge(text.as_bytes())
+    }
+
+    #[test]
+    fn half_a_character_is_answered_with_its_request_id() {
+        let line = r#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"terminal_write","arguments":{"session_id":"x","text":"cut \ud83d"}}}"#;
+        let Err(unreadable) = read(line.as_bytes()) else {
+            panic!("read");
+        };
+        let answer = unreadable.answer.expect("an answer");
+        assert_eq!(answer.id, json!(7));
+        let frame: serde_json::Value = serde_json::from_slice(&answer.frame).unwrap();
+        assert_eq!(frame["error"]["code"], json!(-32700));
+        let message = frame["error"]["message"].as_str().unwrap();
+        assert!(message.contains("lone UTF-16 surrogate"), "{message}");
+        // A whole pair is a character; an escaped backslash before `u` is no escape.
+        assert!(
+            read(
+                r#"{"jsonrpc":"2.0","id":8,"method":"ping","params":{"x":"\ud83d\ude00 \\ud83d"}}"#
+                    .as_bytes()
+            )
+            .is_ok()
+        );
+    }
+
+    #[test]
+    fn only_lone_surrogates_are_replaced() {
+        let text = r#"["\ud83d\ude00", "\ud83d", "\ude00x", "\\ud83d", "\u00e9", "€\"\ud800"]"#;
+        assert_eq!(
+            lone_surrogates_replaced(text),
+            r#"["\ud83d\ude00", "\ufffd", "\ufffdx", "\\ud83d", "\u00e9", "€\"\ufffd"]"#
+        );
     }
 
     #[test]
