@@ -364,12 +364,19 @@ async fn with_progress<T>(
     // The first report is due one period from now (awaiting an immediate first tick
     // would cost a timer turn on every call).
     let mut ticks = tokio::time::interval_at(started + PROGRESS_EVERY, PROGRESS_EVERY);
+    // Progress only ever grows: once it reached the total (the call goes on past its
+    // timeout while what it stopped settles), it is not reported again.
+    let mut reported = None;
     loop {
         tokio::select! {
             result = &mut work => return result,
             _ = ticks.tick() => {
-                let elapsed = (started.elapsed().as_millis() as u64).min(total_ms) as f64;
-                let progress = ProgressNotificationParam::new(token.clone(), elapsed)
+                let elapsed = (started.elapsed().as_millis() as u64).min(total_ms);
+                if reported.is_some_and(|last| elapsed <= last) {
+                    continue;
+                }
+                reported = Some(elapsed);
+                let progress = ProgressNotificationParam::new(token.clone(), elapsed as f64)
                     .with_total(total_ms as f64)
                     .with_message(message());
                 let _ = context.peer.notify_progress(progress).await;
