@@ -10,7 +10,7 @@ use std::time::SystemTime;
 use super::state::timestamp;
 use crate::errors::{ErrorCode, ToolError};
 
-/// Sessions let go of whose IDs are kept (40 bytes each).
+/// Sessions let go of whose IDs are kept (48 bytes each).
 const KEPT: usize = 4096;
 
 /// Why a session was let go of.
@@ -40,8 +40,9 @@ impl Gone {
         }
     }
 
-    /// Session `id` was let go of now, for `why`.
-    pub fn record(&self, id: &str, why: Why) {
+    /// Session `id` was let go of, for `why`, `at` that time (a session past its retention
+    /// period is let go of lazily: at when that period ended).
+    pub fn record(&self, id: &str, why: Why, at: SystemTime) {
         let Some(id) = parse(id) else {
             return;
         };
@@ -50,7 +51,7 @@ impl Gone {
             latest.pop_front();
             self.older.store(true, Ordering::Relaxed);
         }
-        latest.push_back((id, SystemTime::now(), why));
+        latest.push_back((id, at, why));
     }
 
     /// The error for a call naming session `id`, which the server does not hold;
@@ -71,8 +72,8 @@ impl Gone {
                 timestamp(at)
             ),
             Some((at, Why::Expired)) => format!(
-                "it ended over retention_seconds ({retention_seconds} s) ago and was discarded \
-                 at {}; terminal_list shows the sessions retained",
+                "it was discarded once it had ended retention_seconds ({retention_seconds} s) \
+                 before, at {}; terminal_list shows the sessions retained",
                 timestamp(at)
             ),
             None if !self.older.load(Ordering::Relaxed) => format!(
@@ -115,10 +116,10 @@ mod tests {
         let forgotten = "0123456789abcdef0123456789abcdef";
         let expired = "fedcba9876543210fedcba9876543210";
         let never = "00000000000000000000000000000001";
-        gone.record(forgotten, Why::Forgotten);
-        gone.record(expired, Why::Expired);
+        gone.record(forgotten, Why::Forgotten, SystemTime::now());
+        gone.record(expired, Why::Expired, SystemTime::now());
         assert!(message(&gone, forgotten).contains(": terminal_forget forgot it at 20"));
-        assert!(message(&gone, expired).contains("retention_seconds (300 s) ago"));
+        assert!(message(&gone, expired).contains("retention_seconds (300 s) before, at 20"));
         assert!(message(&gone, never).contains("never had it. An ID from an earlier run"));
     }
 
@@ -126,7 +127,7 @@ mod tests {
     fn past_the_ids_kept_an_unknown_id_may_be_an_older_one() {
         let gone = Gone::new();
         for n in 0..=KEPT as u128 {
-            gone.record(&format!("{n:032x}"), Why::Forgotten);
+            gone.record(&format!("{n:032x}"), Why::Forgotten, SystemTime::now());
         }
         assert!(message(&gone, &format!("{:032x}", 1)).contains("forgot it at"));
         let first = message(&gone, &format!("{:032x}", 0));

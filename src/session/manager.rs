@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use super::gone::{Gone, Why};
 use super::lifecycle::{NewSession, RecordTo, Spawned, launch};
@@ -72,7 +72,9 @@ impl Sessions {
             let expired = s.expired(retention);
             if expired {
                 s.discard();
-                self.gone.record(&s.id, Why::Expired);
+                let ended = s.inspect(|state| state.ended_at());
+                let at = ended.map_or_else(SystemTime::now, |ended| ended + retention);
+                self.gone.record(&s.id, Why::Expired, at);
             }
             !expired
         });
@@ -159,11 +161,12 @@ impl Sessions {
         }
         let snapshot = session.snapshot();
         session.discard();
-        self.table
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .retain(|s| s.id != session_id);
-        self.gone.record(session_id, Why::Forgotten);
+        let mut table = self.table.lock().unwrap_or_else(|e| e.into_inner());
+        table.retain(|s| s.id != session_id);
+        // Under the table's lock, so a call looking for it meanwhile finds it in one or
+        // the other.
+        self.gone
+            .record(session_id, Why::Forgotten, SystemTime::now());
         Ok(snapshot)
     }
 

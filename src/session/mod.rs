@@ -202,20 +202,30 @@ async fn sleep_until(at: Option<Instant>) {
 }
 
 /// Dropped after the rest of a session (its output buffer, screen): counts the heap the
-/// session held as freed (`heap::freed`), which hands it back once enough is free.
+/// session held as freed (`heap::freed`), which hands it back once enough is free; a
+/// terminal's emulator, whose size is not counted, has it handed back in any case (the
+/// thread that drew it may have ended long before, leaving the session the last to hold
+/// it).
 #[derive(Default)]
-struct ReturnMemory(usize);
+struct ReturnMemory {
+    bytes: usize,
+    screen: bool,
+}
 
 impl Drop for ReturnMemory {
     fn drop(&mut self) {
-        heap::freed(self.0);
+        heap::freed(self.bytes);
+        if self.screen {
+            heap::return_soon();
+        }
     }
 }
 
 impl Drop for Session {
     fn drop(&mut self) {
         // Its retained output (the most of what it holds), measured before it goes.
-        self._returns_memory.0 = self.inspect(|s| s.output().heap_bytes());
+        self._returns_memory.bytes = self.inspect(|s| s.output().heap_bytes());
+        self._returns_memory.screen = self.screen.is_some();
     }
 }
 

@@ -210,7 +210,8 @@ pub fn rss_kib(mcp: &McpServer) -> Result<f64, String> {
 }
 
 /// How long after the last of a session's memory was freed the server has handed it back
-/// to the system, at the latest (it waits for frees to pause, 1 s at most).
+/// to the system, at the latest: it waits for frees to pause, 1 s at most (`RETURN_LATEST`
+/// in the server's `heap.rs`; change both together).
 const HAND_BACK: Duration = Duration::from_millis(1500);
 
 /// The server's resident set once it has handed back what ended sessions freed: a step
