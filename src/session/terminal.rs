@@ -12,7 +12,7 @@ use crate::config::Mode;
 use crate::errors::{ErrorCode, ToolError};
 use crate::limits::{CAP_TOTAL_EMULATOR_CELLS, EXEC_INTERRUPT_SETTLE, SCREEN_CATCH_UP};
 use crate::output::{Screen, ScreenView};
-use crate::process::{procfs, signal_group, signal_process};
+use crate::process::{procfs, signal_group, signal_process, waiting};
 
 /// Who receives a signal.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -107,10 +107,23 @@ impl Session {
         {
             return Ok(());
         }
+        // A shell running a loop of its own (neither waiting for a program nor reading its
+        // input, as looked at before the signal) has no program to take the SIGINT, and
+        // its trap leaves a loop only for a program that died of it: its SIGWINCH trap
+        // leaves it, as Ctrl-C would at a terminal.
+        let shell = self.shell_group();
+        let own_loop = signal == Signal::SIGINT
+            && pipe_shell
+            && target != Target::Command
+            && !waiting::waits_for_a_child(shell)
+            && self.shell_input_wait().is_none();
         match target {
             Target::Group => signal_group(self.pid, signal),
             Target::Leader => signal_process(self.pid, signal),
             Target::Command => self.signal_command(signal).await?,
+        }
+        if own_loop {
+            signal_process(shell, Signal::SIGWINCH);
         }
         Ok(())
     }
@@ -146,7 +159,10 @@ impl Session {
         let running = self.running_command();
         let nothing = || {
             let why = match (running.is_some(), self.mode) {
-                (false, _) => "no command runs in the shell now",
+                (false, _) => {
+                    "no terminal_exec command runs in the shell now (a program a line of \
+                     terminal_write started is no command: target `group` reaches it)"
+                }
                 (true, Mode::Pty) => {
                     "the shell itself runs the command (a loop or a builtin of its own, \
                      in its foreground): end it with terminal_keys [\"C-c\"]"

@@ -174,10 +174,16 @@ pub fn probe_line(nonce: &str) -> String {
 }
 
 /// What a shell on pipes runs before anything else (written to its stdin as it starts,
-/// ahead of any input): the traps that let an interrupt end a command line and keep the
-/// shell alive, and what the wrapper (`pipe_wrapper`) uses. One line, printing nothing,
-/// under `PIPE_BUF` so it is written whole at once.
+/// ahead of any input): `setup` in a compound whose stderr is /dev/null (a trace under
+/// `sh -x`, and a program that is no shell, say nothing there). One line, under `PIPE_BUF`
+/// so it is written whole at once.
 pub fn pipe_prepare() -> String {
+    format!("case $- in *) {} ;; esac 2>/dev/null\n", setup())
+}
+
+/// The traps that let an interrupt end a command line and keep the shell alive, and what
+/// the wrapper (`pipe_wrapper`) uses. Each command ends with `; `.
+fn setup() -> String {
     let mut text = String::new();
     // A non-interactive bash expands aliases only when asked; guarded for dash.
     text.push_str("[ -n \"${BASH_VERSION-}\" ] && shopt -s expand_aliases; ");
@@ -197,9 +203,13 @@ pub fn pipe_prepare() -> String {
     // shell and its programs share on pipes (`terminal_signal`'s default), runs it too:
     // a shell without a trap for it (dash, any `sh`) would die of it, where a terminal
     // never sends it to an interactive shell. Caught, it is the default again in the
-    // programs the shell starts.
+    // programs the shell starts. Under `set -e` the interrupted program's failure would
+    // end the shell: inside a command's wrapper (`__mt_l` is 1 there) the trap, which dash
+    // runs before it looks at `set -e`, turns it off when it was on, and the wrapper turns
+    // it on again (`__mt_ee`).
     text.push_str(
-        "trap '{ case $? in 130|151) __mt_b=1; break 99;; esac; } 2>/dev/null' URG INT; ",
+        "trap '{ case $? in 130|151) __mt_b=1; case $__mt_l$- in 1*e*) set +e; __mt_ee=1;; esac; \
+         break 99;; esac; } 2>/dev/null' URG INT; ",
     );
     // bash runs it after a `!` turned the 130 into 0 (`while ! curl …; do …`): there
     // `PIPESTATUS` still holds the statuses the pipeline's programs ended with. bash
@@ -208,19 +218,23 @@ pub fn pipe_prepare() -> String {
     // would end a shell without a trap. And bash runs a trap that came while it waited
     // for a subshell (`(cd src && make); deploy`) only at the end of the next command,
     // unless an ERR trap runs first, as it does when the subshell fails: it runs the
-    // pending trap before its own. So an ERR trap that does nothing, but keeps `$_`
-    // (the last argument of the command that failed) as it was.
+    // pending trap before its own. So an ERR trap, which keeps `$_` (the last argument of
+    // the command that failed) as it was. bash looks at `set -e` after the ERR trap and
+    // before the interrupt's: inside a command's wrapper the ERR trap of a program that
+    // died of SIGINT (or a `wait` a trapped signal ended) turns `set -e` off, and the
+    // wrapper turns it on again.
     text.push_str(
         "[ -n \"${BASH_VERSION-}\" ] && trap '{ case \"$? ${PIPESTATUS[*]} \" in \
-         130\\ *|151\\ *|*\\ 130\\ *) __mt_b=1; break 99;; esac; } 2>/dev/null' URG INT \
-         && trap '{ : \"$_\"; } 2>/dev/null' ERR; ",
+         130\\ *|151\\ *|*\\ 130\\ *) __mt_b=1; case $__mt_l$- in 1*e*) set +e; __mt_ee=1;; esac; \
+         break 99;; esac; } 2>/dev/null' URG INT \
+         && trap '{ case $?$__mt_l$- in 1301*e*|1511*e*) __mt_u=$_; set +e; __mt_ee=1; : \"$__mt_u\";; \
+         *) : \"$_\";; esac; } 2>/dev/null' ERR; ",
     );
     // What gives a command the status the one before it ended with as its `$?`: a
     // function's return (no fork), after `set -x` when traced, its trace hidden.
     text.push_str(
         "__mt_v() { return $1; }; __mt_y='{ set -x; __mt_v ${__mt_s:-0} \"\" && __mt_v 0 \"\"; } 2>/dev/null'; ",
     );
-    text.push('\n');
     text
 }
 
@@ -230,7 +244,8 @@ pub fn pipe_prepare() -> String {
 /// /dev/null, so it cannot eat the shell's own input; the copies and the marks pipe closed,
 /// so no program it starts holds them, and restored after it); the end mark with its status on the marks
 /// pipe (`MARKS_FD`), which no output can fill or delay (on the stdout copy, should that
-/// descriptor have been closed). `pipe_prepare` came first.
+/// descriptor have been closed). `pipe_prepare` came first; a shell that lacks what it
+/// set up (one `exec`'d since) is set up first.
 ///
 /// The shell's trace (`set -x`) shows the command alone: the wrapper turns it off around
 /// itself, in `case` bodies whose stderr is /dev/null (a shell writes the trace of a simple
@@ -255,7 +270,13 @@ pub fn pipe_prepare() -> String {
 /// line) that keeps the command's status in `__mt_e`, its trace hidden: the `eval`
 /// returns 0 unless the command ended the shell itself.
 pub fn pipe_wrapper(command: &str, nonce: &str) -> String {
-    let mut text = String::new();
+    // A shell the first one `exec`'d (`exec bash`, typed with terminal_write) was never
+    // set up: it is now (no fork: `command -v` is a builtin). A simple command first (see
+    // below); the setup's own commands keep their stderr quiet.
+    let mut text = format!(
+        "command -v __mt_v >/dev/null 2>&1 || {{ {}}} 2>/dev/null; ",
+        setup()
+    );
     let start = print_mark(nonce, "C", "", "");
     let end = print_mark(nonce, "D", ";%s", " \"$__mt_s\"");
     // Stderr is redirected first so a closed descriptor says nothing.
@@ -273,6 +294,7 @@ pub fn pipe_wrapper(command: &str, nonce: &str) -> String {
          {{ __mt_s=${{__mt_e:-$?}} __mt_l=; }} 2>/dev/null; done; \
          case $- in *) case $__mt_l,$__mt_b in 1,1) __mt_s=130;; 1,) __mt_s=1; \
          command printf '%s\\n' '{STRAY_LEAVE}' >&{STDERR_COPY_FD};; esac; \
+         case $__mt_ee in 1) __mt_ee=; set -e;; esac; \
          case $- in *x*) __mt_x=1;; *) __mt_x=;; esac; set +x;; esac 2>/dev/null; \
          {end} 2>/dev/null >&{MARKS_FD} || {end} 2>/dev/null >&{STDOUT_COPY_FD}",
         double_quoted(command)
@@ -342,7 +364,11 @@ mod tests {
 
     #[test]
     fn the_preparation_is_written_whole_at_once() {
-        assert!(pipe_prepare().len() < libc::PIPE_BUF);
+        assert!(
+            pipe_prepare().len() < libc::PIPE_BUF,
+            "{}",
+            pipe_prepare().len()
+        );
         assert_eq!(pipe_prepare().matches('\n').count(), 1);
     }
 
