@@ -712,6 +712,25 @@ mod tests {
     }
 
     #[test]
+    fn odd_escapes_are_copied_as_they_are() {
+        for text in [
+            "\"\\",
+            "\"\\u",
+            "\"\\ud8",
+            "\"\\ud83d\\u",
+            "\"\\é\"",
+            "\"\\ud83d\\uzzzz\"",
+            "\\ud83d",
+        ] {
+            // Nothing to replace but where a whole `\uD8xx` stands alone.
+            let replaced = lone_surrogates_replaced(text);
+            assert_eq!(replaced == text, !text.contains("\\ud83d\\u"), "{text}");
+        }
+        assert_eq!(lone_surrogates_replaced("\"\\u00\""), "\"\\u00\"");
+        assert_eq!(lone_surrogates_replaced("\"\\ud83d\\u\""), "\"\\ufffd\\u\"");
+    }
+
+    #[test]
     fn only_lone_surrogates_are_replaced() {
         let text = r#"["\ud83d\ude00", "\ud83d", "\ude00x", "\\ud83d", "\u00e9", "€\"\ud800"]"#;
         assert_eq!(
