@@ -954,8 +954,8 @@ impl Session {
     /// line's next program, which at a terminal would have been in the foreground group,
     /// is interrupted in its place.
     /// Whether it reached the command: on a terminal, always taken so; on pipes, whether a
-    /// program of it that had been running took the SIGINT or the shell's trap ended its
-    /// loop (SIGWINCH).
+    /// program of it that had been running took the SIGINT (a loop of the shell's own that
+    /// SIGWINCH ended ends with 130, which says so).
     pub(in crate::session) async fn interrupt_command(&self, seq: u64, settle: Instant) -> bool {
         if self.mode == Mode::Pty {
             let first = self.terminal().and_then(|t| t.foreground());
@@ -976,7 +976,7 @@ impl Session {
             });
             if ended || interrupting.delivered || Instant::now() + INTERRUPT_FOLLOW_EVERY >= settle
             {
-                return interrupting.delivered || interrupting.winched;
+                return interrupting.delivered;
             }
             tokio::time::sleep(INTERRUPT_FOLLOW_EVERY).await;
         }

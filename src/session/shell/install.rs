@@ -191,8 +191,15 @@ fn setup() -> String {
     // shell's: SIGWINCH to the shell (ignored by default, so never fatal, where SIGINT
     // would end a shell without a trap, and a waiting bash whatever its traps) runs
     // this once the running program ended: out of every loop, the wrapper's one-pass
-    // loop included, its trace hidden.
-    text.push_str("trap '{ __mt_b=1; break 99; } 2>/dev/null' WINCH; ");
+    // loop included, its trace hidden. Under `set -e` a program stopped there (a
+    // command substitution's, which the shell reads rather than waits for) would end the
+    // shell: inside a command's wrapper (`__mt_l` is 1 there; unset, under `set -u`, before
+    // the first) the trap, which the shell runs before it looks at `set -e`, turns it off
+    // when it was on, and the wrapper turns it on again after the command (`__mt_ee`).
+    text.push_str(
+        "trap '{ __mt_b=1; case ${__mt_l-}$- in 1*e*) set +e; __mt_ee=1;; esac; break 99; } \
+         2>/dev/null' WINCH; ",
+    );
     // Ctrl-C sent to the programs a shell waits for (a timeout's interrupt,
     // `terminal_signal` SIGINT): SIGURG (ignored by default too) runs this once the
     // program ends, which ends the line only when the program died of the SIGINT
@@ -203,13 +210,10 @@ fn setup() -> String {
     // shell and its programs share on pipes (`terminal_signal`'s default), runs it too:
     // a shell without a trap for it (dash, any `sh`) would die of it, where a terminal
     // never sends it to an interactive shell. Caught, it is the default again in the
-    // programs the shell starts. Under `set -e` the interrupted program's failure would
-    // end the shell: inside a command's wrapper (`__mt_l` is 1 there) the trap, which dash
-    // runs before it looks at `set -e`, turns it off when it was on, and the wrapper turns
-    // it on again (`__mt_ee`).
+    // programs the shell starts. Under `set -e`, as for SIGWINCH.
     text.push_str(
-        "trap '{ case $? in 130|151) __mt_b=1; case $__mt_l$- in 1*e*) set +e; __mt_ee=1;; esac; \
-         break 99;; esac; } 2>/dev/null' URG INT; ",
+        "trap '{ case $? in 130|151) __mt_b=1; case ${__mt_l-}$- in 1*e*) set +e; \
+         __mt_ee=1;; esac; break 99;; esac; } 2>/dev/null' URG INT; ",
     );
     // bash runs it after a `!` turned the 130 into 0 (`while ! curl …; do …`): there
     // `PIPESTATUS` still holds the statuses the pipeline's programs ended with. bash
@@ -218,17 +222,15 @@ fn setup() -> String {
     // would end a shell without a trap. And bash runs a trap that came while it waited
     // for a subshell (`(cd src && make); deploy`) only at the end of the next command,
     // unless an ERR trap runs first, as it does when the subshell fails: it runs the
-    // pending trap before its own. So an ERR trap, which keeps `$_` (the last argument of
-    // the command that failed) as it was. bash looks at `set -e` after the ERR trap and
-    // before the interrupt's: inside a command's wrapper the ERR trap of a program that
-    // died of SIGINT (or a `wait` a trapped signal ended) turns `set -e` off, and the
-    // wrapper turns it on again.
+    // pending trap before its own. So an ERR trap that does nothing, but keeps `$_` (the
+    // last argument of the command that failed) as it was. bash, too, runs a trap that
+    // came while it waited before it looks at `set -e`, where `$?` may not hold the
+    // program's status yet: `PIPESTATUS` does.
     text.push_str(
         "[ -n \"${BASH_VERSION-}\" ] && trap '{ case \"$? ${PIPESTATUS[*]} \" in \
-         130\\ *|151\\ *|*\\ 130\\ *) __mt_b=1; case $__mt_l$- in 1*e*) set +e; __mt_ee=1;; esac; \
-         break 99;; esac; } 2>/dev/null' URG INT \
-         && trap '{ case $?$__mt_l$- in 1301*e*|1511*e*) __mt_u=$_; set +e; __mt_ee=1; : \"$__mt_u\";; \
-         *) : \"$_\";; esac; } 2>/dev/null' ERR; ",
+         130\\ *|151\\ *|*\\ 130\\ *) __mt_b=1; case ${__mt_l-}$- in 1*e*) set +e; \
+         __mt_ee=1;; esac; break 99;; esac; } 2>/dev/null' URG INT \
+         && trap '{ : \"$_\"; } 2>/dev/null' ERR; ",
     );
     // What gives a command the status the one before it ended with as its `$?`: a
     // function's return (no fork), after `set -x` when traced, its trace hidden.
@@ -294,7 +296,7 @@ pub fn pipe_wrapper(command: &str, nonce: &str) -> String {
          {{ __mt_s=${{__mt_e:-$?}} __mt_l=; }} 2>/dev/null; done; \
          case $- in *) case $__mt_l,$__mt_b in 1,1) __mt_s=130;; 1,) __mt_s=1; \
          command printf '%s\\n' '{STRAY_LEAVE}' >&{STDERR_COPY_FD};; esac; \
-         case $__mt_ee in 1) __mt_ee=; set -e;; esac; \
+         case ${{__mt_ee-}} in 1) __mt_ee=; set -e;; esac; \
          case $- in *x*) __mt_x=1;; *) __mt_x=;; esac; set +x;; esac 2>/dev/null; \
          {end} 2>/dev/null >&{MARKS_FD} || {end} 2>/dev/null >&{STDOUT_COPY_FD}",
         double_quoted(command)
