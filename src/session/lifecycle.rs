@@ -145,19 +145,13 @@ pub fn launch(new: NewSession, spawned: Spawned) -> Arc<Session> {
     };
     let nonce = new.shell.then(new_nonce);
     // A shell on pipes reads what its commands' wrapper needs before anything else: written
-    // now, whole (under PIPE_BUF), into the pipe nothing has written to yet.
-    if let (Some(_), Input::Pipe { pipe, .. }) = (&nonce, &input) {
-        let prepare = pipe_prepare();
-        let written = loop {
-            match nix::unistd::write(pipe.as_fd(), prepare.as_bytes()) {
-                Err(nix::errno::Errno::EINTR) => continue,
-                other => break other,
-            }
-        };
-        if let Err(e) = written {
-            // The shell already ended (its stdin closed): its session says so.
-            tracing::debug!("the shell's preparation was not written: {e}");
-        }
+    // now, whole (under PIPE_BUF) and at once (the pipe is non-blocking), into the pipe
+    // nothing has written to yet.
+    if let (Some(_), Input::Pipe { pipe, .. }) = (&nonce, &input)
+        && let Err(e) = nix::unistd::write(pipe.as_fd(), pipe_prepare().as_bytes())
+    {
+        // The shell already ended (its stdin closed): its session says so.
+        tracing::debug!("the shell's preparation was not written: {e}");
     }
     let track = nonce.clone().map(|nonce| match mode {
         Mode::Pipe => Track::wrapped(nonce),

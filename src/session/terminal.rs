@@ -99,12 +99,12 @@ impl Session {
         if self.status().is_final() {
             return Err(self.not_running());
         }
-        let pipe_shell = self.mode == Mode::Pipe && self.inspect(|s| s.shell().is_some());
-        if signal == Signal::SIGINT
-            && pipe_shell
+        // SIGINT for a shell on pipes, to its group or to itself.
+        let pipe_shell_sigint = signal == Signal::SIGINT
+            && self.mode == Mode::Pipe
             && target != Target::Command
-            && self.interrupted_command().await
-        {
+            && self.inspect(|s| s.shell().is_some());
+        if pipe_shell_sigint && self.interrupted_command().await {
             return Ok(());
         }
         // A shell running a loop of its own (neither waiting for a program nor reading its
@@ -112,9 +112,7 @@ impl Session {
         // its trap leaves a loop only for a program that died of it: its SIGWINCH trap
         // leaves it, as Ctrl-C would at a terminal.
         let shell = self.shell_group();
-        let own_loop = signal == Signal::SIGINT
-            && pipe_shell
-            && target != Target::Command
+        let own_loop = pipe_shell_sigint
             && !waiting::waits_for_a_child(shell)
             && self.shell_input_wait().is_none();
         match target {

@@ -28,7 +28,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::install::{canonical_text, pipe_wrapper, probe_line, readline_text, terminal_wrapper};
-use super::{Busy, Typing};
+use super::{Busy, Ended, Typing};
 use crate::config::Mode;
 use crate::errors::{ErrorCode, ToolError};
 use crate::limits::{
@@ -305,12 +305,9 @@ impl Session {
                 // On pipes a command that ended by itself as the interrupt came (no program
                 // took it, and the shell's trap did not end the line: its status is not
                 // 130) completed.
-                let own_end = self.inspect(|s| {
-                    let command = s.shell().and_then(|t| t.current()).filter(|c| c.seq == seq);
-                    command
-                        .and_then(|c| c.ended)
-                        .is_some_and(|e| e.status != Some(130))
-                });
+                let own_end = self
+                    .inspect(|s| command_end(s, seq))
+                    .is_some_and(|e| e.status != Some(130));
                 let outcome = match self.mode {
                     Mode::Pipe if !took && own_end => "completed",
                     _ => "timeout",
@@ -720,7 +717,6 @@ impl Session {
         Ok(())
     }
 
-    /// The command `continue: true` waits for.
     /// The command `continue: true` waits for; when its result was already returned, the
     /// error says how it ended and where its output is, for a client whose answer was lost
     /// (a connection that dropped as the command ran).
@@ -1278,10 +1274,12 @@ impl Session {
         ToolError::new(ErrorCode::SessionBusy, message)
     }
 }
+/// How command `seq` ended, if it is the shell's current one and has.
+fn command_end(s: &State, seq: u64) -> Option<Ended> {
+    s.shell()?.current().filter(|c| c.seq == seq)?.ended
+}
+
 /// Whether command `seq` is the shell's current one and has ended.
 fn command_ended(s: &State, seq: u64) -> bool {
-    s.shell()
-        .and_then(|t| t.current())
-        .filter(|c| c.seq == seq)
-        .is_some_and(|c| c.ended.is_some())
+    command_end(s, seq).is_some()
 }
