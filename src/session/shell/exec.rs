@@ -434,6 +434,13 @@ impl Session {
             let before = procfs::last_pid().unwrap_or(0);
             self.pids_before_command.store(before, Ordering::Relaxed);
         }
+        // Text written to a shell on pipes since its last command may have replaced it
+        // (`exec bash`): the wrapper then sets up the shell it finds, when it must. So
+        // does the first, should the setup written as the shell started have gone astray.
+        let written = self.inspect(|s| {
+            s.shell()
+                .is_some_and(|t| t.written_since_submit() || t.first_command())
+        });
         let seq = self.update(|s| s.shell_submit(&kept));
         let typed = match (typing, self.mode) {
             (Typing::Readline, _) => {
@@ -448,7 +455,7 @@ impl Session {
                 if self.inspect(|s| s.input().partial_line()) {
                     text.push('\n');
                 }
-                text.push_str(&pipe_wrapper(command, &nonce));
+                text.push_str(&pipe_wrapper(command, &nonce, written));
                 self.type_as(text.as_bytes(), command).await
             }
             (Typing::Wrapper, Mode::Pty) => {

@@ -175,7 +175,7 @@ pub fn probe_line(nonce: &str) -> String {
 
 /// What a shell on pipes runs before anything else (written to its stdin as it starts,
 /// ahead of any input): `setup` in a compound whose stderr is /dev/null (a trace under
-/// `sh -x`, and a program that is no shell, say nothing there). One line, under `PIPE_BUF`
+/// `sh -x`, and a program that is no shell, say nothing there). One command (its line breaks are quoted), under `PIPE_BUF`
 /// so it is written whole at once.
 pub fn pipe_prepare() -> String {
     format!("case $- in *) {} ;; esac 2>/dev/null\n", setup())
@@ -185,6 +185,10 @@ pub fn pipe_prepare() -> String {
 /// the wrapper (`pipe_wrapper`) uses. Each command ends with `; `.
 fn setup() -> String {
     let mut text = String::new();
+    // Its variables are the shell's own, never exported (`set -a` is off while they are
+    // set, and on again after): a shell `exec`'d from this one lacks them as it lacks the
+    // rest, and no program sees them.
+    text.push_str("case $- in *a*) set +a; __mt_aa=1;; esac; ");
     // A non-interactive bash expands aliases only when asked; guarded for dash.
     text.push_str("[ -n \"${BASH_VERSION-}\" ] && shopt -s expand_aliases; ");
     // An interrupt ends the command line where it is, as Ctrl-C ends a terminal
@@ -237,6 +241,30 @@ fn setup() -> String {
     text.push_str(
         "__mt_v() { return $1; }; __mt_y='{ set -x; __mt_v ${__mt_s:-0} \"\" && __mt_v 0 \"\"; } 2>/dev/null'; ",
     );
+    // The wrapper's own work before and after a command (see `pipe_wrapper`), given the
+    // nonce's two halves: defined once here, so a command's line stays short (bash on a
+    // pipe reads its input a byte at a time, a system call each). Before: the start mark
+    // on the session's stdout and stderr, the trace turned off, and under `set -e` the
+    // line that keeps the status (`__mt_t`, see `pipe_wrapper`). After: the status of a
+    // line that left the wrapper's loop, `set -e` on again if an interrupt turned it off,
+    // the trace off, and the end mark with the status.
+    let _ = write!(
+        text,
+        "__mt_a() {{ command printf '{OSC}%s%s;C{BEL}' \"$1\" \"$2\" >&{STDOUT_COPY_FD}; \
+         command printf '{OSC}%s%s;C{BEL}' \"$1\" \"$2\" >&{STDERR_COPY_FD}; \
+         case $- in *x*) __mt_x=1; set +x;; esac; \
+         case $- in *e*) __mt_t=$__mt_w;; *) __mt_t=;; esac; }}; __mt_w='
+
+{{ __mt_e=$?; }} 2>/dev/null'; \
+         __mt_z() {{ case $__mt_l,$__mt_b in 1,1) __mt_s=130;; 1,) __mt_s=1; \
+         command printf '%s\\n' '{STRAY_LEAVE}' >&{STDERR_COPY_FD};; esac; \
+         case ${{__mt_ee-}} in 1) __mt_ee=; set -e;; esac; \
+         case $- in *x*) __mt_x=1;; *) __mt_x=;; esac; set +x; \
+         command printf '{OSC}%s%s;D;%s{BEL}' \"$1\" \"$2\" \"$__mt_s\" >&{MARKS_FD} || \
+         command printf '{OSC}%s%s;D;%s{BEL}' \"$1\" \"$2\" \"$__mt_s\" >&{STDOUT_COPY_FD}; }}; "
+    );
+    // Set up (what `pipe_wrapper` tests).
+    text.push_str("__mt_u=1; case ${__mt_aa-} in 1) __mt_aa=; set -a;; esac; ");
     text
 }
 
@@ -246,8 +274,9 @@ fn setup() -> String {
 /// /dev/null, so it cannot eat the shell's own input; the copies and the marks pipe closed,
 /// so no program it starts holds them, and restored after it); the end mark with its status on the marks
 /// pipe (`MARKS_FD`), which no output can fill or delay (on the stdout copy, should that
-/// descriptor have been closed). `pipe_prepare` came first; a shell that lacks what it
-/// set up (one `exec`'d since) is set up first.
+/// descriptor have been closed). `pipe_prepare` came first; with `set_up` (text was
+/// written to the shell since its last command, or this is its first) a shell that lacks
+/// what it set up (one `exec`'d since) is set up first.
 ///
 /// The shell's trace (`set -x`) shows the command alone: the wrapper turns it off around
 /// itself, in `case` bodies whose stderr is /dev/null (a shell writes the trace of a simple
@@ -271,34 +300,36 @@ fn setup() -> String {
 /// ends with a line of its own (after an empty one, which ends a trailing backslash's
 /// line) that keeps the command's status in `__mt_e`, its trace hidden: the `eval`
 /// returns 0 unless the command ended the shell itself.
-pub fn pipe_wrapper(command: &str, nonce: &str) -> String {
+pub fn pipe_wrapper(command: &str, nonce: &str, set_up: bool) -> String {
     // A shell the first one `exec`'d (`exec bash`, typed with terminal_write) was never
-    // set up: it is now (no fork: `command -v` is a builtin). A simple command first (see
+    // set up: after text was written to the shell, it is set up now if it lacks what the
+    // setup leaves (an unexported variable, which a shell `exec`'d since has not). Only
+    // then: for a shell that reads its input a byte at a time (bash on a pipe), every byte
+    // of the wrapper costs a system call. The line begins with a simple command (see
     // below); the setup's own commands keep their stderr quiet.
-    let mut text = format!(
-        "command -v __mt_v >/dev/null 2>&1 || {{ {}}} 2>/dev/null; ",
-        setup()
-    );
-    let start = print_mark(nonce, "C", "", "");
-    let end = print_mark(nonce, "D", ";%s", " \"$__mt_s\"");
-    // Stderr is redirected first so a closed descriptor says nothing.
+    let mut text = String::new();
+    if set_up {
+        let _ = write!(
+            text,
+            "[ -n \"${{__mt_u-}}\" ] || {{ {}}} 2>/dev/null; ",
+            setup()
+        );
+    }
+    let (a, b) = nonce.split_at(nonce.len() / 2);
+    // The wrapper's own commands before and after the command are each in one compound
+    // whose stderr is /dev/null (a closed descriptor says nothing; a trace goes nowhere):
+    // a shell saves and restores a descriptor for every redirection, half a dozen system
+    // calls each. The last argument of the last simple command before the `eval` is empty,
+    // and so is `$_`.
     let _ = writeln!(
         text,
-        "{start} 2>/dev/null >&{STDOUT_COPY_FD}; {start} 2>/dev/null >&{STDERR_COPY_FD}; \
-         case $- in *x*) __mt_x=1; set +x;; esac 2>/dev/null; __mt_b= __mt_e=; \
-         case $- in *e*) __mt_t='
-
-{{ __mt_e=$?; }} 2>/dev/null';; *) __mt_t=;; esac; \
+        "__mt_b= __mt_e=; case $- in *) __mt_a {a} {b} '';; esac 2>/dev/null; \
          case ${{__mt_s:-0}} in 0) ;; *) __mt_v $__mt_s '' 2>/dev/null && __mt_v 0 '';; esac; \
          for __mt_l in 1; do command eval \"${{__mt_x:+$__mt_y
 }}{}$__mt_t\" \
          </dev/null {STDERR_COPY_FD}>&- {STDOUT_COPY_FD}>&- {MARKS_FD}>&-; \
          {{ __mt_s=${{__mt_e:-$?}} __mt_l=; }} 2>/dev/null; done; \
-         case $- in *) case $__mt_l,$__mt_b in 1,1) __mt_s=130;; 1,) __mt_s=1; \
-         command printf '%s\\n' '{STRAY_LEAVE}' >&{STDERR_COPY_FD};; esac; \
-         case ${{__mt_ee-}} in 1) __mt_ee=; set -e;; esac; \
-         case $- in *x*) __mt_x=1;; *) __mt_x=;; esac; set +x;; esac 2>/dev/null; \
-         {end} 2>/dev/null >&{MARKS_FD} || {end} 2>/dev/null >&{STDOUT_COPY_FD}",
+         case $- in *) __mt_z {a} {b};; esac 2>/dev/null",
         double_quoted(command)
     );
     text
@@ -371,7 +402,16 @@ mod tests {
             "{}",
             pipe_prepare().len()
         );
-        assert_eq!(pipe_prepare().matches('\n').count(), 1);
+        assert!(pipe_prepare().ends_with(" ;; esac 2>/dev/null\n"));
+    }
+
+    #[test]
+    fn a_command_line_on_pipes_is_short() {
+        // bash on a pipe reads it a byte at a time.
+        let nonce = new_nonce();
+        let line = pipe_wrapper("true", &nonce, false);
+        assert!(line.len() < 400, "{} bytes: {line}", line.len());
+        assert!(pipe_wrapper("true", &nonce, true).contains("__mt_u"));
     }
 
     #[test]
@@ -379,7 +419,7 @@ mod tests {
         let nonce = new_nonce();
         for text in [
             pipe_prepare(),
-            pipe_wrapper("echo hi", &nonce),
+            pipe_wrapper("echo hi", &nonce, true),
             terminal_wrapper("echo hi", &nonce),
         ] {
             assert!(!text.contains(&nonce), "{text}");

@@ -276,6 +276,11 @@ impl Track {
         self.written_since_submit
     }
 
+    /// Whether no command was submitted yet.
+    pub fn first_command(&self) -> bool {
+        self.next_seq == 1
+    }
+
     /// Answers to the probe line so far.
     pub fn probes(&self) -> u64 {
         self.probes
