@@ -1906,6 +1906,72 @@ async fn a_request_whose_id_is_in_flight_in_its_session_is_answered_with_an_erro
     drop(first);
 }
 
+/// A client whose connection dropped before its answer came gets that answer when it
+/// reconnects with `Last-Event-ID`, also once the request was answered (into the dropped
+/// connection), where rmcp alone replays only a stream whose request still runs.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_answer_lost_with_its_connection_is_given_to_the_reconnect() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().canonicalize().unwrap().join("audit.jsonl");
+    let config = config_with(dir.path(), false, |c| c["audit_log"] = json!(log));
+    let config = config.display().to_string();
+    let server = Server::start_in(dir, &["--listen", "127.0.0.1:0", "--config", &config], LOG);
+    let id = server.open_session().await.unwrap();
+    let (sid, _) = server
+        .start_terminal(&id, json!({"command_id": "interactive"}))
+        .await;
+    let wait = json!({"session_id": sid, "pattern": "echo: go", "timeout_ms": 30_000});
+    let mut response = server.send_call_as(&id, 21, "terminal_wait", wait).await;
+    assert_eq!(response.status(), StatusCode::OK);
+    // The stream's first event (its priming event) has an id; then the connection drops.
+    let mut seen = String::new();
+    let last_event_id = loop {
+        let chunk = response.chunk().await.unwrap();
+        let chunk = chunk.unwrap_or_else(|| panic!("the stream ended after {seen:?}"));
+        seen.push_str(&String::from_utf8_lossy(&chunk));
+        if let Some(id) = seen.lines().find_map(|l| l.strip_prefix("id: ")) {
+            break id.trim().to_string();
+        }
+    };
+    drop(response);
+    let written = server
+        .call(
+            &id,
+            "terminal_write",
+            json!({"session_id": sid, "text": "go\n"}),
+        )
+        .await;
+    assert_eq!(written["structuredContent"]["ok"], json!(true), "{written}");
+    // The wait is answered once its audit line is written.
+    let deadline = Instant::now() + PATIENCE;
+    while !std::fs::read_to_string(&log)
+        .unwrap_or_default()
+        .contains("\"terminal_wait\"")
+    {
+        assert!(Instant::now() < deadline, "the wait never ended");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let resumed = reqwest::Client::new()
+        .get(server.url())
+        .bearer_auth(&server.token)
+        .header("Accept", "text/event-stream")
+        .header("Mcp-Session-Id", &id)
+        .header("Last-Event-ID", &last_event_id)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resumed.status(), StatusCode::OK);
+    let text = resumed.text().await.unwrap();
+    let answer = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .filter_map(|d| serde_json::from_str::<Value>(d).ok())
+        .find(|m| m.get("id") == Some(&json!(21)))
+        .unwrap_or_else(|| panic!("no answer after {last_event_id} in {text:?}"));
+    let result = &answer["result"]["structuredContent"];
+    assert_eq!(result["outcome"], json!("matched"), "{answer}");
+}
+
 /// The most resident memory process `pid` has had, in KiB (VmHWM).
 fn peak_rss_kib(pid: u32) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();

@@ -9,9 +9,12 @@
 //! then; clients expect 200 (the Python SDK logs a 202 as a failed termination), so
 //! `closed_is_200` says what happened. rmcp answers 202 too for a session that is no
 //! longer open (closed, expired, never opened), where the protocol answers 404 Not Found;
-//! `closed_is_200` answers that.
+//! `closed_is_200` answers that. Every answer sent is kept a while (`answers`) for a
+//! client that reconnects after its connection dropped, which rmcp alone serves only while
+//! the request runs.
 
 use std::cell::Cell;
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::Request;
@@ -19,6 +22,7 @@ use axum::http::{Method, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use futures::Stream;
+use futures::future::Either;
 use rmcp::model::{ClientJsonRpcMessage, ServerJsonRpcMessage};
 use rmcp::transport::WorkerTransport;
 use rmcp::transport::streamable_http_server::SessionManager;
@@ -27,6 +31,7 @@ use rmcp::transport::streamable_http_server::session::local::{
 };
 use rmcp::transport::streamable_http_server::session::{ServerSseMessage, SessionId};
 
+use super::answers::{Answers, Keeping, request_id, watched};
 use crate::limits::MAX_MCP_SESSIONS;
 
 tokio::task_local! {
@@ -88,6 +93,8 @@ pub struct CappedSessions {
     inner: LocalSessionManager,
     /// Held from counting to inserting, so two handshakes cannot both take the last place.
     creating: tokio::sync::Mutex<()>,
+    /// Answers kept for a client that reconnects after its connection dropped.
+    answers: Arc<Answers>,
 }
 
 #[derive(Debug)]
@@ -124,13 +131,14 @@ impl CappedSessions {
         CappedSessions {
             inner,
             creating: tokio::sync::Mutex::new(()),
+            answers: Arc::default(),
         }
     }
 }
 
 impl SessionManager for CappedSessions {
     type Error = McpSessionError;
-    type Transport = WorkerTransport<LocalSessionWorker>;
+    type Transport = Keeping<WorkerTransport<LocalSessionWorker>>;
 
     async fn create_session(&self) -> Result<(SessionId, Self::Transport), Self::Error> {
         let _creating = self.creating.lock().await;
@@ -140,7 +148,13 @@ impl SessionManager for CappedSessions {
             let _ = REFUSED_FULL.try_with(|refused| refused.set(true));
             return Err(McpSessionError::Full);
         }
-        Ok(self.inner.create_session().await?)
+        let (session, inner) = self.inner.create_session().await?;
+        let transport = Keeping {
+            inner,
+            session: session.clone(),
+            answers: self.answers.clone(),
+        };
+        Ok((session, transport))
     }
 
     async fn initialize_session(
@@ -161,6 +175,7 @@ impl SessionManager for CappedSessions {
             let _ = NOT_OPEN.try_with(|not_open| not_open.set(true));
             return Ok(());
         }
+        self.answers.closed(id);
         Ok(self.inner.close_session(id).await?)
     }
 
@@ -169,7 +184,9 @@ impl SessionManager for CappedSessions {
         id: &SessionId,
         message: ClientJsonRpcMessage,
     ) -> Result<impl Stream<Item = ServerSseMessage> + Send + Sync + 'static, Self::Error> {
-        Ok(self.inner.create_stream(id, message).await?)
+        let request = request_id(&message);
+        let stream = self.inner.create_stream(id, message).await?;
+        Ok(watched(stream, self.answers.clone(), id.clone(), request))
     }
 
     async fn accept_message(
@@ -192,6 +209,20 @@ impl SessionManager for CappedSessions {
         id: &SessionId,
         last_event_id: String,
     ) -> Result<impl Stream<Item = ServerSseMessage> + Send + Sync + 'static, Self::Error> {
-        Ok(self.inner.resume(id, last_event_id).await?)
+        // rmcp replays a stream whose request still runs; one whose answer went out into a
+        // dropped connection it no longer has: that answer was kept.
+        let request = self.answers.request_of(id, &last_event_id);
+        match self.inner.resume(id, last_event_id.clone()).await {
+            Ok(stream) => Ok(Either::Left(watched(
+                stream,
+                self.answers.clone(),
+                id.clone(),
+                request,
+            ))),
+            Err(e) => match self.answers.resume(id, &last_event_id) {
+                Some(answer) => Ok(Either::Right(futures::stream::iter([answer]))),
+                None => Err(e.into()),
+            },
+        }
     }
 }

@@ -6,6 +6,7 @@
 //! MCP session from one shared `Sessions`, and on SIGTERM/SIGINT ends every terminal
 //! session (reason `shutdown`), then every MCP session, and returns.
 
+mod answers;
 mod bodies;
 mod in_flight;
 mod mcp_sessions;
