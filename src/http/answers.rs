@@ -6,8 +6,8 @@
 //! it missed. rmcp replays a stream while its request runs; once the answer went out
 //! into a dropped connection it forgets the stream, and the reconnect gets an empty one.
 //!
-//! So every answer the server sends is kept here for `KEPT_FOR`, as its JSON text (at most
-//! `KEPT_BYTES` and `KEPT_ANSWERS` in all, the oldest let go first): an answer seen leaving
+//! So every answer the server sends is kept here for `KEPT_FOR` (at most `KEPT_ANSWERS`,
+//! and `KEPT_BYTES` of JSON text, in all, the oldest let go first): an answer seen leaving
 //! on its stream may still have been lost (written into a connection the client had
 //! already closed). Each stream's request is noted from its first event. A reconnect that
 //! rmcp cannot serve gets the kept answer of the request its stream carried, as one event
@@ -51,7 +51,9 @@ struct State {
 }
 
 struct Kept {
-    text: String,
+    message: Arc<ServerJsonRpcMessage>,
+    /// Its JSON text's length.
+    bytes: usize,
     at: Instant,
     /// Its place in the order answers were kept.
     seq: u64,
@@ -98,15 +100,17 @@ impl Answers {
         let Some(id) = answered(message) else {
             return;
         };
-        let Ok(text) = serde_json::to_string(message) else {
+        // Its length, written as rmcp writes it (one more copy of the serializer would
+        // cost the binary a hundred kilobytes).
+        let Ok(bytes) = serde_json::to_string(message).map(|text| text.len()) else {
             return;
         };
-        if text.len() > KEPT_BYTES {
+        if bytes > KEPT_BYTES {
             return;
         }
         let mut state = self.state();
         state.prune();
-        while state.answers.len() >= KEPT_ANSWERS || state.bytes + text.len() > KEPT_BYTES {
+        while state.answers.len() >= KEPT_ANSWERS || state.bytes + bytes > KEPT_BYTES {
             let Some(oldest) = state
                 .answers
                 .iter()
@@ -117,15 +121,16 @@ impl Answers {
             };
             state.forget(&oldest);
         }
-        state.bytes += text.len();
+        state.bytes += bytes;
         state.next_seq += 1;
         let kept = Kept {
-            text,
+            message: Arc::new(message.clone()),
+            bytes,
             at: Instant::now(),
             seq: state.next_seq,
         };
         if let Some(old) = state.answers.insert((session.clone(), id.clone()), kept) {
-            state.bytes -= old.text.len();
+            state.bytes -= old.bytes;
         }
     }
 
@@ -187,11 +192,11 @@ impl Answers {
         let kept = state
             .answers
             .get(&(session.clone(), noted.request.clone()))?;
-        let message: ServerJsonRpcMessage = serde_json::from_str(&kept.text).ok()?;
-        Some(ServerSseMessage::new(
-            format!("{}/{stream}", index + 1),
-            message,
-        ))
+        // An event with the next id and the kept answer (the struct is not built directly).
+        let mut event = ServerSseMessage::priming(format!("{}/{stream}", index + 1), KEPT_FOR);
+        event.message = Some(kept.message.clone());
+        event.retry = None;
+        Some(event)
     }
 
     /// MCP session `session` was closed: nothing of it is kept.
@@ -213,7 +218,7 @@ impl Answers {
 impl State {
     fn forget(&mut self, key: &(SessionId, RequestId)) {
         if let Some(kept) = self.answers.remove(key) {
-            self.bytes -= kept.text.len();
+            self.bytes -= kept.bytes;
         }
     }
 
@@ -336,7 +341,7 @@ mod tests {
         }
         let state = answers.state();
         assert_eq!(state.answers.len(), KEPT_ANSWERS);
-        let bytes: usize = state.answers.values().map(|k| k.text.len()).sum();
+        let bytes: usize = state.answers.values().map(|k| k.bytes).sum();
         assert_eq!(state.bytes, bytes);
         drop(state);
         assert!(answers.resume(&a, "0/0").is_none());
