@@ -248,6 +248,15 @@ pub const HTTP_DEFAULT_LISTEN: &str = "127.0.0.1:8765";
 pub const HTTP_MAX_BODY_BYTES: usize = 1024 * 1024;
 pub const MAX_MCP_SESSIONS: usize = 64;
 pub const MCP_SESSION_IDLE: Duration = Duration::from_secs(30 * 60);
+/// HTTP transport: how long an answer is kept for a client that reconnects after its
+/// connection dropped (rmcp's own replay of a finished stream would keep it 60 s), and the
+/// most answers kept at once over every MCP session, and their JSON text in bytes; the most
+/// streams whose request is noted at once (running requests, and answered ones for as long
+/// as their answer is kept).
+pub const KEPT_ANSWER_FOR: Duration = Duration::from_secs(60);
+pub const KEPT_ANSWERS: usize = 64;
+pub const KEPT_ANSWER_BYTES: usize = 16 * 1024 * 1024;
+pub const KEPT_STREAMS: usize = 1024;
 /// Both HTTP listeners: connections served at once; how long a client may take to send a
 /// request head (from connecting, or from the end of the previous answer); how long a
 /// connection may move no byte either way; how long accepting pauses when the server is

@@ -6,16 +6,16 @@
 //! it missed. rmcp replays a stream while its request runs; once the answer went out
 //! into a dropped connection it forgets the stream, and the reconnect gets an empty one.
 //!
-//! So every answer the server sends is kept here for `KEPT_FOR` (at most `KEPT_ANSWERS`,
-//! and `KEPT_BYTES` of JSON text, in all, the oldest let go first): an answer seen leaving
-//! on its stream may still have been lost (written into a connection the client had
-//! already closed). Each stream's request is noted from its first event. A reconnect that
+//! So every answer the server sends is kept here for `KEPT_ANSWER_FOR` (at most
+//! `KEPT_ANSWERS`, and `KEPT_ANSWER_BYTES` of JSON text, in all, the oldest let go first):
+//! an answer seen leaving on its stream may still have been lost (written into a
+//! connection the client had already closed). Each stream's request is noted from its first event. A reconnect that
 //! rmcp cannot serve gets the kept answer of the request its stream carried, as one event
 //! after the last one the client saw.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use futures::{Stream, StreamExt};
 use rmcp::RoleServer;
@@ -24,15 +24,7 @@ use rmcp::service::{RxJsonRpcMessage, TxJsonRpcMessage};
 use rmcp::transport::Transport;
 use rmcp::transport::streamable_http_server::session::{ServerSseMessage, SessionId};
 
-/// How long an answer is kept for a reconnect (rmcp's own replay of a finished stream
-/// would keep it 60 s).
-pub const KEPT_FOR: Duration = Duration::from_secs(60);
-/// The most answers kept at once, over every MCP session, and their JSON text in bytes.
-pub const KEPT_ANSWERS: usize = 64;
-pub const KEPT_BYTES: usize = 16 * 1024 * 1024;
-/// The most streams whose request is noted at once (running requests, and answered ones
-/// for `KEPT_FOR`).
-const KEPT_STREAMS: usize = 1024;
+use crate::limits::{KEPT_ANSWER_BYTES, KEPT_ANSWER_FOR, KEPT_ANSWERS, KEPT_STREAMS};
 
 #[derive(Default)]
 pub struct Answers {
@@ -105,12 +97,12 @@ impl Answers {
         let Ok(bytes) = serde_json::to_string(message).map(|text| text.len()) else {
             return;
         };
-        if bytes > KEPT_BYTES {
+        if bytes > KEPT_ANSWER_BYTES {
             return;
         }
         let mut state = self.state();
         state.prune();
-        while state.answers.len() >= KEPT_ANSWERS || state.bytes + bytes > KEPT_BYTES {
+        while state.answers.len() >= KEPT_ANSWERS || state.bytes + bytes > KEPT_ANSWER_BYTES {
             let Some(oldest) = state
                 .answers
                 .iter()
@@ -193,7 +185,8 @@ impl Answers {
             .answers
             .get(&(session.clone(), noted.request.clone()))?;
         // An event with the next id and the kept answer (the struct is not built directly).
-        let mut event = ServerSseMessage::priming(format!("{}/{stream}", index + 1), KEPT_FOR);
+        let mut event =
+            ServerSseMessage::priming(format!("{}/{stream}", index + 1), KEPT_ANSWER_FOR);
         event.message = Some(kept.message.clone());
         event.retry = None;
         Some(event)
@@ -222,7 +215,7 @@ impl State {
         }
     }
 
-    /// Let go of answers kept for `KEPT_FOR`, and of streams answered that long ago. A
+    /// Let go of answers kept for `KEPT_ANSWER_FOR`, and of streams answered that long ago. A
     /// stream not answered yet is noted as long as its request may run (a build may take
     /// an hour): until its MCP session closes, or it is the oldest of `KEPT_STREAMS`.
     fn prune(&mut self) {
@@ -230,7 +223,7 @@ impl State {
         let old: Vec<_> = self
             .answers
             .iter()
-            .filter(|(_, kept)| now.duration_since(kept.at) >= KEPT_FOR)
+            .filter(|(_, kept)| now.duration_since(kept.at) >= KEPT_ANSWER_FOR)
             .map(|(key, _)| key.clone())
             .collect();
         for key in old {
@@ -239,7 +232,7 @@ impl State {
         self.streams.retain(|_, noted| {
             noted
                 .answered
-                .is_none_or(|at| now.duration_since(at) < KEPT_FOR)
+                .is_none_or(|at| now.duration_since(at) < KEPT_ANSWER_FOR)
         });
     }
 }
@@ -302,7 +295,7 @@ mod tests {
     fn event(id: &str, message: Option<ServerJsonRpcMessage>) -> ServerSseMessage {
         match message {
             Some(message) => ServerSseMessage::new(id, message),
-            None => ServerSseMessage::priming(id, Duration::from_secs(3)),
+            None => ServerSseMessage::priming(id, std::time::Duration::from_secs(3)),
         }
     }
 
