@@ -264,9 +264,16 @@ fn setup() -> String {
          command printf '{OSC}%s%s;D;%s{BEL}' \"$1\" \"$2\" \"$__mt_s\" >&{STDOUT_COPY_FD}; }}; "
     );
     // Set up (what `pipe_wrapper` tests).
-    text.push_str("__mt_u=1; case ${__mt_aa-} in 1) __mt_aa=; set -a;; esac; ");
+    text.push_str("__mt_u=1; ");
+    // All of it again, as text, for the wrapper to set the shell up again with should a
+    // command have removed the functions (`unset -f`): the command would never end.
+    let again = format!("{text}{ALLEXPORT_AGAIN}").replace('\'', "'\\''");
+    let _ = write!(text, "__mt_S='{again}'; {ALLEXPORT_AGAIN}");
     text
 }
+
+/// The end of the setup: `set -a` on again if it was.
+const ALLEXPORT_AGAIN: &str = "case ${__mt_aa-} in 1) __mt_aa=; set -a;; esac; ";
 
 /// The wrapper for a shell on pipes: the start mark on the session's stdout and stderr
 /// pipes (through the copies made at spawn, so an earlier `exec >file` never gets a mark
@@ -323,13 +330,15 @@ pub fn pipe_wrapper(command: &str, nonce: &str, set_up: bool) -> String {
     // and so is `$_`.
     let _ = writeln!(
         text,
-        "__mt_b= __mt_e=; case $- in *) __mt_a {a} {b} '';; esac 2>/dev/null; \
+        "__mt_b= __mt_e=; case $- in *) __mt_a {a} {b} '' || \
+         {{ eval \"${{__mt_S-}}\"; __mt_a {a} {b} ''; }};; esac 2>/dev/null; \
          case ${{__mt_s:-0}} in 0) ;; *) __mt_v $__mt_s '' 2>/dev/null && __mt_v 0 '';; esac; \
          for __mt_l in 1; do command eval \"${{__mt_x:+$__mt_y
 }}{}$__mt_t\" \
          </dev/null {STDERR_COPY_FD}>&- {STDOUT_COPY_FD}>&- {MARKS_FD}>&-; \
          {{ __mt_s=${{__mt_e:-$?}} __mt_l=; }} 2>/dev/null; done; \
-         case $- in *) __mt_z {a} {b};; esac 2>/dev/null",
+         case $- in *) __mt_z {a} {b} || {{ eval \"${{__mt_S-}}\"; __mt_z {a} {b}; }};; \
+         esac 2>/dev/null",
         double_quoted(command)
     );
     text
@@ -410,7 +419,7 @@ mod tests {
         // bash on a pipe reads it a byte at a time.
         let nonce = new_nonce();
         let line = pipe_wrapper("true", &nonce, false);
-        assert!(line.len() < 400, "{} bytes: {line}", line.len());
+        assert!(line.len() < 600, "{} bytes: {line}", line.len());
         assert!(pipe_wrapper("true", &nonce, true).contains("__mt_u"));
     }
 

@@ -333,6 +333,8 @@ impl Track {
             c.collected = true;
         }
         self.at_prompt = true;
+        // What was typed of it may be in the shell's input, a line left open.
+        self.wrote();
     }
 
     /// The current command's complete result was returned.
