@@ -33,11 +33,12 @@ pub struct Answers {
 
 #[derive(Default)]
 struct State {
+    /// The last answer sent to each request id of a session.
     answers: HashMap<(SessionId, RequestId), Kept>,
     /// The JSON text of every kept answer, in bytes.
     bytes: usize,
-    /// The next answer's place.
-    next_seq: u64,
+    /// A clock of sends and new streams, to tell which stream an answer was for.
+    clock: u64,
     /// The request each stream of a session carries, by the stream's number.
     streams: HashMap<(SessionId, u64), Noted>,
 }
@@ -47,16 +48,17 @@ struct Kept {
     /// Its JSON text's length.
     bytes: usize,
     at: Instant,
-    /// Its place in the order answers were kept.
-    seq: u64,
+    /// When it was sent, on `State::clock`.
+    sent: u64,
 }
 
 struct Noted {
     request: RequestId,
-    /// When it was noted.
+    /// When the request came, on `State::clock`: an answer sent before it was another's.
+    since: u64,
     at: Instant,
-    /// When its answer left on it.
-    answered: Option<Instant>,
+    /// The index of the event its answer left in, if it did.
+    answered: Option<usize>,
 }
 
 /// The id of the request `message` answers, if it is an answer.
@@ -87,6 +89,14 @@ impl Answers {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// A request is about to be handed to the server: the time on the clock an answer to
+    /// it must come after.
+    pub fn request_coming(&self) -> u64 {
+        let mut state = self.state();
+        state.clock += 1;
+        state.clock
+    }
+
     /// The server is sending `message` in MCP session `session`: an answer is kept.
     pub fn sending(&self, session: &SessionId, message: &ServerJsonRpcMessage) {
         let Some(id) = answered(message) else {
@@ -97,39 +107,48 @@ impl Answers {
         let Ok(bytes) = serde_json::to_string(message).map(|text| text.len()) else {
             return;
         };
+        let message = Arc::new(message.clone());
+        let key = (session.clone(), id.clone());
+        let mut state = self.state();
+        state.prune();
+        state.forget(&key);
         if bytes > KEPT_ANSWER_BYTES {
             return;
         }
-        let mut state = self.state();
-        state.prune();
-        while state.answers.len() >= KEPT_ANSWERS || state.bytes + bytes > KEPT_ANSWER_BYTES {
-            let Some(oldest) = state
-                .answers
-                .iter()
-                .min_by_key(|(_, kept)| kept.seq)
-                .map(|(key, _)| key.clone())
-            else {
+        // A session's own answers make room for it; the bytes, anyone's.
+        while state.answers.keys().filter(|(s, _)| s == session).count() >= KEPT_ANSWERS {
+            let Some(oldest) = state.oldest(|s| s == session) else {
                 break;
             };
             state.forget(&oldest);
         }
-        state.bytes += bytes;
-        state.next_seq += 1;
+        while state.bytes + bytes > KEPT_ANSWER_BYTES {
+            let Some(oldest) = state.oldest(|_| true) else {
+                break;
+            };
+            state.forget(&oldest);
+        }
+        state.clock += 1;
         let kept = Kept {
-            message: Arc::new(message.clone()),
+            message,
             bytes,
             at: Instant::now(),
-            seq: state.next_seq,
+            sent: state.clock,
         };
-        if let Some(old) = state.answers.insert((session.clone(), id.clone()), kept) {
-            state.bytes -= old.bytes;
-        }
+        state.bytes += bytes;
+        state.answers.insert(key, kept);
     }
 
-    /// `event` leaves on a stream of `session` that carries request `request`: the stream
-    /// is noted from its first event, and when its answer left.
-    pub fn leaving(&self, session: &SessionId, request: &RequestId, event: &ServerSseMessage) {
-        let Some((_, stream)) = event.event_id.as_deref().and_then(parse_event_id) else {
+    /// `event` leaves on a stream of `session` that carries request `request`, which came
+    /// at `since` (`request_coming`): the stream is noted from its first event, and the
+    /// event its answer left in.
+    pub fn leaving(
+        &self,
+        session: &SessionId,
+        (request, since): (&RequestId, u64),
+        event: &ServerSseMessage,
+    ) {
+        let Some((index, stream)) = event.event_id.as_deref().and_then(parse_event_id) else {
             return;
         };
         let answer = event
@@ -141,52 +160,73 @@ impl Answers {
         let key = (session.clone(), stream);
         if let Some(noted) = state.streams.get_mut(&key) {
             if answer {
-                noted.answered = Some(Instant::now());
+                noted.answered = Some(index);
             }
             return;
         }
         state.prune();
-        if state.streams.len() >= KEPT_STREAMS
+        // A session's own streams make room: those answered first, then the oldest.
+        let mine = |(s, _): &(SessionId, u64)| s == session;
+        if state.streams.keys().filter(|k| mine(k)).count() >= KEPT_STREAMS
             && let Some(oldest) = state
                 .streams
                 .iter()
-                .min_by_key(|(_, noted)| noted.at)
+                .filter(|(k, _)| mine(k))
+                .min_by_key(|(_, noted)| (noted.answered.is_none(), noted.at))
                 .map(|(key, _)| key.clone())
         {
             state.streams.remove(&oldest);
         }
-        let now = Instant::now();
         let noted = Noted {
             request: request.clone(),
-            at: now,
-            answered: answer.then_some(now),
+            since,
+            at: Instant::now(),
+            answered: answer.then_some(index),
         };
         state.streams.insert(key, noted);
     }
 
-    /// The request the stream of `session` that `last_event_id` names carries.
-    pub fn request_of(&self, session: &SessionId, last_event_id: &str) -> Option<RequestId> {
+    /// The request the stream of `session` that `last_event_id` names carries, and when it
+    /// came.
+    pub fn request_of(&self, session: &SessionId, last_event_id: &str) -> Option<(RequestId, u64)> {
         let (_, stream) = parse_event_id(last_event_id)?;
         let state = self.state();
         state
             .streams
             .get(&(session.clone(), stream))
-            .map(|noted| noted.request.clone())
+            .map(|noted| (noted.request.clone(), noted.since))
     }
 
     /// For a reconnect to `session` after `last_event_id`: the kept answer of the request
-    /// that stream carried, as the event after it.
+    /// that stream carried, as the event after it, unless the client saw it already. An
+    /// answer is that request's only if it was sent after the request came and before any
+    /// later request of the session with the same id (which it is, for rmcp, too).
     pub fn resume(&self, session: &SessionId, last_event_id: &str) -> Option<ServerSseMessage> {
         let (index, stream) = parse_event_id(last_event_id)?;
         let mut state = self.state();
         state.prune();
         let noted = state.streams.get(&(session.clone(), stream))?;
+        if noted.answered.is_some_and(|at| index >= at) {
+            return None;
+        }
+        let later = state
+            .streams
+            .iter()
+            .filter(|((s, _), other)| {
+                s == session && other.request == noted.request && other.since > noted.since
+            })
+            .map(|(_, other)| other.since)
+            .min()
+            .unwrap_or(u64::MAX);
         let kept = state
             .answers
-            .get(&(session.clone(), noted.request.clone()))?;
+            .get(&(session.clone(), noted.request.clone()))
+            .filter(|kept| noted.since < kept.sent && kept.sent < later)?;
         // An event with the next id and the kept answer (the struct is not built directly).
-        let mut event =
-            ServerSseMessage::priming(format!("{}/{stream}", index + 1), KEPT_ANSWER_FOR);
+        let mut event = ServerSseMessage::priming(
+            format!("{}/{stream}", index.checked_add(1)?),
+            KEPT_ANSWER_FOR,
+        );
         event.message = Some(kept.message.clone());
         event.retry = None;
         Some(event)
@@ -206,6 +246,11 @@ impl Answers {
         }
         state.streams.retain(|(s, _), _| s != session);
     }
+
+    /// Let go of what is past keeping, also when no call comes.
+    pub fn prune(&self) {
+        self.state().prune();
+    }
 }
 
 impl State {
@@ -215,25 +260,32 @@ impl State {
         }
     }
 
-    /// Let go of answers kept for `KEPT_ANSWER_FOR`, and of streams answered that long ago. A
+    /// The oldest answer of the sessions `whose` accepts.
+    fn oldest(&self, whose: impl Fn(&SessionId) -> bool) -> Option<(SessionId, RequestId)> {
+        self.answers
+            .iter()
+            .filter(|((s, _), _)| whose(s))
+            .min_by_key(|(_, kept)| kept.sent)
+            .map(|(key, _)| key.clone())
+    }
+
+    /// Let go of answers kept for `KEPT_ANSWER_FOR`, and of the streams they answered. A
     /// stream not answered yet is noted as long as its request may run (a build may take
-    /// an hour): until its MCP session closes, or it is the oldest of `KEPT_STREAMS`.
+    /// an hour): until its MCP session closes, or room is made among the session's streams.
     fn prune(&mut self) {
         let now = Instant::now();
         let old: Vec<_> = self
             .answers
             .iter()
             .filter(|(_, kept)| now.duration_since(kept.at) >= KEPT_ANSWER_FOR)
-            .map(|(key, _)| key.clone())
+            .map(|(key, kept)| (key.clone(), kept.sent))
             .collect();
-        for key in old {
-            self.forget(&key);
+        for ((session, request), sent) in old {
+            self.forget(&(session.clone(), request.clone()));
+            self.streams.retain(|(s, _), noted| {
+                !(*s == session && noted.request == request && noted.since < sent)
+            });
         }
-        self.streams.retain(|_, noted| {
-            noted
-                .answered
-                .is_none_or(|at| now.duration_since(at) < KEPT_ANSWER_FOR)
-        });
     }
 }
 
@@ -264,17 +316,17 @@ impl<T: Transport<RoleServer>> Transport<RoleServer> for Keeping<T> {
     }
 }
 
-/// `stream`, a stream of MCP session `session` that carries request `request`, each event
-/// noted as it leaves (`Answers::leaving`).
+/// `stream`, a stream of MCP session `session` that carries `request` (its id, and when it
+/// came), each event noted as it leaves (`Answers::leaving`).
 pub fn watched(
     stream: impl Stream<Item = ServerSseMessage> + Send + Sync + 'static,
     answers: Arc<Answers>,
     session: SessionId,
-    request: Option<RequestId>,
+    request: Option<(RequestId, u64)>,
 ) -> impl Stream<Item = ServerSseMessage> + Send + Sync + 'static {
     stream.inspect(move |event| {
-        if let Some(request) = &request {
-            answers.leaving(&session, request, event);
+        if let Some((id, since)) = &request {
+            answers.leaving(&session, (id, *since), event);
         }
     })
 }
@@ -304,9 +356,10 @@ mod tests {
         let answers = Answers::default();
         let (a, b) = (session("a"), session("b"));
         let request = NumberOrString::Number(21);
-        answers.leaving(&a, &request, &event("0/5", None));
+        let since = answers.request_coming();
+        answers.leaving(&a, (&request, since), &event("0/5", None));
         answers.sending(&a, &answer(21));
-        answers.leaving(&a, &request, &event("1/5", Some(answer(21))));
+        answers.leaving(&a, (&request, since), &event("1/5", Some(answer(21))));
         let resumed = answers.resume(&a, "0/5").expect("the answer");
         assert_eq!(resumed.event_id.as_deref(), Some("1/5"));
         let text = |m: &ServerJsonRpcMessage| serde_json::to_string(m).unwrap();
@@ -318,6 +371,9 @@ mod tests {
         assert!(answers.resume(&b, "0/5").is_none());
         assert!(answers.resume(&a, "0/6").is_none());
         assert!(answers.resume(&a, "nonsense").is_none());
+        // A client that saw the answer has nothing more to get.
+        assert!(answers.resume(&a, "1/5").is_none());
+        assert!(answers.resume(&a, &format!("{}/5", usize::MAX)).is_none());
         answers.closed(&a);
         assert!(answers.resume(&a, "0/5").is_none());
         assert_eq!(answers.state().bytes, 0);
@@ -329,19 +385,45 @@ mod tests {
         let a = session("a");
         for n in 0..(KEPT_ANSWERS as i64 + 10) {
             let request = NumberOrString::Number(n);
-            answers.leaving(&a, &request, &event(&format!("0/{n}"), None));
+            let since = answers.request_coming();
+            answers.leaving(&a, (&request, since), &event(&format!("0/{n}"), None));
             answers.sending(&a, &answer(n));
         }
+        // Another session's answers take none of its places.
+        let b = session("b");
+        for n in 0..10 {
+            answers.sending(&b, &answer(n));
+        }
         let state = answers.state();
-        assert_eq!(state.answers.len(), KEPT_ANSWERS);
+        assert_eq!(state.answers.len(), KEPT_ANSWERS + 10);
         let bytes: usize = state.answers.values().map(|k| k.bytes).sum();
         assert_eq!(state.bytes, bytes);
         drop(state);
         assert!(answers.resume(&a, "0/0").is_none());
+        assert!(answers.resume(&a, "0/10").is_some());
         assert!(
             answers
                 .resume(&a, &format!("0/{}", KEPT_ANSWERS + 9))
                 .is_some()
         );
+    }
+
+    #[test]
+    fn an_answer_goes_to_the_stream_of_its_request_not_to_an_earlier_one_with_its_id() {
+        let answers = Answers::default();
+        let a = session("a");
+        let seven = NumberOrString::Number(7);
+        // The first request's client went away; a second reuses its id and is answered.
+        let first = answers.request_coming();
+        answers.leaving(&a, (&seven, first), &event("0/1", None));
+        let second = answers.request_coming();
+        answers.leaving(&a, (&seven, second), &event("0/3", None));
+        answers.sending(&a, &answer(7));
+        assert!(answers.resume(&a, "0/1").is_none());
+        assert!(answers.resume(&a, "0/3").is_some());
+        // An answer sent before a request came is not its answer.
+        let third = answers.request_coming();
+        answers.leaving(&a, (&seven, third), &event("0/4", None));
+        assert!(answers.resume(&a, "0/4").is_none());
     }
 }

@@ -32,7 +32,7 @@ use rmcp::transport::streamable_http_server::session::local::{
 use rmcp::transport::streamable_http_server::session::{ServerSseMessage, SessionId};
 
 use super::answers::{Answers, Keeping, request_id, watched};
-use crate::limits::MAX_MCP_SESSIONS;
+use crate::limits::{KEPT_ANSWER_FOR, MAX_MCP_SESSIONS};
 
 tokio::task_local! {
     /// Whether `create_session` refused a session for the cap while serving this request.
@@ -128,10 +128,24 @@ impl CappedSessions {
     pub fn new(idle: Duration) -> Self {
         let mut inner = LocalSessionManager::default();
         inner.session_config.keep_alive = Some(idle);
+        let answers: Arc<Answers> = Arc::default();
+        // Kept answers go once past keeping, also on a server no call comes to.
+        let kept = Arc::downgrade(&answers);
+        tokio::spawn(async move {
+            let mut every = tokio::time::interval(KEPT_ANSWER_FOR / 4);
+            every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                every.tick().await;
+                let Some(answers) = kept.upgrade() else {
+                    return;
+                };
+                answers.prune();
+            }
+        });
         CappedSessions {
             inner,
             creating: tokio::sync::Mutex::new(()),
-            answers: Arc::default(),
+            answers,
         }
     }
 }
@@ -184,7 +198,7 @@ impl SessionManager for CappedSessions {
         id: &SessionId,
         message: ClientJsonRpcMessage,
     ) -> Result<impl Stream<Item = ServerSseMessage> + Send + Sync + 'static, Self::Error> {
-        let request = request_id(&message);
+        let request = request_id(&message).map(|r| (r, self.answers.request_coming()));
         let stream = self.inner.create_stream(id, message).await?;
         Ok(watched(stream, self.answers.clone(), id.clone(), request))
     }
