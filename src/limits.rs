@@ -249,10 +249,10 @@ pub const HTTP_MAX_BODY_BYTES: usize = 1024 * 1024;
 pub const MAX_MCP_SESSIONS: usize = 64;
 pub const MCP_SESSION_IDLE: Duration = Duration::from_secs(30 * 60);
 /// HTTP transport: how long an answer is kept for a client that reconnects after its
-/// connection dropped (rmcp's own replay of a finished stream would keep it 60 s), and the
-/// most answers kept at once over every MCP session, and their JSON text in bytes; the most
-/// streams whose request is noted at once (running requests, and answered ones for as long
-/// as their answer is kept).
+/// connection dropped (rmcp's own replay of a finished stream would keep it 60 s); the most
+/// answers kept at once for one MCP session, and their JSON text in bytes over all of them;
+/// the most streams of one MCP session whose request is noted at once (running requests,
+/// and answered ones for as long as their answer is kept).
 pub const KEPT_ANSWER_FOR: Duration = Duration::from_secs(60);
 pub const KEPT_ANSWERS: usize = 64;
 pub const KEPT_ANSWER_BYTES: usize = 16 * 1024 * 1024;

@@ -7,7 +7,8 @@
 //! into a dropped connection it forgets the stream, and the reconnect gets an empty one.
 //!
 //! So every answer the server sends is kept here for `KEPT_ANSWER_FOR` (at most
-//! `KEPT_ANSWERS`, and `KEPT_ANSWER_BYTES` of JSON text, in all, the oldest let go first):
+//! `KEPT_ANSWERS` for an MCP session, and `KEPT_ANSWER_BYTES` of JSON text in all, the
+//! oldest let go first):
 //! an answer seen leaving on its stream may still have been lost (written into a
 //! connection the client had already closed). Each stream's request is noted from its first event. A reconnect that
 //! rmcp cannot serve gets the kept answer of the request its stream carried, as one event
