@@ -90,10 +90,15 @@ impl Answers {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// A request is about to be handed to the server: the time on the clock an answer to
-    /// it must come after.
-    pub fn request_coming(&self) -> u64 {
+    /// Request `request` of MCP session `session` is about to be handed to the server: the
+    /// time on the clock an answer to it must come after. A stream of an earlier request
+    /// with its id (whose client went away) is no longer noted: an answer to that id may
+    /// now be either's, and none is given to a reconnect rather than the wrong one.
+    pub fn request_coming(&self, session: &SessionId, request: &RequestId) -> u64 {
         let mut state = self.state();
+        state
+            .streams
+            .retain(|(s, _), noted| !(s == session && noted.request == *request));
         state.clock += 1;
         state.clock
     }
@@ -200,8 +205,8 @@ impl Answers {
 
     /// For a reconnect to `session` after `last_event_id`: the kept answer of the request
     /// that stream carried, as the event after it, unless the client saw it already. An
-    /// answer is that request's only if it was sent after the request came and before any
-    /// later request of the session with the same id (which it is, for rmcp, too).
+    /// answer is that request's only if it was sent after the request came (and no later
+    /// request of the session has its id: the stream would no longer be noted).
     pub fn resume(&self, session: &SessionId, last_event_id: &str) -> Option<ServerSseMessage> {
         let (index, stream) = parse_event_id(last_event_id)?;
         let mut state = self.state();
@@ -210,19 +215,10 @@ impl Answers {
         if noted.answered.is_some_and(|at| index >= at) {
             return None;
         }
-        let later = state
-            .streams
-            .iter()
-            .filter(|((s, _), other)| {
-                s == session && other.request == noted.request && other.since > noted.since
-            })
-            .map(|(_, other)| other.since)
-            .min()
-            .unwrap_or(u64::MAX);
         let kept = state
             .answers
             .get(&(session.clone(), noted.request.clone()))
-            .filter(|kept| noted.since < kept.sent && kept.sent < later)?;
+            .filter(|kept| noted.since < kept.sent)?;
         // An event with the next id and the kept answer (the struct is not built directly).
         let mut event = ServerSseMessage::priming(
             format!("{}/{stream}", index.checked_add(1)?),
@@ -357,7 +353,7 @@ mod tests {
         let answers = Answers::default();
         let (a, b) = (session("a"), session("b"));
         let request = NumberOrString::Number(21);
-        let since = answers.request_coming();
+        let since = answers.request_coming(&a, &request);
         answers.leaving(&a, (&request, since), &event("0/5", None));
         answers.sending(&a, &answer(21));
         answers.leaving(&a, (&request, since), &event("1/5", Some(answer(21))));
@@ -386,7 +382,7 @@ mod tests {
         let a = session("a");
         for n in 0..(KEPT_ANSWERS as i64 + 10) {
             let request = NumberOrString::Number(n);
-            let since = answers.request_coming();
+            let since = answers.request_coming(&a, &request);
             answers.leaving(&a, (&request, since), &event(&format!("0/{n}"), None));
             answers.sending(&a, &answer(n));
         }
@@ -415,15 +411,17 @@ mod tests {
         let a = session("a");
         let seven = NumberOrString::Number(7);
         // The first request's client went away; a second reuses its id and is answered.
-        let first = answers.request_coming();
+        let first = answers.request_coming(&a, &seven);
         answers.leaving(&a, (&seven, first), &event("0/1", None));
-        let second = answers.request_coming();
+        let second = answers.request_coming(&a, &seven);
         answers.leaving(&a, (&seven, second), &event("0/3", None));
         answers.sending(&a, &answer(7));
+        // The first stream is no longer noted, whatever happens to the second's note.
+        assert!(answers.state().streams.len() == 1);
         assert!(answers.resume(&a, "0/1").is_none());
         assert!(answers.resume(&a, "0/3").is_some());
         // An answer sent before a request came is not its answer.
-        let third = answers.request_coming();
+        let third = answers.request_coming(&a, &seven);
         answers.leaving(&a, (&seven, third), &event("0/4", None));
         assert!(answers.resume(&a, "0/4").is_none());
     }

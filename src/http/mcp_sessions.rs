@@ -198,7 +198,10 @@ impl SessionManager for CappedSessions {
         id: &SessionId,
         message: ClientJsonRpcMessage,
     ) -> Result<impl Stream<Item = ServerSseMessage> + Send + Sync + 'static, Self::Error> {
-        let request = request_id(&message).map(|r| (r, self.answers.request_coming()));
+        let request = request_id(&message).map(|r| {
+            let since = self.answers.request_coming(id, &r);
+            (r, since)
+        });
         let stream = self.inner.create_stream(id, message).await?;
         Ok(watched(stream, self.answers.clone(), id.clone(), request))
     }
