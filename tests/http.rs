@@ -936,14 +936,7 @@ async fn live_view_shows_hostile_output_as_text_with_stderr_apart_and_the_record
         .start_terminal(&id, json!({"command_id": "sh"}))
         .await;
     let script = "printf '<script>alert(1)</script>\\n'; printf 'warn<b>\\n' >&2\n";
-    let written = server
-        .call(
-            &id,
-            "terminal_write",
-            json!({"session_id": sid, "text": script}),
-        )
-        .await;
-    assert_eq!(written["structuredContent"]["ok"], json!(true), "{written}");
+    server.write(&id, &sid, script).await;
     let waited = server
         .call(
             &id,
@@ -1055,14 +1048,7 @@ async fn live_view_streams_new_output_to_an_open_page() {
         }
     };
     until("ready\n").await;
-    let written = server
-        .call(
-            &id,
-            "terminal_write",
-            json!({"session_id": sid, "text": "hello <i>\n"}),
-        )
-        .await;
-    assert_eq!(written["structuredContent"]["ok"], json!(true), "{written}");
+    server.write(&id, &sid, "hello <i>\n").await;
     until("echo: hello &lt;i&gt;").await;
 }
 
@@ -1662,14 +1648,7 @@ async fn no_log_level_holds_written_text_or_output_over_http() {
         .unwrap()
         .to_string();
     let text = format!("{LOG_MARKER}\n");
-    let written = server
-        .call(
-            &id,
-            "terminal_write",
-            json!({"session_id": sid, "text": text}),
-        )
-        .await;
-    assert_eq!(written["structuredContent"]["ok"], json!(true), "{written}");
+    server.write(&id, &sid, &text).await;
     let waited = server
         .call(
             &id,
@@ -1934,14 +1913,7 @@ async fn an_answer_lost_with_its_connection_is_given_to_the_reconnect() {
         }
     };
     drop(response);
-    let written = server
-        .call(
-            &id,
-            "terminal_write",
-            json!({"session_id": sid, "text": "go\n"}),
-        )
-        .await;
-    assert_eq!(written["structuredContent"]["ok"], json!(true), "{written}");
+    server.write(&id, &sid, "go\n").await;
     // The wait is answered once its audit line is written.
     let deadline = Instant::now() + PATIENCE;
     while !std::fs::read_to_string(&log)

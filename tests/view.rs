@@ -793,14 +793,7 @@ async fn an_ended_full_screen_program_shows_its_last_screen() {
         }
     };
     wait("~").await;
-    let typed = server
-        .call(
-            &id,
-            "terminal_write",
-            json!({"session_id": sid, "text": "iwritten in vim"}),
-        )
-        .await;
-    assert_eq!(typed["structuredContent"]["ok"], json!(true), "{typed}");
+    server.write(&id, &sid, "iwritten in vim").await;
     wait("written in vim").await;
     let quit = server
         .call(

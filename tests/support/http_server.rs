@@ -150,6 +150,18 @@ impl HttpServer {
         (sid, started)
     }
 
+    /// terminal_write of `text` to terminal session `sid`, in MCP session `id`: accepted.
+    pub async fn write(&self, id: &str, sid: &str, text: &str) {
+        let written = self
+            .call(
+                id,
+                "terminal_write",
+                json!({"session_id": sid, "text": text}),
+            )
+            .await;
+        assert_eq!(written["structuredContent"]["ok"], json!(true), "{written}");
+    }
+
     /// A tools/call in session `id`; the JSON-RPC result from the SSE answer.
     pub async fn call(&self, id: &str, tool: &str, arguments: Value) -> Value {
         let request = json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call",
