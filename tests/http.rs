@@ -677,13 +677,19 @@ async fn shutdown_by(signal: nix::sys::signal::Signal) {
     assert!(!stderr.contains(&server.token[..16]), "{stderr}");
 }
 
-#[tokio::test]
-async fn audit_lines_over_http_carry_the_mcp_session_and_the_client_address() {
+/// A server of the demo profiles that writes an audit log: the server, and the log's path.
+fn audited_server() -> (Server, PathBuf) {
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().canonicalize().unwrap().join("audit.jsonl");
     let config = config_with(dir.path(), false, |c| c["audit_log"] = json!(log));
     let config = config.display().to_string();
     let server = Server::start_in(dir, &["--listen", "127.0.0.1:0", "--config", &config], LOG);
+    (server, log)
+}
+
+#[tokio::test]
+async fn audit_lines_over_http_carry_the_mcp_session_and_the_client_address() {
+    let (server, log) = audited_server();
     let id = server.open_session().await.unwrap();
     let listed = server.call(&id, "terminal_list", json!({})).await;
     assert_eq!(listed["structuredContent"]["ok"], json!(true));
@@ -1890,11 +1896,7 @@ async fn a_request_whose_id_is_in_flight_in_its_session_is_answered_with_an_erro
 /// connection), where rmcp alone replays only a stream whose request still runs.
 #[tokio::test(flavor = "multi_thread")]
 async fn an_answer_lost_with_its_connection_is_given_to_the_reconnect() {
-    let dir = tempfile::tempdir().unwrap();
-    let log = dir.path().canonicalize().unwrap().join("audit.jsonl");
-    let config = config_with(dir.path(), false, |c| c["audit_log"] = json!(log));
-    let config = config.display().to_string();
-    let server = Server::start_in(dir, &["--listen", "127.0.0.1:0", "--config", &config], LOG);
+    let (server, log) = audited_server();
     let id = server.open_session().await.unwrap();
     let (sid, _) = server
         .start_terminal(&id, json!({"command_id": "interactive"}))
