@@ -146,13 +146,15 @@ impl Answers {
     }
 
     /// `event` leaves on a stream of `session` that carries request `request`, which came
-    /// at `since` (`request_coming`): the stream is noted from its first event, and the
-    /// event its answer left in.
+    /// at `since` (`request_coming`): a new stream is noted from its first event (`first`),
+    /// and the event its answer left in. A stream resumed, or one whose note a later
+    /// request with its id removed, is not noted again.
     pub fn leaving(
         &self,
         session: &SessionId,
         (request, since): (&RequestId, u64),
         event: &ServerSseMessage,
+        first: bool,
     ) {
         let Some((index, stream)) = event.event_id.as_deref().and_then(parse_event_id) else {
             return;
@@ -168,6 +170,9 @@ impl Answers {
             if answer {
                 noted.answered = Some(index);
             }
+            return;
+        }
+        if !first {
             return;
         }
         state.prune();
@@ -314,16 +319,19 @@ impl<T: Transport<RoleServer>> Transport<RoleServer> for Keeping<T> {
 }
 
 /// `stream`, a stream of MCP session `session` that carries `request` (its id, and when it
-/// came), each event noted as it leaves (`Answers::leaving`).
+/// came), each event noted as it leaves (`Answers::leaving`); `fresh` for a new stream,
+/// which its first event notes.
 pub fn watched(
     stream: impl Stream<Item = ServerSseMessage> + Send + Sync + 'static,
     answers: Arc<Answers>,
     session: SessionId,
     request: Option<(RequestId, u64)>,
+    mut fresh: bool,
 ) -> impl Stream<Item = ServerSseMessage> + Send + Sync + 'static {
     stream.inspect(move |event| {
+        let first = std::mem::replace(&mut fresh, false);
         if let Some((id, since)) = &request {
-            answers.leaving(&session, (id, *since), event);
+            answers.leaving(&session, (id, *since), event, first);
         }
     })
 }
@@ -354,9 +362,14 @@ mod tests {
         let (a, b) = (session("a"), session("b"));
         let request = NumberOrString::Number(21);
         let since = answers.request_coming(&a, &request);
-        answers.leaving(&a, (&request, since), &event("0/5", None));
+        answers.leaving(&a, (&request, since), &event("0/5", None), true);
         answers.sending(&a, &answer(21));
-        answers.leaving(&a, (&request, since), &event("1/5", Some(answer(21))));
+        answers.leaving(
+            &a,
+            (&request, since),
+            &event("1/5", Some(answer(21))),
+            false,
+        );
         let resumed = answers.resume(&a, "0/5").expect("the answer");
         assert_eq!(resumed.event_id.as_deref(), Some("1/5"));
         let text = |m: &ServerJsonRpcMessage| serde_json::to_string(m).unwrap();
@@ -383,7 +396,7 @@ mod tests {
         for n in 0..(KEPT_ANSWERS as i64 + 10) {
             let request = NumberOrString::Number(n);
             let since = answers.request_coming(&a, &request);
-            answers.leaving(&a, (&request, since), &event(&format!("0/{n}"), None));
+            answers.leaving(&a, (&request, since), &event(&format!("0/{n}"), None), true);
             answers.sending(&a, &answer(n));
         }
         // Another session's answers take none of its places.
@@ -412,17 +425,20 @@ mod tests {
         let seven = NumberOrString::Number(7);
         // The first request's client went away; a second reuses its id and is answered.
         let first = answers.request_coming(&a, &seven);
-        answers.leaving(&a, (&seven, first), &event("0/1", None));
+        answers.leaving(&a, (&seven, first), &event("0/1", None), true);
         let second = answers.request_coming(&a, &seven);
-        answers.leaving(&a, (&seven, second), &event("0/3", None));
+        answers.leaving(&a, (&seven, second), &event("0/3", None), true);
         answers.sending(&a, &answer(7));
         // The first stream is no longer noted, whatever happens to the second's note.
         assert!(answers.state().streams.len() == 1);
         assert!(answers.resume(&a, "0/1").is_none());
         assert!(answers.resume(&a, "0/3").is_some());
+        // Nor does a resumed stream of the first request note it again.
+        answers.leaving(&a, (&seven, first), &event("1/1", None), false);
+        assert!(answers.resume(&a, "0/1").is_none());
         // An answer sent before a request came is not its answer.
         let third = answers.request_coming(&a, &seven);
-        answers.leaving(&a, (&seven, third), &event("0/4", None));
+        answers.leaving(&a, (&seven, third), &event("0/4", None), true);
         assert!(answers.resume(&a, "0/4").is_none());
     }
 }

@@ -203,7 +203,13 @@ impl SessionManager for CappedSessions {
             (r, since)
         });
         let stream = self.inner.create_stream(id, message).await?;
-        Ok(watched(stream, self.answers.clone(), id.clone(), request))
+        Ok(watched(
+            stream,
+            self.answers.clone(),
+            id.clone(),
+            request,
+            true,
+        ))
     }
 
     async fn accept_message(
@@ -235,6 +241,7 @@ impl SessionManager for CappedSessions {
                 self.answers.clone(),
                 id.clone(),
                 request,
+                false,
             ))),
             Err(e) => match self.answers.resume(id, &last_event_id) {
                 Some(answer) => Ok(Either::Right(futures::stream::iter([answer]))),

@@ -175,8 +175,8 @@ pub fn probe_line(nonce: &str) -> String {
 
 /// What a shell on pipes runs before anything else (written to its stdin as it starts,
 /// ahead of any input): `setup` in a compound whose stderr is /dev/null (a trace under
-/// `sh -x`, and a program that is no shell, say nothing there). One command (its line breaks are quoted), under `PIPE_BUF`
-/// so it is written whole at once.
+/// `sh -x`, and a program that is no shell, say nothing there). One command (its line
+/// breaks are quoted), under `PIPE_BUF` so it is written whole at once.
 pub fn pipe_prepare() -> String {
     format!("case $- in *) {} ;; esac 2>/dev/null\n", setup())
 }
