@@ -254,8 +254,8 @@ pub const MCP_SESSION_IDLE: Duration = Duration::from_secs(30 * 60);
 /// the most streams of one MCP session whose request is noted at once (running requests,
 /// and answered ones for as long as their answer is kept).
 pub const KEPT_ANSWER_FOR: Duration = Duration::from_secs(60);
-pub const KEPT_ANSWERS: usize = 64;
-pub const KEPT_ANSWER_BYTES: usize = 16 * 1024 * 1024;
+pub const KEPT_ANSWERS: usize = 16;
+pub const KEPT_ANSWER_BYTES: usize = 1024 * 1024;
 pub const KEPT_STREAMS: usize = 1024;
 /// Both HTTP listeners: connections served at once; how long a client may take to send a
 /// request head (from connecting, or from the end of the previous answer); how long a
