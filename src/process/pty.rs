@@ -6,6 +6,7 @@ use std::io;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use nix::errno::Errno;
 use nix::fcntl::{FcntlArg, FdFlag, OFlag, fcntl};
 use nix::pty::{Winsize, openpty};
 use tokio::io::Interest;
@@ -123,12 +124,14 @@ pub async fn spawn_pty(
     let flags = fcntl(&pty.master, FcntlArg::F_GETFL)
         .map(OFlag::from_bits_truncate)
         .and_then(|flags| fcntl(&pty.master, FcntlArg::F_SETFL(flags | OFlag::O_NONBLOCK)));
+    // Registered for reading only: a terminal's master is writable again after every byte
+    // its program reads, and each of those edges would wake the reactor (a typed command
+    // of n bytes, n wake-ups). A write that finds the terminal full waits on a copy
+    // registered for writing while it waits (`PtyMaster::write`).
     // SAFETY: the fd is an open, non-blocking pty master owned here and by nothing else.
     let registered = flags.map_err(io::Error::from).and_then(|_| {
-        unsafe {
-            AsyncFd::register_with_interest(pty.master, Interest::READABLE | Interest::WRITABLE)
-        }
-        .map_err(|_| io::Error::other("registration with the reactor failed"))
+        unsafe { AsyncFd::register_with_interest(pty.master, Interest::READABLE) }
+            .map_err(|_| io::Error::other("registration with the reactor failed"))
     });
     match registered {
         Ok(fd) => Ok(PtyChild {
@@ -173,13 +176,31 @@ impl PtyMaster {
         if bytes.is_empty() {
             return Ok(0);
         }
+        let mut watch = None;
         loop {
-            let mut guard = self.fd.writable().await?;
-            match guard
-                .try_io(|fd| nix::unistd::write(fd.get_ref(), bytes).map_err(io::Error::from))
-            {
-                Ok(result) => return result,
-                Err(_would_block) => continue,
+            match nix::unistd::write(self.fd.get_ref(), bytes) {
+                Ok(written) => return Ok(written),
+                Err(Errno::EINTR) => {}
+                Err(Errno::EAGAIN) => {
+                    // The terminal's input is full until its program reads: wait for
+                    // that on a copy of the master registered for writing (registering
+                    // reports it at once if it came meanwhile).
+                    let watch = match &mut watch {
+                        Some(watch) => watch,
+                        None => {
+                            let copy = self.fd.get_ref().try_clone()?;
+                            // SAFETY: the copy is open and owned by the AsyncFd alone.
+                            let registered = unsafe {
+                                AsyncFd::register_with_interest(copy, Interest::WRITABLE)
+                            };
+                            watch.insert(registered.map_err(|_| {
+                                io::Error::other("registration with the reactor failed")
+                            })?)
+                        }
+                    };
+                    watch.writable().await?.clear_ready();
+                }
+                Err(e) => return Err(e.into()),
             }
         }
     }
