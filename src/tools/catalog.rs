@@ -122,11 +122,15 @@ fn start_params(timeout_max: u64, timeout_default: u64, timeout: &str) -> Vec<Pa
 /// `terminal_run`: one-shot.
 fn run_spec(config: &Config) -> ToolSpec {
     let limits = &config.limits;
+    // What terminal_start's parameters say is said there (the bounds are in the schema).
     let mut params = start_params(
         limits.max_wait_ms,
         limits.default_timeout_ms.min(limits.max_wait_ms),
-        "Then it is terminated (reason timeout).",
+        AS_START,
     );
+    for param in &mut params {
+        param.description = AS_START.into();
+    }
     params.push(Param::new(
         "stdin",
         Kind::Text,
@@ -135,8 +139,15 @@ fn run_spec(config: &Config) -> ToolSpec {
             limits.max_input_bytes
         ),
     ));
-    params.push(max_bytes_param(RUN_MIN_BYTES));
-    params.push(strip_ansi_param());
+    params.push(max_bytes_param(
+        RUN_MIN_BYTES,
+        "Bytes returned per stream; longer output is its head and its last lines, and \
+         omitted ({bytes, lines, start_cursor, end_cursor}) says what was left out \
+         (terminal_read).",
+    ));
+    params.push(strip_ansi_param(
+        "Remove terminal escape sequences from the text returned.",
+    ));
     spec(
         "terminal_run",
         "Start an approved command, write stdin and close it, wait for its exit; returns \
@@ -159,8 +170,13 @@ fn run_spec(config: &Config) -> ToolSpec {
     )
 }
 
+/// The description of a parameter `terminal_run` shares with `terminal_start`, or
+/// `terminal_exec` with `terminal_run`, which describes it: tools/list says each thing once.
+const AS_START: &str = "As terminal_start.";
+const AS_RUN: &str = "As terminal_run.";
+
 /// `max_bytes` of `terminal_run` and `terminal_exec`: the head and tail returned.
-fn max_bytes_param(min: u64) -> Param {
+fn max_bytes_param(min: u64, description: &str) -> Param {
     Param::new(
         "max_bytes",
         Kind::Int {
@@ -168,18 +184,13 @@ fn max_bytes_param(min: u64) -> Param {
             max: RUN_MAX_BYTES,
             default: RUN_DEFAULT_BYTES,
         },
-        "Bytes returned per stream; longer output is its head and its last lines, and \
-         omitted ({bytes, lines, start_cursor, end_cursor}) says what was left out \
-         (terminal_read).",
+        description,
     )
 }
 
-fn strip_ansi_param() -> Param {
-    Param::new(
-        "strip_ansi",
-        Kind::Bool,
-        "Remove terminal escape sequences from the text returned.",
-    )
+/// `strip_ansi` of `terminal_run` and `terminal_exec`.
+fn strip_ansi_param(description: &str) -> Param {
+    Param::new("strip_ansi", Kind::Bool, description)
 }
 
 fn omitted_schema() -> Value {
@@ -242,8 +253,8 @@ fn exec_spec(config: &Config) -> Option<ToolSpec> {
                 Kind::OneOf(&["interrupt", "keep"]),
                 "Interrupt (Ctrl-C) or keep running; with continue, keep.",
             ),
-            max_bytes_param(EXEC_MIN_BYTES),
-            strip_ansi_param(),
+            max_bytes_param(EXEC_MIN_BYTES, AS_RUN),
+            strip_ansi_param(AS_RUN),
             Param::new(
                 "raw",
                 Kind::Bool,
