@@ -11,6 +11,7 @@
 use std::fmt::Display;
 
 use serde::ser::{self, Serialize};
+use serde_json::Value;
 
 /// Append the compact JSON text of `value` to `out`, as `serde_json::to_writer` writes it.
 /// The text is built as a `String` from the first byte (the strings' own text and ASCII),
@@ -26,6 +27,23 @@ pub fn to_string<T: Serialize + ?Sized>(value: &T, capacity: usize) -> Result<St
     let mut out = String::with_capacity(capacity);
     write(value, &mut out)?;
     Ok(out)
+}
+
+/// About the length of `value`'s JSON text, from its strings' lengths and a few bytes for
+/// everything else, without looking at the text: room for a page's text made at once.
+pub fn size_hint(value: &Value) -> usize {
+    match value {
+        Value::String(s) => s.len() + 2,
+        Value::Array(items) => items.iter().map(size_hint).sum::<usize>() + items.len() + 2,
+        Value::Object(fields) => {
+            fields
+                .iter()
+                .map(|(key, value)| key.len() + 4 + size_hint(value))
+                .sum::<usize>()
+                + 2
+        }
+        Value::Null | Value::Bool(_) | Value::Number(_) => 20,
+    }
 }
 
 #[derive(Debug)]

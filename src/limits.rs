@@ -250,7 +250,7 @@ pub const MAX_MCP_SESSIONS: usize = 64;
 pub const MCP_SESSION_IDLE: Duration = Duration::from_secs(30 * 60);
 /// HTTP transport: how long an answer is kept for a client that reconnects after its
 /// connection dropped (rmcp's own replay of a finished stream would keep it 60 s); the most
-/// answers kept at once for one MCP session, and their JSON text in bytes over all of them;
+/// answers kept at once for one MCP session, and the bytes of text they hold over all of them;
 /// the most streams of one MCP session whose request is noted at once (running requests,
 /// and answered ones for as long as their answer is kept).
 pub const KEPT_ANSWER_FOR: Duration = Duration::from_secs(60);

@@ -7,7 +7,7 @@
 //! into a dropped connection it forgets the stream, and the reconnect gets an empty one.
 //!
 //! So every answer the server sends is kept here for `KEPT_ANSWER_FOR` (at most
-//! `KEPT_ANSWERS` for an MCP session, and `KEPT_ANSWER_BYTES` of JSON text in all, the
+//! `KEPT_ANSWERS` for an MCP session, and `KEPT_ANSWER_BYTES` of text in all, the
 //! oldest let go first):
 //! an answer seen leaving on its stream may still have been lost (written into a
 //! connection the client had already closed). Each stream's request is noted from its first event. A reconnect that
@@ -20,11 +20,15 @@ use std::time::Instant;
 
 use futures::{Stream, StreamExt};
 use rmcp::RoleServer;
-use rmcp::model::{ClientJsonRpcMessage, JsonRpcMessage, RequestId, ServerJsonRpcMessage};
+use rmcp::model::{
+    ClientJsonRpcMessage, JsonRpcMessage, JsonRpcResponse, RequestId, ServerJsonRpcMessage,
+    ServerResult,
+};
 use rmcp::service::{RxJsonRpcMessage, TxJsonRpcMessage};
 use rmcp::transport::Transport;
 use rmcp::transport::streamable_http_server::session::{ServerSseMessage, SessionId};
 
+use crate::json;
 use crate::limits::{KEPT_ANSWER_BYTES, KEPT_ANSWER_FOR, KEPT_ANSWERS, KEPT_STREAMS};
 
 #[derive(Default)]
@@ -36,7 +40,7 @@ pub struct Answers {
 struct State {
     /// The last answer sent to each request id of a session.
     answers: HashMap<(SessionId, RequestId), Kept>,
-    /// The JSON text of every kept answer, in bytes.
+    /// The text every kept answer holds, in bytes (`held_bytes`).
     bytes: usize,
     /// A clock of sends and new streams, to tell which stream an answer was for.
     clock: u64,
@@ -46,7 +50,7 @@ struct State {
 
 struct Kept {
     message: Arc<ServerJsonRpcMessage>,
-    /// Its JSON text's length.
+    /// The text it holds, in bytes.
     bytes: usize,
     at: Instant,
     /// When it was sent, on `State::clock`.
@@ -68,6 +72,32 @@ fn answered(message: &ServerJsonRpcMessage) -> Option<&RequestId> {
         JsonRpcMessage::Response(response) => Some(&response.id),
         JsonRpcMessage::Error(error) => error.id.as_ref(),
         _ => None,
+    }
+}
+
+/// About the bytes of text a kept `message` holds, without writing it out: a tool's
+/// result by its text blocks and structured content (a page of output is in each; writing
+/// the answer out to count it cost as much as rmcp's own writing of it), anything else
+/// (small) by its JSON text.
+fn held_bytes(message: &ServerJsonRpcMessage) -> Option<usize> {
+    match message {
+        JsonRpcMessage::Response(JsonRpcResponse {
+            result: ServerResult::CallToolResult(result),
+            ..
+        }) => {
+            let text: usize = result
+                .content
+                .iter()
+                .filter_map(|block| block.as_text())
+                .map(|block| block.text.len())
+                .sum();
+            let value = result
+                .structured_content
+                .as_ref()
+                .map_or(0, json::size_hint);
+            Some(text + value + 64)
+        }
+        other => serde_json::to_string(other).ok().map(|text| text.len()),
     }
 }
 
@@ -108,9 +138,7 @@ impl Answers {
         let Some(id) = answered(message) else {
             return;
         };
-        // Its length, written as rmcp writes it (one more copy of the serializer would
-        // cost the binary a hundred kilobytes).
-        let Ok(bytes) = serde_json::to_string(message).map(|text| text.len()) else {
+        let Some(bytes) = held_bytes(message) else {
             return;
         };
         let message = Arc::new(message.clone());

@@ -178,29 +178,12 @@ fn ok(value: impl Serialize) -> Result<Value, ToolError> {
 /// only maker of a result with structured content: the stdio transport writes the value
 /// as this text (`stdio::write_message`), so the text must stay exactly the value's JSON.
 fn structured(value: Value, is_error: bool) -> CallToolResult {
-    let text =
-        crate::json::to_string(&value, size_hint(&value)).unwrap_or_else(|_| value.to_string());
+    let text = crate::json::to_string(&value, crate::json::size_hint(&value))
+        .unwrap_or_else(|_| value.to_string());
     let mut result = CallToolResult::success(vec![ContentBlock::text(text)]);
     result.structured_content = Some(value);
     result.is_error = Some(is_error);
     result
-}
-
-/// About the length of `value`'s JSON text, from its strings' lengths and a few bytes for
-/// everything else, without looking at the text: room for a page's text made at once.
-fn size_hint(value: &Value) -> usize {
-    match value {
-        Value::String(s) => s.len() + 2,
-        Value::Array(items) => items.iter().map(size_hint).sum::<usize>() + items.len() + 2,
-        Value::Object(fields) => {
-            fields
-                .iter()
-                .map(|(key, value)| key.len() + 4 + size_hint(value))
-                .sum::<usize>()
-                + 2
-        }
-        Value::Null | Value::Bool(_) | Value::Number(_) => 20,
-    }
 }
 
 impl ServerHandler for TerminalServer {
