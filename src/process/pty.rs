@@ -198,7 +198,14 @@ impl PtyMaster {
                             })?)
                         }
                     };
-                    watch.writable().await?.clear_ready();
+                    let mut ready = watch.writable().await?;
+                    // Once no program holds the terminal, the master hangs up while its
+                    // full input still refuses bytes (EAGAIN, not EIO): the hangup stays
+                    // reported, so waiting again would return at once, for ever.
+                    if ready.ready().is_write_closed() {
+                        return Err(io::Error::from_raw_os_error(libc::EIO));
+                    }
+                    ready.clear_ready();
                 }
                 Err(e) => return Err(e.into()),
             }
