@@ -362,14 +362,8 @@ async fn a_shell_page_lists_what_ran_and_every_page_how_its_session_started_and_
         "echo history-one",
         "printf 'history-two\\r\\n50%%\\rdone\\n' >&2; (exit 3)",
     ] {
-        let exec = server
-            .call(
-                &id,
-                "terminal_exec",
-                json!({"session_id": sid, "command": command}),
-            )
-            .await;
-        assert_eq!(exec["structuredContent"]["ok"], json!(true), "{exec}");
+        let args = json!({"session_id": sid, "command": command});
+        server.call_ok(&id, "terminal_exec", args).await;
     }
     // A session the controller ends: the list shows the reason beside the signal.
     let (long, _) = server
@@ -693,14 +687,8 @@ async fn a_pipe_page_follows_its_newest_output_unless_the_owner_scrolled_up() {
     let exec = |command: &'static str| {
         let (server, id, sh) = (&server, &id, &sh);
         async move {
-            let done = server
-                .call(
-                    id,
-                    "terminal_exec",
-                    json!({"session_id": sh, "command": command}),
-                )
-                .await;
-            assert_eq!(done["structuredContent"]["ok"], json!(true), "{done}");
+            let args = json!({"session_id": sh, "command": command});
+            server.call_ok(id, "terminal_exec", args).await;
         }
     };
     exec("seq 1 300").await;
@@ -795,14 +783,8 @@ async fn an_ended_full_screen_program_shows_its_last_screen() {
     wait("~").await;
     server.write(&id, &sid, "iwritten in vim").await;
     wait("written in vim").await;
-    let quit = server
-        .call(
-            &id,
-            "terminal_keys",
-            json!({"session_id": sid, "keys": ["Escape", ":", "w", "q", "Enter"]}),
-        )
-        .await;
-    assert_eq!(quit["structuredContent"]["ok"], json!(true), "{quit}");
+    let quit = json!({"session_id": sid, "keys": ["Escape", ":", "w", "q", "Enter"]});
+    server.call_ok(&id, "terminal_keys", quit).await;
     call_until(
         &server,
         &id,
@@ -918,14 +900,9 @@ async fn a_recording_plays_in_the_page_through_the_servers_emulator() {
     let (sid, _) = server
         .start_terminal(&id, json!({"command_id": "sh"}))
         .await;
-    let exec = server
-        .call(
-            &id,
-            "terminal_exec",
-            json!({"session_id": sid, "command": "echo rec-one; sleep 3; echo rec-two"}),
-        )
-        .await;
-    assert_eq!(exec["structuredContent"]["ok"], json!(true), "{exec}");
+    let command = "echo rec-one; sleep 3; echo rec-two";
+    let exec = json!({"session_id": sid, "command": command});
+    server.call_ok(&id, "terminal_exec", exec).await;
     let ended = server
         .call(&id, "terminal_terminate", json!({"session_id": sid}))
         .await;
@@ -1136,18 +1113,7 @@ async fn a_program_waiting_for_input_has_a_badge_on_the_list_and_its_page() {
     );
 
     // Answered, the program runs on (`sleep`, reading nothing): the badges go.
-    let answered = server
-        .call(
-            &id,
-            "terminal_write",
-            json!({"session_id": sid, "text": "yes\n"}),
-        )
-        .await;
-    assert_eq!(
-        answered["structuredContent"]["ok"],
-        json!(true),
-        "{answered}"
-    );
+    server.write(&id, &sid, "yes\n").await;
     chromium.until(
         &page,
         &format!("document.querySelector('#live').textContent.includes('got yes') && {on_page} === undefined"),

@@ -152,14 +152,15 @@ impl HttpServer {
 
     /// terminal_write of `text` to terminal session `sid`, in MCP session `id`: accepted.
     pub async fn write(&self, id: &str, sid: &str, text: &str) {
-        let written = self
-            .call(
-                id,
-                "terminal_write",
-                json!({"session_id": sid, "text": text}),
-            )
-            .await;
-        assert_eq!(written["structuredContent"]["ok"], json!(true), "{written}");
+        let args = json!({"session_id": sid, "text": text});
+        self.call_ok(id, "terminal_write", args).await;
+    }
+
+    /// A tools/call in session `id` that must succeed (`ok: true`); its result.
+    pub async fn call_ok(&self, id: &str, tool: &str, arguments: Value) -> Value {
+        let result = self.call(id, tool, arguments).await;
+        assert_eq!(result["structuredContent"]["ok"], json!(true), "{result}");
+        result
     }
 
     /// A tools/call in session `id`; the JSON-RPC result from the SSE answer.
