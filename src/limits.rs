@@ -265,6 +265,10 @@ pub const HTTP_MAX_CONNECTIONS: usize = 128;
 pub const HTTP_HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 pub const HTTP_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 pub const HTTP_ACCEPT_PAUSE: Duration = Duration::from_millis(100);
+/// The most a connection's read buffer holds, and so the longest request head: room for
+/// the token and a browser's cookies for `localhost` several times over; at the
+/// connections' limit, 4 MiB in all.
+pub const HTTP_MAX_HEAD_BYTES: usize = 32 * 1024;
 /// The most often one kind of refusal an unauthenticated request causes is logged.
 pub const REFUSAL_LOG_EVERY: Duration = Duration::from_secs(10);
 /// Log lines waiting for stderr, at most: past them a line is dropped (and counted), never

@@ -398,6 +398,50 @@ async fn foreign_origins_and_hosts_are_refused_with_403() {
     assert_eq!(response.unwrap().status(), StatusCode::OK);
 }
 
+/// The checks read what a request names, not its first line of each: two `Host` lines are
+/// a bad request, two `Origin` lines a foreign origin, a target in absolute form names the
+/// host itself; and a request head not finished within 32 KiB is refused.
+#[test]
+fn two_hosts_two_origins_a_foreign_target_and_long_heads_are_refused() {
+    let server = Server::start(&["--listen", "127.0.0.1:0"], LOG);
+    let address = address(&server.base);
+    let ask = |request: String| {
+        let mut socket = std::net::TcpStream::connect(&address).unwrap();
+        exchange(&mut socket, &request)
+    };
+    let local = format!("Host: {address}\r\n");
+    let tail = "Content-Length: 0\r\nConnection: close\r\n\r\n";
+    let status = ask(format!(
+        "POST /mcp HTTP/1.1\r\n{local}Host: evil.example\r\n{tail}"
+    ));
+    assert!(status.contains(" 400 "), "{status}");
+    let status = ask(format!(
+        "POST /mcp HTTP/1.1\r\nHost: evil.example\r\n{local}{tail}"
+    ));
+    assert!(status.contains(" 400 "), "{status}");
+    let status = ask(format!(
+        "POST /mcp HTTP/1.1\r\n{local}Origin: http://localhost\r\n\
+         Origin: http://evil.example\r\n{tail}"
+    ));
+    assert!(status.contains(" 403 "), "{status}");
+    let status = ask(format!(
+        "POST http://evil.example/mcp HTTP/1.1\r\n{local}{tail}"
+    ));
+    assert!(status.contains(" 403 "), "{status}");
+    // The same target naming this server: on to the token, which is missing.
+    let status = ask(format!(
+        "POST http://{address}/mcp HTTP/1.1\r\n{local}{tail}"
+    ));
+    assert!(status.contains(" 401 "), "{status}");
+    // Never finished: what a client that means to hold memory sends.
+    let pad = format!("X-Pad: {}\r\n", "p".repeat(1000)).repeat(40);
+    let status = ask(format!("GET /mcp HTTP/1.1\r\n{local}{pad}"));
+    assert!(status.contains(" 431 "), "{status}");
+    let pad = format!("X-Pad: {}\r\n", "p".repeat(1000)).repeat(20);
+    let status = ask(format!("POST /mcp HTTP/1.1\r\n{local}{pad}{tail}"));
+    assert!(status.contains(" 401 "), "a 20 KiB head is read: {status}");
+}
+
 /// What the service cannot read is answered as on stdio: a body that is not JSON with 400
 /// and a JSON-RPC "Parse error" (not 415 to `application/json`), params of a known method
 /// that are not as MCP defines them with "Invalid params" naming why.

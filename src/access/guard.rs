@@ -33,13 +33,39 @@ impl Access {
         }
     }
 
-    /// Why the request's `Host` or `Origin` is refused, if it is.
-    fn browser_refusal(&self, headers: &HeaderMap) -> Option<&'static str> {
-        let host = headers.get(header::HOST).and_then(|h| h.to_str().ok());
-        if !self.allow_remote && !host.is_some_and(is_loopback_authority) {
-            return Some("the Host header does not name a loopback address");
+    /// Why the request's `Host` or `Origin` is refused, if it is, and with what status.
+    /// `target` is the authority of a request target in absolute form
+    /// (`POST http://host/mcp`), which names the host in place of `Host` (RFC 9112 §3.2.2).
+    /// Two `Host` lines are a bad request (RFC 9112 §3.2), two `Origin` lines a foreign
+    /// origin: a check of one of them would pass what the other names.
+    fn browser_refusal(
+        &self,
+        headers: &HeaderMap,
+        target: Option<&str>,
+    ) -> Option<(StatusCode, &'static str)> {
+        let mut hosts = headers.get_all(header::HOST).iter();
+        let host = hosts.next().and_then(|h| h.to_str().ok());
+        if hosts.next().is_some() {
+            return Some((
+                StatusCode::BAD_REQUEST,
+                "the request has more than one Host header",
+            ));
         }
-        let origin = headers.get(header::ORIGIN)?;
+        let host = target.or(host);
+        if !self.allow_remote && !host.is_some_and(is_loopback_authority) {
+            return Some((
+                StatusCode::FORBIDDEN,
+                "the Host header does not name a loopback address",
+            ));
+        }
+        let mut origins = headers.get_all(header::ORIGIN).iter();
+        let origin = origins.next()?;
+        if origins.next().is_some() {
+            return Some((
+                StatusCode::FORBIDDEN,
+                "the request has more than one Origin header",
+            ));
+        }
         let origin = normalise_origin(origin.to_str().unwrap_or("?"));
         let loopback = origin
             .strip_prefix("http://")
@@ -47,7 +73,10 @@ impl Access {
         if loopback || self.allowed_origins.contains(&origin) {
             None
         } else {
-            Some("the Origin header is neither a loopback origin nor one given with --allow-origin")
+            Some((
+                StatusCode::FORBIDDEN,
+                "the Origin header is neither a loopback origin nor one given with --allow-origin",
+            ))
         }
     }
 
@@ -98,13 +127,15 @@ pub async fn browser_rules(
     request: Request,
     next: Next,
 ) -> Response {
-    if let Some(why) = access.browser_refusal(request.headers()) {
+    let target = request.uri().authority().map(|a| a.as_str());
+    if let Some((status, why)) = access.browser_refusal(request.headers(), target) {
         static LOGGED: Refusals = Refusals::new();
         LOGGED.log(|more| {
             let (method, path) = (request.method(), request.uri().path());
             tracing::warn!("refused a {method} {path}: {why}{}", unlogged(more));
         });
-        return (StatusCode::FORBIDDEN, format!("Forbidden: {why}.\n")).into_response();
+        let reason = status.canonical_reason().unwrap_or("Refused");
+        return (status, format!("{reason}: {why}.\n")).into_response();
     }
     next.run(request).await
 }
@@ -175,7 +206,7 @@ mod tests {
             "127.1.2.3",
         ] {
             assert_eq!(
-                local.browser_refusal(&headers(Some(host), None)),
+                local.browser_refusal(&headers(Some(host), None), None),
                 None,
                 "{host}"
             );
@@ -188,15 +219,49 @@ mod tests {
             "127.0.0.1:x",
         ] {
             assert!(
-                local.browser_refusal(&headers(Some(host), None)).is_some(),
+                local
+                    .browser_refusal(&headers(Some(host), None), None)
+                    .is_some(),
                 "{host}"
             );
         }
-        assert!(local.browser_refusal(&headers(None, None)).is_some());
+        assert!(local.browser_refusal(&headers(None, None), None).is_some());
         assert_eq!(
-            access(true).browser_refusal(&headers(Some("evil.example"), None)),
+            access(true).browser_refusal(&headers(Some("evil.example"), None), None),
             None
         );
+    }
+
+    #[test]
+    fn a_second_host_or_origin_and_a_foreign_target_are_refused() {
+        let local = access(false);
+        let mut two = headers(Some("127.0.0.1:8765"), None);
+        two.append(header::HOST, HeaderValue::from_static("evil.example"));
+        assert_eq!(
+            local.browser_refusal(&two, None).map(|(status, _)| status),
+            Some(StatusCode::BAD_REQUEST)
+        );
+        let mut two = headers(Some("127.0.0.1:8765"), Some("http://localhost"));
+        two.append(
+            header::ORIGIN,
+            HeaderValue::from_static("http://evil.example"),
+        );
+        assert_eq!(
+            local.browser_refusal(&two, None).map(|(status, _)| status),
+            Some(StatusCode::FORBIDDEN)
+        );
+        let loopback = headers(Some("127.0.0.1:8765"), None);
+        assert!(
+            local
+                .browser_refusal(&loopback, Some("evil.example"))
+                .is_some()
+        );
+        assert_eq!(
+            local.browser_refusal(&loopback, Some("localhost:8765")),
+            None
+        );
+        let foreign = headers(Some("evil.example"), None);
+        assert_eq!(local.browser_refusal(&foreign, Some("[::1]:8765")), None);
     }
 
     #[test]
@@ -210,7 +275,7 @@ mod tests {
             "https://app.example:8443",
         ] {
             assert_eq!(
-                a.browser_refusal(&headers(host, Some(origin))),
+                a.browser_refusal(&headers(host, Some(origin)), None),
                 None,
                 "{origin}"
             );
@@ -223,7 +288,8 @@ mod tests {
             "https://app.example:8444",
         ] {
             assert!(
-                a.browser_refusal(&headers(host, Some(origin))).is_some(),
+                a.browser_refusal(&headers(host, Some(origin)), None)
+                    .is_some(),
                 "{origin}"
             );
         }

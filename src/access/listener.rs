@@ -8,6 +8,9 @@
 //!   of the end of the previous answer (hyper's header timer, which runs only with a timer);
 //! - a connection on which no byte moved either way for `Limits::idle` is closed (event
 //!   streams send a keep-alive comment well within it);
+//! - a request head over `HTTP_MAX_HEAD_BYTES` is refused (431) and ends the connection, so
+//!   connections that send a long head and never finish it hold little (hyper's default,
+//!   about 400 KiB each, let 128 of them hold 50 MB, kept by the allocator after they went);
 //! - a refused request (401, 403) ends a connection that never made an authenticated one;
 //! - out of descriptors, accepting pauses instead of spinning, and says so once.
 
@@ -33,7 +36,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tower::ServiceExt;
 
-use crate::limits::{HTTP_ACCEPT_PAUSE, HTTP_EVICTION_WAIT};
+use crate::limits::{HTTP_ACCEPT_PAUSE, HTTP_EVICTION_WAIT, HTTP_MAX_HEAD_BYTES};
 use crate::process::is_out_of_files;
 
 /// The bounds of one listener.
@@ -229,7 +232,8 @@ async fn serve_connection(
     let mut builder = hyper::server::conn::http1::Builder::new();
     builder
         .timer(TokioTimer::new())
-        .header_read_timeout(limits.header_read);
+        .header_read_timeout(limits.header_read)
+        .max_buf_size(HTTP_MAX_HEAD_BYTES);
     let served = builder.serve_connection(io, service);
     tokio::pin!(served);
     loop {
