@@ -333,10 +333,25 @@ pub fn read(body: &[u8]) -> Result<ClientJsonRpcMessage, Unreadable> {
         }
     };
     let answer = match request_id(&message) {
+        // Params JSON-RPC allows but MCP does not (an array): "Invalid params", as for
+        // params of the wrong shape inside an object (`invalid_params`).
+        Some(id) if !repeats_a_key(text) && mcp_method_with_array_params(&message).is_some() => {
+            let method = mcp_method_with_array_params(&message).unwrap_or_default();
+            tracing::warn!("refused a request: the params of `{method}` are an array");
+            let why = format!(
+                "Invalid params: the params of `{method}` are an object in MCP, not an array"
+            );
+            Some(Answer::new(id.clone(), -32602, &why))
+        }
         // Answered with its id: the service would answer it with `id: null`.
         Some(id) if !repeats_a_key(text) => {
             tracing::warn!("refused a request that is not a valid MCP request");
-            let why = format!("Invalid Request: not a valid MCP request ({error})");
+            let why = match message.get("params") {
+                Some(params) if !params.is_object() && !params.is_array() => {
+                    "Invalid Request: `params` must be an object".to_owned()
+                }
+                _ => format!("Invalid Request: not a valid MCP request ({error})"),
+            };
             Some(Answer::new(id.clone(), -32600, &why))
         }
         _ if message.get("method").is_some() && message.get("id").is_none() => None,
@@ -351,6 +366,12 @@ pub fn read(body: &[u8]) -> Result<ClientJsonRpcMessage, Unreadable> {
         answer,
         cancelled: cancelled_id(&message),
     })
+}
+
+/// The method of a request `message` of a method MCP defines, when its params are an array.
+fn mcp_method_with_array_params(message: &serde_json::Value) -> Option<&str> {
+    let method = message.get("method")?.as_str()?;
+    (MCP_METHODS.contains(&method) && message.get("params")?.is_array()).then_some(method)
 }
 
 /// The requests MCP defines that a client sends this server.
@@ -373,7 +394,8 @@ const MCP_METHODS: [&str; 13] = [
 /// The answer to a request of a method MCP defines whose params are not as it defines them
 /// (`tools/call` with `arguments` that is not an object): rmcp reads it as a request of a
 /// method of its own, which the service answers "method not found" with the method as
-/// its message. It is "Invalid params", saying why. Both transports ask this.
+/// its message. It is "Invalid params", saying why. A method nobody defines is "method not
+/// found" here too, saying what to do. Both transports ask this.
 pub fn invalid_params(message: &ClientJsonRpcMessage) -> Option<Vec<u8>> {
     let JsonRpcMessage::Request(request) = message else {
         return None;
@@ -383,7 +405,14 @@ pub fn invalid_params(message: &ClientJsonRpcMessage) -> Option<Vec<u8>> {
     };
     let method = custom.method.as_str();
     if !MCP_METHODS.contains(&method) {
-        return None;
+        // The service would answer with the method alone as the message.
+        let hint = if method.starts_with("notifications/") {
+            "it is a notification: send it without an id"
+        } else {
+            "this server answers initialize, ping, tools/list and tools/call"
+        };
+        let message = format!("Method not found: `{method}`; {hint}");
+        return Some(error_frame(id_value(&request.id), -32601, &message));
     }
     let params = custom.params.clone().unwrap_or_default();
     let why = match method {
@@ -790,8 +819,37 @@ mod tests {
             let message = refusal["error"]["message"].as_str().unwrap();
             assert!(message.contains(says), "{message}");
         }
-        let unknown = r#"{"jsonrpc":"2.0","id":7,"method":"no/such","params":{"a":1}}"#;
-        assert!(matches!(judged(unknown), Verdict::Admit(..)));
+        for (text, code, says) in [
+            (
+                r#"{"jsonrpc":"2.0","id":7,"method":"no/such","params":{"a":1}}"#,
+                -32601,
+                "Method not found: `no/such`; this server answers",
+            ),
+            (
+                r#"{"jsonrpc":"2.0","id":7,"method":"notifications/initialized"}"#,
+                -32601,
+                "send it without an id",
+            ),
+            (
+                r#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":[]}"#,
+                -32602,
+                "the params of `tools/call` are an object in MCP, not an array",
+            ),
+            (
+                r#"{"jsonrpc":"2.0","id":7,"method":"tools/list","params":5}"#,
+                -32600,
+                "`params` must be an object",
+            ),
+        ] {
+            let Verdict::Answer(bytes) = judged(text) else {
+                panic!("{text}: not answered here");
+            };
+            let refusal = answer(bytes);
+            assert_eq!(refusal["id"], json!(7), "{refusal}");
+            assert_eq!(refusal["error"]["code"], json!(code), "{refusal}");
+            let message = refusal["error"]["message"].as_str().unwrap();
+            assert!(message.contains(says), "{message}");
+        }
     }
 
     /// What the service cannot read is answered here: with its id when one can be read
@@ -805,7 +863,7 @@ mod tests {
                 json!(4),
             ),
             (
-                r#"{"jsonrpc":"2.0","id":"t","method":"tools/call","params":[1]}"#,
+                r#"{"jsonrpc":"2.0","id":"t","method":"tools/call","params":"x"}"#,
                 json!("t"),
             ),
             (
