@@ -104,12 +104,10 @@ impl Sessions {
             .collect()
     }
 
-    /// `text` with the value of every configured secret replaced by its marker.
-    pub fn redact_any_secret(&self, text: &str) -> String {
-        match crate::output::Redactor::new(&self.every_secret()) {
-            Some(redactor) => redactor.replaced(text).into_owned(),
-            None => text.to_owned(),
-        }
+    /// What replaces the value of every configured secret by its marker; none when no
+    /// secret is configured.
+    pub fn any_secret_redactor(&self) -> Option<crate::output::Redactor> {
+        crate::output::Redactor::new(&self.every_secret())
     }
 
     /// The command id of a retained session, without naming it (no idle-time reset).

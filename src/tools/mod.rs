@@ -73,16 +73,25 @@ impl TerminalServer {
         let Some(audit) = &self.audit else {
             return;
         };
-        let text = |key: &str| arguments.get(key).and_then(Value::as_str);
+        // Whatever the client wrote is logged less any configured secret's value: an agent
+        // told a password may pass it where a secret's name, a session or a command id
+        // belongs, and the refusal's line would hold it.
+        let redactor = self.sessions.any_secret_redactor();
+        let clean = |text: &str| match &redactor {
+            Some(redactor) => redactor.replaced(text).into_owned(),
+            None => text.to_owned(),
+        };
+        let raw = |key: &str| arguments.get(key).and_then(Value::as_str);
+        let text = |key: &str| raw(key).map(clean);
         let answered = outcome.as_ref().ok();
-        let session_id = text("session_id").map(str::to_owned).or_else(|| {
+        let session_id = text("session_id").or_else(|| {
             let found = answered.and_then(|v| {
                 v.get("session_id")
                     .or_else(|| v.get("session").and_then(|s| s.get("session_id")))
             });
             found.and_then(Value::as_str).map(str::to_owned)
         });
-        let command_id = text("command_id").map(str::to_owned).or_else(|| {
+        let command_id = text("command_id").or_else(|| {
             session_id
                 .as_deref()
                 .and_then(|id| self.sessions.command_of(id))
@@ -91,18 +100,11 @@ impl TerminalServer {
         match tool {
             "terminal_exec" => {
                 if let Some(command) = text("command") {
-                    // The line as typed, less any configured secret's value.
-                    let session = session_id.as_deref().and_then(|id| self.sessions.find(id));
-                    let command = match &session {
-                        Some(session) => session.redact_typed(command),
-                        // Which profile's secrets it would meet is unknown: all of them.
-                        None => self.sessions.redact_any_secret(command).into(),
-                    };
-                    details.insert("command".into(), command.as_ref().into());
+                    details.insert("command".into(), command.into());
                 }
             }
             "terminal_write" => {
-                if let Some(written) = text("text") {
+                if let Some(written) = raw("text") {
                     details.insert("bytes".into(), written.len().into());
                 }
                 if let Some(name) = text("secret") {
@@ -112,7 +114,7 @@ impl TerminalServer {
             "terminal_run" => {
                 details.insert(
                     "stdin_bytes".into(),
-                    text("stdin").map_or(0, str::len).into(),
+                    raw("stdin").map_or(0, str::len).into(),
                 );
             }
             "terminal_keys" => {
@@ -158,6 +160,22 @@ impl TerminalServer {
             extra: (self.audit_fields)(context),
         });
         written.settled(audit).await;
+    }
+}
+
+/// Every string in `value` with each secret's value replaced by its marker.
+fn redact_strings(value: &mut Value, redactor: &crate::output::Redactor) {
+    match value {
+        Value::String(text) => {
+            if let std::borrow::Cow::Owned(clean) = redactor.replaced(text) {
+                *text = clean;
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(|v| redact_strings(v, redactor)),
+        Value::Object(fields) => fields
+            .values_mut()
+            .for_each(|v| redact_strings(v, redactor)),
+        Value::Null | Value::Bool(_) | Value::Number(_) => {}
     }
 }
 
@@ -249,7 +267,13 @@ impl ServerHandler for TerminalServer {
             Err(error) => {
                 // The code only: a message may quote what the client sent (a pattern, a cwd).
                 tracing::debug!(tool = spec.name, code = error.code.as_str(), "tool error");
-                structured(error.to_json(), true)
+                let mut answer = error.to_json();
+                // Which may be a secret's value, passed where a name belongs: nothing the
+                // server answers holds one.
+                if let Some(redactor) = self.sessions.any_secret_redactor() {
+                    redact_strings(&mut answer, &redactor);
+                }
+                structured(answer, true)
             }
         };
         Ok(result.into())
