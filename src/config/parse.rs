@@ -313,6 +313,16 @@ pub fn check_command_id(id: &str) -> Result<(), String> {
     }
 }
 
+/// Whether a shell's `argv` makes it interactive: `-i` among its options (alone or with
+/// others, `-il`), which come before its first operand.
+fn interactive_flag(argv: &[String]) -> bool {
+    argv.iter()
+        .skip(1)
+        .take_while(|arg| arg.starts_with('-') && *arg != "-" && *arg != "--")
+        .filter(|arg| !arg.starts_with("--"))
+        .any(|arg| arg[1..].chars().all(|c| c.is_ascii_alphabetic()) && arg.contains('i'))
+}
+
 fn parse_profile(id: &str, value: &Value) -> Result<Profile, String> {
     let base = format!("commands.{id}");
     let mut f = Fields::new(value, &base)?;
@@ -406,6 +416,15 @@ fn parse_profile(id: &str, value: &Value) -> Result<Profile, String> {
             ));
         }
     };
+    // A shell on pipes reads its commands as a script's lines. Told it is interactive, it
+    // prints its prompt on stderr before each (into every command's stderr) and reaches
+    // for job control on a terminal it does not have.
+    if mode == Mode::Pipe && shell.is_some() && interactive_flag(&argv) {
+        return Err(format!(
+            "`{base}`: a shell on pipes with `-i` would print its prompt into every \
+             command's stderr; drop `-i`, or run it on a terminal (`\"mode\": \"pty\"`)"
+        ));
+    }
     let on_full = match f.string("on_full")? {
         None | Some("evict") => OnFull::Evict,
         Some("pause") => OnFull::Pause,
@@ -623,6 +642,28 @@ mod tests {
     }
 
     #[test]
+    fn only_options_before_the_first_operand_make_a_shell_interactive() {
+        let argv = |args: &[&str]| args.iter().map(|a| (*a).to_owned()).collect::<Vec<_>>();
+        for yes in [
+            &["/bin/bash", "-i"][..],
+            &["/bin/sh", "-li"],
+            &["/bin/bash", "--norc", "-i"],
+        ] {
+            assert!(interactive_flag(&argv(yes)), "{yes:?}");
+        }
+        for no in [
+            &["/bin/bash"][..],
+            &["/bin/bash", "--noprofile", "--norc"],
+            &["/bin/sh", "script.sh", "-i"],
+            &["/bin/sh", "--", "-i"],
+            &["/bin/bash", "-c", "exec x -i"],
+            &["/bin/sh", "-x"],
+        ] {
+            assert!(!interactive_flag(&argv(no)), "{no:?}");
+        }
+    }
+
+    #[test]
     fn profile_rules() {
         let cases = [
             (json!({"argv": []}), "`commands.p.argv`: must not be empty"),
@@ -654,6 +695,14 @@ mod tests {
             (
                 json!({"argv": ["/bin/echo"], "on_full": "drop"}),
                 "`commands.p.on_full`",
+            ),
+            (
+                json!({"argv": ["/bin/bash", "--norc", "-i"], "shell": "posix"}),
+                "`commands.p`: a shell on pipes with `-i`",
+            ),
+            (
+                json!({"argv": ["/bin/sh", "-il"], "shell": "posix", "mode": "pipe"}),
+                "`commands.p`: a shell on pipes with `-i`",
             ),
             (
                 json!({"argv": ["/bin/echo"], "env": {"A": 1}}),

@@ -256,10 +256,11 @@ fn setup() -> String {
          case $- in *e*) __mt_t=$__mt_w;; *) __mt_t=;; esac; }}; __mt_w='
 
 {{ __mt_e=$?; }} 2>/dev/null'; \
-         __mt_z() {{ case $__mt_l,$__mt_b in 1,1) __mt_s=130;; 1,) __mt_s=1; \
+         __mt_o() {{ __mt_l=${{__mt_l:+2}}; case $- in *x*) __mt_x=1; set +x;; *) __mt_x=;; esac; }}; \
+         __mt_z() {{ case $__mt_l,$__mt_b in 1,*|2,1) __mt_s=130;; 2,) __mt_s=1; \
          command printf '%s\\n' '{STRAY_LEAVE}' >&{STDERR_COPY_FD};; esac; \
          case ${{__mt_ee-}} in 1) __mt_ee=; set -e;; esac; \
-         case $- in *x*) __mt_x=1;; *) __mt_x=;; esac; set +x; \
+         case $- in *x*) __mt_x=1; set +x;; esac; \
          command printf '{OSC}%s%s;D;%s{BEL}' \"$1\" \"$2\" \"$__mt_s\" >&{MARKS_FD} || \
          command printf '{OSC}%s%s;D;%s{BEL}' \"$1\" \"$2\" \"$__mt_s\" >&{STDOUT_COPY_FD}; }}; "
     );
@@ -289,9 +290,19 @@ const ALLEXPORT_AGAIN: &str = "case ${__mt_aa-} in 1) __mt_aa=; set -a;; esac; "
 /// itself, in `case` bodies whose stderr is /dev/null (a shell writes the trace of a simple
 /// command before its own redirections, and of a compound's body to the compound's
 /// stderr), notes it in `__mt_x`, and turns it on again inside the `eval`, on a line of its
-/// own (so it runs even when the command does not parse). The line begins
-/// with a simple command: after a syntax error in `eval`, bash fails to parse a line that
-/// begins with `case` or `{`.
+/// own (so it runs even when the command does not parse). Each line begins
+/// with a simple command: after a syntax error in `eval` (or a trailing `\` at its end),
+/// bash fails to parse a line that begins with `case` or `{`.
+///
+/// The end mark (`__mt_z`) is on a line of its own: under `set -m`, bash drops the rest of
+/// the line a program ended by SIGINT was on, traps unrun, and the mark on that line would
+/// never come. Before it, `__mt_o` notes that the first line ran to its end (a `break`
+/// out of the wrapper's loop left `__mt_l` at 1: 2 now) and turns the trace off; a line
+/// cut short leaves `__mt_l` at 1, which `__mt_z` reads as an interrupt (130).
+///
+/// `command` is quoted (`\command`), so no alias of that name (expanded in dash, and in
+/// bash, where the setup turns aliases on) stands in for it. The command's text ends with
+/// a newline, so a trailing `\` joins it and is dropped, as in a script.
 ///
 /// A command's `$?` as it begins is the status the one before it ended with, as in a
 /// terminal shell (`false`, then `echo $?`, prints 1): the wrapper's own commands in between
@@ -333,12 +344,11 @@ pub fn pipe_wrapper(command: &str, nonce: &str, set_up: bool) -> String {
         "__mt_b= __mt_e=; case $- in *) __mt_a {a} {b} '' || \
          {{ eval \"${{__mt_S-}}\"; __mt_a {a} {b} ''; }};; esac 2>/dev/null; \
          case ${{__mt_s:-0}} in 0) ;; *) __mt_v $__mt_s '' 2>/dev/null && __mt_v 0 '';; esac; \
-         for __mt_l in 1; do command eval \"${{__mt_x:+$__mt_y
-}}{}$__mt_t\" \
+         for __mt_l in 1; do \\command eval \"${{__mt_x:+$__mt_y
+}}{}\n$__mt_t\" \
          </dev/null {STDERR_COPY_FD}>&- {STDOUT_COPY_FD}>&- {MARKS_FD}>&-; \
-         {{ __mt_s=${{__mt_e:-$?}} __mt_l=; }} 2>/dev/null; done; \
-         case $- in *) __mt_z {a} {b} || {{ eval \"${{__mt_S-}}\"; __mt_z {a} {b}; }};; \
-         esac 2>/dev/null",
+         {{ __mt_s=${{__mt_e:-$?}} __mt_l=; }} 2>/dev/null; done; {{ __mt_o; }} 2>/dev/null
+__mt_z {a} {b} 2>/dev/null || {{ eval \"${{__mt_S-}}\"; __mt_z {a} {b}; }} 2>/dev/null",
         double_quoted(command)
     );
     text
