@@ -164,13 +164,18 @@ fn printf_format(command: &str) -> String {
 }
 
 /// The line that sees whether a shell on pipes reads commands, after text written to it
-/// some other way: it prints the probe mark on the marks pipe when run. It begins with a
-/// newline (ending a line the text left open) and holds no quote, `$`, backquote or
-/// unescaped `;` of its own (its escapes are backslashes), so inside a quote or a
-/// here-document the text left open it is text, and does nothing.
+/// some other way: it prints the probe mark on the marks pipe when run, through `__mt_p`,
+/// which keeps the status the text's last command line ended with for the next command's
+/// `$?` (`__mt_q`, see `pipe_wrapper`), or itself in a shell not set up (one the text
+/// `exec`'d). It begins with a newline (ending a line the text left open) and holds no
+/// quote, `$`, backquote or unescaped `;` of its own (its escapes are backslashes), so
+/// inside a quote or a here-document the text left open it is text, and does nothing.
 pub fn probe_line(nonce: &str) -> String {
     let (a, b) = nonce.split_at(nonce.len() / 2);
-    format!("\ncommand printf \\\\033]6973\\;%s%s\\;R\\\\007 {a} {b} 2>/dev/null >&{MARKS_FD}\n")
+    format!(
+        "\n__mt_p {a} {b} 2>/dev/null || \
+         command printf \\\\033]6973\\;%s%s\\;R\\\\007 {a} {b} 2>/dev/null >&{MARKS_FD}\n"
+    )
 }
 
 /// What a shell on pipes runs before anything else (written to its stdin as it starts,
@@ -256,6 +261,7 @@ fn setup() -> String {
          case $- in *e*) __mt_t=$__mt_w;; *) __mt_t=;; esac; }}; __mt_w='
 
 {{ __mt_e=$?; }} 2>/dev/null'; \
+         __mt_p() {{ __mt_q=${{__mt_q:-$?}}; command printf '{OSC}%s%s;R{BEL}' \"$1\" \"$2\" >&{MARKS_FD}; }}; \
          __mt_o() {{ __mt_l=${{__mt_l:+2}}; case $- in *x*) __mt_x=1; set +x;; *) __mt_x=;; esac; }}; \
          __mt_z() {{ case $__mt_l,$__mt_b in 1,*|2,1) __mt_s=130;; 2,) __mt_s=1; \
          command printf '%s\\n' '{STRAY_LEAVE}' >&{STDERR_COPY_FD};; esac; \
@@ -324,12 +330,15 @@ pub fn pipe_wrapper(command: &str, nonce: &str, set_up: bool) -> String {
     // setup leaves (an unexported variable, which a shell `exec`'d since has not). Only
     // then: for a shell that reads its input a byte at a time (bash on a pipe), every byte
     // of the wrapper costs a system call. The line begins with a simple command (see
-    // below); the setup's own commands keep their stderr quiet.
+    // below); the setup's own commands keep their stderr quiet. It keeps `$?` first: what
+    // was written ran as command lines of the shell's own, and the command sees the last
+    // one's status as `$?`, as in a terminal (`false` typed, then `echo $?`, prints 1):
+    // the status the probe line found (`__mt_q`), which ran after them.
     let mut text = String::new();
     if set_up {
         let _ = write!(
             text,
-            "[ -n \"${{__mt_u-}}\" ] || {{ {}}} 2>/dev/null; ",
+            "__mt_s=${{__mt_q:-$?}} __mt_q=; [ -n \"${{__mt_u-}}\" ] || {{ {}}} 2>/dev/null; ",
             setup()
         );
     }
