@@ -314,13 +314,44 @@ pub fn check_command_id(id: &str) -> Result<(), String> {
 }
 
 /// Whether a shell's `argv` makes it interactive: `-i` among its options (alone or with
-/// others, `-il`), which come before its first operand.
+/// others, `-il`), which come before its first operand; an option's own argument (`-o vi`,
+/// `-O extglob`, `--rcfile FILE`) is skipped, and so is `env` in front of the shell (with
+/// its options and `NAME=VALUE` words).
 fn interactive_flag(argv: &[String]) -> bool {
-    argv.iter()
-        .skip(1)
-        .take_while(|arg| arg.starts_with('-') && *arg != "-" && *arg != "--")
-        .filter(|arg| !arg.starts_with("--"))
-        .any(|arg| arg[1..].chars().all(|c| c.is_ascii_alphabetic()) && arg.contains('i'))
+    let mut args = argv.iter().map(String::as_str).peekable();
+    let program = args.next().unwrap_or_default();
+    if program.rsplit('/').next() == Some("env") {
+        while let Some(arg) = args.next_if(|a| a.starts_with('-') || a.contains('=')) {
+            if matches!(arg, "-u" | "-C" | "--unset" | "--chdir") {
+                args.next();
+            }
+        }
+        args.next();
+    }
+    while let Some(arg) = args.next() {
+        match arg {
+            "--" | "-" => return false,
+            "--rcfile" | "--init-file" => {
+                args.next();
+            }
+            _ if arg.starts_with("--") => {}
+            _ if (arg.starts_with('-') || arg.starts_with('+')) && arg.len() > 1 => {
+                let letters = &arg[1..];
+                if !letters.chars().all(|c| c.is_ascii_alphabetic()) {
+                    return false;
+                }
+                if arg.starts_with('-') && letters.contains('i') {
+                    return true;
+                }
+                // `-o NAME`, `+O NAME`, `-eo pipefail`: the next word is the option's.
+                if letters.ends_with(['o', 'O']) {
+                    args.next();
+                }
+            }
+            _ => return false,
+        }
+    }
+    false
 }
 
 fn parse_profile(id: &str, value: &Value) -> Result<Profile, String> {
@@ -648,6 +679,21 @@ mod tests {
             &["/bin/bash", "-i"][..],
             &["/bin/sh", "-li"],
             &["/bin/bash", "--norc", "-i"],
+            &["/bin/bash", "-O", "extglob", "-i"],
+            &["/bin/bash", "-o", "vi", "-i"],
+            &["/bin/bash", "--rcfile", "/x", "-i"],
+            &["/bin/bash", "+o", "history", "-i"],
+            &["/usr/bin/env", "bash", "-i"],
+            &[
+                "/usr/bin/env",
+                "-u",
+                "X",
+                "A=1",
+                "bash",
+                "-eo",
+                "pipefail",
+                "-i",
+            ],
         ] {
             assert!(interactive_flag(&argv(yes)), "{yes:?}");
         }
