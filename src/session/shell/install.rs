@@ -262,10 +262,12 @@ fn setup() -> String {
 
 {{ __mt_e=$?; }} 2>/dev/null'; \
          __mt_p() {{ __mt_q=${{__mt_q:-$?}}; command printf '{OSC}%s%s;R{BEL}' \"$1\" \"$2\" >&{MARKS_FD}; }}; \
-         __mt_o() {{ __mt_l=${{__mt_l:+2}}; case $- in *x*) __mt_x=1; set +x;; *) __mt_x=;; esac; }}; \
+         __mt_o() {{ __mt_l=${{__mt_l:+2}}; case $- in *x*) __mt_x=1; set +x;; *) __mt_x=;; esac; \
+         case $- in *v*) __mt_vv=1; set +v;; esac; }}; \
          __mt_z() {{ case $__mt_l,$__mt_b in 1,*|2,1) __mt_s=130;; 2,) __mt_s=1; \
          command printf '%s\\n' '{STRAY_LEAVE}' >&{STDERR_COPY_FD};; esac; \
          case ${{__mt_ee-}} in 1) __mt_ee=; set -e;; esac; \
+         case ${{__mt_vv-}} in 1) __mt_vv=; set -v;; esac; \
          case $- in *x*) __mt_x=1; set +x;; esac; \
          command printf '{OSC}%s%s;D;%s{BEL}' \"$1\" \"$2\" \"$__mt_s\" >&{MARKS_FD} || \
          command printf '{OSC}%s%s;D;%s{BEL}' \"$1\" \"$2\" \"$__mt_s\" >&{STDOUT_COPY_FD}; }}; "
@@ -303,8 +305,12 @@ const ALLEXPORT_AGAIN: &str = "case ${__mt_aa-} in 1) __mt_aa=; set -a;; esac; "
 /// The end mark (`__mt_z`) is on a line of its own: under `set -m`, bash drops the rest of
 /// the line a program ended by SIGINT was on, traps unrun, and the mark on that line would
 /// never come. Before it, `__mt_o` notes that the first line ran to its end (a `break`
-/// out of the wrapper's loop left `__mt_l` at 1: 2 now) and turns the trace off; a line
-/// cut short leaves `__mt_l` at 1, which `__mt_z` reads as an interrupt (130).
+/// out of the wrapper's loop left `__mt_l` at 1: 2 now), turns the trace off, and
+/// `set -v` off while the second line is read (it would print it in the command's
+/// stderr; `__mt_z` turns it on again); a line cut short leaves `__mt_l` at 1, which
+/// `__mt_z` reads as an interrupt (130). The second line begins with a simple command
+/// that is a redirection alone: bash traces nothing of it (dash an empty `+ `, should
+/// the trace still be on there).
 ///
 /// `command` is quoted (`\command`), so no alias of that name (expanded in dash, and in
 /// bash, where the setup turns aliases on) stands in for it. The command's text ends with
@@ -357,7 +363,8 @@ pub fn pipe_wrapper(command: &str, nonce: &str, set_up: bool) -> String {
 }}{}\n$__mt_t\" \
          </dev/null {STDERR_COPY_FD}>&- {STDOUT_COPY_FD}>&- {MARKS_FD}>&-; \
          {{ __mt_s=${{__mt_e:-$?}} __mt_l=; }} 2>/dev/null; done; {{ __mt_o; }} 2>/dev/null
-__mt_z {a} {b} 2>/dev/null || {{ eval \"${{__mt_S-}}\"; __mt_z {a} {b}; }} 2>/dev/null",
+</dev/null; case $- in *) __mt_z {a} {b} || {{ eval \"${{__mt_S-}}\"; __mt_z {a} {b}; }};; \
+         esac 2>/dev/null",
         double_quoted(command)
     );
     text
