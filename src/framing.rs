@@ -334,9 +334,16 @@ pub fn read(body: &[u8]) -> Result<ClientJsonRpcMessage, Unreadable> {
     };
     let answer = match request_id(&message) {
         // Params JSON-RPC allows but MCP does not (an array): "Invalid params", as for
-        // params of the wrong shape inside an object (`invalid_params`).
-        Some(id) if !repeats_a_key(text) && mcp_method_with_array_params(&message).is_some() => {
-            let method = mcp_method_with_array_params(&message).unwrap_or_default();
+        // params of the wrong shape inside an object (`invalid_params`); for a method MCP
+        // does not define, "method not found", as with params it could read.
+        Some(id) if !repeats_a_key(text) && method_with_array_params(&message).is_some() => {
+            let method = method_with_array_params(&message).unwrap_or_default();
+            if !MCP_METHODS.contains(&method) {
+                return Err(Unreadable {
+                    answer: Some(Answer::new(id.clone(), -32601, &method_not_found(method))),
+                    cancelled: None,
+                });
+            }
             tracing::warn!("refused a request: the params of `{method}` are an array");
             let why = format!(
                 "Invalid params: the params of `{method}` are an object in MCP, not an array"
@@ -368,10 +375,20 @@ pub fn read(body: &[u8]) -> Result<ClientJsonRpcMessage, Unreadable> {
     })
 }
 
-/// The method of a request `message` of a method MCP defines, when its params are an array.
-fn mcp_method_with_array_params(message: &serde_json::Value) -> Option<&str> {
+/// The method of a request `message` whose params are an array.
+fn method_with_array_params(message: &serde_json::Value) -> Option<&str> {
     let method = message.get("method")?.as_str()?;
-    (MCP_METHODS.contains(&method) && message.get("params")?.is_array()).then_some(method)
+    message.get("params")?.is_array().then_some(method)
+}
+
+/// "Method not found" for `method`, saying what to do.
+fn method_not_found(method: &str) -> String {
+    let hint = if method.starts_with("notifications/") {
+        "it is a notification: send it without an id"
+    } else {
+        "this server answers initialize, ping, tools/list and tools/call"
+    };
+    format!("Method not found: `{method}`; {hint}")
 }
 
 /// The requests MCP defines that a client sends this server.
@@ -406,12 +423,7 @@ pub fn invalid_params(message: &ClientJsonRpcMessage) -> Option<Vec<u8>> {
     let method = custom.method.as_str();
     if !MCP_METHODS.contains(&method) {
         // The service would answer with the method alone as the message.
-        let hint = if method.starts_with("notifications/") {
-            "it is a notification: send it without an id"
-        } else {
-            "this server answers initialize, ping, tools/list and tools/call"
-        };
-        let message = format!("Method not found: `{method}`; {hint}");
+        let message = method_not_found(method);
         return Some(error_frame(id_value(&request.id), -32601, &message));
     }
     let params = custom.params.clone().unwrap_or_default();
@@ -839,6 +851,11 @@ mod tests {
                 r#"{"jsonrpc":"2.0","id":7,"method":"tools/list","params":5}"#,
                 -32600,
                 "`params` must be an object",
+            ),
+            (
+                r#"{"jsonrpc":"2.0","id":7,"method":"no/such","params":[1]}"#,
+                -32601,
+                "Method not found: `no/such`",
             ),
         ] {
             let Verdict::Answer(bytes) = judged(text) else {

@@ -31,11 +31,19 @@ pub struct RawServer {
 }
 
 impl RawServer {
-    pub fn spawn(program: &Path, args: &[String], cwd: &Path) -> Result<Self, String> {
+    /// `env`: variables added to the server's own environment, as a scenario's `launch`
+    /// gives them to its server (a secret it reads).
+    pub fn spawn(
+        program: &Path,
+        args: &[String],
+        cwd: &Path,
+        env: &std::collections::BTreeMap<String, String>,
+    ) -> Result<Self, String> {
         let mut child = tokio::process::Command::new(program)
             .arg("stdio")
             .args(args)
             .current_dir(cwd)
+            .envs(env)
             .env("HOME", cwd)
             .env("XDG_CONFIG_HOME", cwd.join(".config"))
             .stdin(Stdio::piped())

@@ -974,7 +974,12 @@ impl Run<'_> {
     }
 
     async fn raw_step(&mut self, actions: &[RawAction]) -> Result<(), String> {
-        let mut raw = RawServer::spawn(&self.spec.server, &self.server_args, &self.root)?;
+        let mut raw = RawServer::spawn(
+            &self.spec.server,
+            &self.server_args,
+            &self.root,
+            &self.scenario.server.launch.env,
+        )?;
         let began = Instant::now();
         self.record(
             json!({"raw": "spawn", "args": self.server_args}),

@@ -245,8 +245,12 @@ impl ServerHandler for TerminalServer {
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
         let Some(spec) = self.catalog.iter().find(|t| t.name == request.name) else {
+            let name = match self.sessions.any_secret_redactor() {
+                Some(redactor) => redactor.replaced(&request.name).into_owned(),
+                None => request.name.to_string(),
+            };
             return Err(ErrorData::invalid_params(
-                format!("unknown tool `{}`; call tools/list", request.name),
+                format!("unknown tool `{name}`; call tools/list"),
                 None,
             ));
         };
@@ -268,8 +272,8 @@ impl ServerHandler for TerminalServer {
                 // The code only: a message may quote what the client sent (a pattern, a cwd).
                 tracing::debug!(tool = spec.name, code = error.code.as_str(), "tool error");
                 let mut answer = error.to_json();
-                // Which may be a secret's value, passed where a name belongs: nothing the
-                // server answers holds one.
+                // Which may be a secret's value, passed where a name belongs: no answer to
+                // a tool call holds one.
                 if let Some(redactor) = self.sessions.any_secret_redactor() {
                     redact_strings(&mut answer, &redactor);
                 }

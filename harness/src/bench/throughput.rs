@@ -150,7 +150,7 @@ async fn flood_session(mcp: &McpServer) -> Result<(String, Duration), String> {
 pub async fn client_decode(servers: &Servers, samples: usize) -> Result<Vec<Metric>, String> {
     let config = servers.config_path(FLOOD_CONFIG);
     let args = ["--config".to_string(), config.display().to_string()];
-    let mut raw = RawServer::spawn(&servers.server, &args, &servers.root)?;
+    let mut raw = RawServer::spawn(&servers.server, &args, &servers.root, &Default::default())?;
     raw.initialize().await?;
     let call = |id: u64, name: &str, arguments: Value| {
         json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
