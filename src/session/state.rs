@@ -370,6 +370,11 @@ impl State {
         }
     }
 
+    /// A probe line is being sent to a shell on pipes: whether it is to keep `$?`.
+    pub fn shell_probing(&mut self) -> bool {
+        self.shell.as_mut().is_some_and(|shell| shell.probing())
+    }
+
     /// The open command's output begins where the shell's echo of it ended, not at its
     /// start mark.
     pub fn shell_keep_start(&mut self) {

@@ -596,8 +596,9 @@ impl Session {
         let probes = |s: &State| s.shell().map_or(0, |t| t.probes());
         let before = self.inspect(probes);
         let never = CancellationToken::new();
+        let capture = self.update(State::shell_probing);
         self.send_as(
-            probe_line(nonce).as_bytes(),
+            probe_line(nonce, capture).as_bytes(),
             false,
             &never,
             Typed::Unrecorded,

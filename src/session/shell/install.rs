@@ -170,12 +170,19 @@ fn printf_format(command: &str) -> String {
 /// `exec`'d). It begins with a newline (ending a line the text left open) and holds no
 /// quote, `$`, backquote or unescaped `;` of its own (its escapes are backslashes), so
 /// inside a quote or a here-document the text left open it is text, and does nothing.
-pub fn probe_line(nonce: &str) -> String {
+///
+/// Only the first probe after text was written keeps the status (`capture`): one sent again
+/// with nothing written since (a call refused while that text still ran, then called
+/// again) may run right after the first, where `$?` is the first probe's own 0.
+pub fn probe_line(nonce: &str, capture: bool) -> String {
     let (a, b) = nonce.split_at(nonce.len() / 2);
-    format!(
-        "\n__mt_p {a} {b} 2>/dev/null || \
-         command printf \\\\033]6973\\;%s%s\\;R\\\\007 {a} {b} 2>/dev/null >&{MARKS_FD}\n"
-    )
+    let mark =
+        format!("command printf \\\\033]6973\\;%s%s\\;R\\\\007 {a} {b} 2>/dev/null >&{MARKS_FD}");
+    if capture {
+        format!("\n__mt_p {a} {b} 2>/dev/null || {mark}\n")
+    } else {
+        format!("\n{mark}\n")
+    }
 }
 
 /// What a shell on pipes runs before anything else (written to its stdin as it starts,
@@ -261,7 +268,7 @@ fn setup() -> String {
          case $- in *e*) __mt_t=$__mt_w;; *) __mt_t=;; esac; }}; __mt_w='
 
 {{ __mt_e=$?; }} 2>/dev/null'; \
-         __mt_p() {{ __mt_q=${{__mt_q:-$?}}; command printf '{OSC}%s%s;R{BEL}' \"$1\" \"$2\" >&{MARKS_FD}; }}; \
+         __mt_p() {{ __mt_q=$?; command printf '{OSC}%s%s;R{BEL}' \"$1\" \"$2\" >&{MARKS_FD}; }}; \
          __mt_o() {{ __mt_l=${{__mt_l:+2}}; case $- in *x*) __mt_x=1; set +x;; *) __mt_x=;; esac; \
          case $- in *v*) __mt_vv=1; set +v;; esac; }}; \
          __mt_z() {{ case $__mt_l,$__mt_b in 1,*|2,1) __mt_s=130;; 2,) __mt_s=1; \
@@ -310,7 +317,9 @@ const ALLEXPORT_AGAIN: &str = "case ${__mt_aa-} in 1) __mt_aa=; set -a;; esac; "
 /// stderr; `__mt_z` turns it on again); a line cut short leaves `__mt_l` at 1, which
 /// `__mt_z` reads as an interrupt (130). The second line begins with a simple command
 /// that is a redirection alone: bash traces nothing of it (dash an empty `+ `, should
-/// the trace still be on there).
+/// the trace still be on there). It ends with the command's status as `$?` (`__mt_v`, in
+/// an `&&` list, which neither `set -e` nor an `ERR` trap acts on), so that a line typed
+/// after it that runs nothing (an empty one, a comment) leaves that status to the probe.
 ///
 /// `command` is quoted (`\command`), so no alias of that name (expanded in dash, and in
 /// bash, where the setup turns aliases on) stands in for it. The command's text ends with
@@ -363,8 +372,8 @@ pub fn pipe_wrapper(command: &str, nonce: &str, set_up: bool) -> String {
 }}{}\n$__mt_t\" \
          </dev/null {STDERR_COPY_FD}>&- {STDOUT_COPY_FD}>&- {MARKS_FD}>&-; \
          {{ __mt_s=${{__mt_e:-$?}} __mt_l=; }} 2>/dev/null; done; {{ __mt_o; }} 2>/dev/null
-</dev/null; case $- in *) __mt_z {a} {b} || {{ eval \"${{__mt_S-}}\"; __mt_z {a} {b}; }};; \
-         esac 2>/dev/null",
+</dev/null; case $- in *) __mt_z {a} {b} || {{ eval \"${{__mt_S-}}\"; __mt_z {a} {b}; }}; \
+         __mt_v $__mt_s&&:;; esac 2>/dev/null",
         double_quoted(command)
     );
     text

@@ -122,6 +122,8 @@ pub struct Track {
     written_since_submit: bool,
     /// On pipes: answers to the line that sees whether the shell reads commands.
     probes: u64,
+    /// On pipes: text was written since the last probe line that keeps `$?` was sent.
+    written_since_probe: bool,
     /// A line typed some other way left the command line unfinished: the shell shows its
     /// continuation prompt and reads the rest, until the next line is typed, the command
     /// starts or a prompt comes.
@@ -168,6 +170,7 @@ impl Track {
             reading: false,
             typed_since_submit: false,
             written_since_submit: false,
+            written_since_probe: false,
             probes: 0,
             continuing: false,
             continuations: 0,
@@ -268,7 +271,14 @@ impl Track {
     pub fn wrote(&mut self) {
         if self.typing == Some(Typing::Wrapper) {
             self.written_since_submit = true;
+            self.written_since_probe = true;
         }
+    }
+
+    /// A probe line is being sent: whether it is to keep `$?` (text was written since the
+    /// last one that did; see `probe_line`).
+    pub fn probing(&mut self) -> bool {
+        std::mem::take(&mut self.written_since_probe)
     }
 
     /// Whether text was written to a shell on pipes since the last command was submitted.
@@ -304,6 +314,7 @@ impl Track {
         self.reading = false;
         self.typed_since_submit = false;
         self.written_since_submit = false;
+        self.written_since_probe = false;
         self.continuing = false;
         self.commands.push_back(Command {
             seq,
