@@ -314,19 +314,40 @@ pub fn check_command_id(id: &str) -> Result<(), String> {
 }
 
 /// Whether a shell's `argv` makes it interactive: `-i` among its options (alone or with
-/// others, `-il`), which come before its first operand; an option's own argument (`-o vi`,
-/// `-O extglob`, `--rcfile FILE`) is skipped, and so is `env` in front of the shell (with
-/// its options and `NAME=VALUE` words).
+/// others, `-il`), which come before its first operand; the arguments of options that take
+/// one (`-o vi`, `-O extglob`, `-ox pipefail`: one for each `o` or `O` in a cluster,
+/// `--rcfile FILE`) are skipped, and so is `env` in front of the shell (with its options,
+/// `-S` split into words, and `NAME=VALUE` words).
 fn interactive_flag(argv: &[String]) -> bool {
-    let mut args = argv.iter().map(String::as_str).peekable();
-    let program = args.next().unwrap_or_default();
+    let words: Vec<&str> = argv.iter().map(String::as_str).collect();
+    interactive_words(&words)
+}
+
+fn interactive_words(argv: &[&str]) -> bool {
+    let Some((program, rest)) = argv.split_first() else {
+        return false;
+    };
+    let mut args = rest.iter().copied();
     if program.rsplit('/').next() == Some("env") {
-        while let Some(arg) = args.next_if(|a| a.starts_with('-') || a.contains('=')) {
-            if matches!(arg, "-u" | "-C" | "--unset" | "--chdir") {
-                args.next();
+        let mut shell: Vec<&str> = Vec::new();
+        while let Some(arg) = args.next() {
+            match arg {
+                "-u" | "-C" | "--unset" | "--chdir" => {
+                    args.next();
+                }
+                "-S" | "--split-string" => {
+                    shell.extend(args.next().unwrap_or_default().split_whitespace());
+                }
+                _ if arg.starts_with("-S") => shell.extend(arg[2..].split_whitespace()),
+                _ if arg.starts_with('-') || arg.contains('=') => {}
+                _ => {
+                    shell.push(arg);
+                    break;
+                }
             }
         }
-        args.next();
+        shell.extend(args);
+        return interactive_words(&shell);
     }
     while let Some(arg) = args.next() {
         match arg {
@@ -343,8 +364,7 @@ fn interactive_flag(argv: &[String]) -> bool {
                 if arg.starts_with('-') && letters.contains('i') {
                     return true;
                 }
-                // `-o NAME`, `+O NAME`, `-eo pipefail`: the next word is the option's.
-                if letters.ends_with(['o', 'O']) {
+                for _ in letters.matches(['o', 'O']) {
                     args.next();
                 }
             }
@@ -694,6 +714,11 @@ mod tests {
                 "pipefail",
                 "-i",
             ],
+            &["/bin/bash", "-ox", "pipefail", "-i"],
+            &["/bin/bash", "-Oo", "extglob", "vi", "-i"],
+            &["/usr/bin/env", "-S", "bash -i"],
+            &["/usr/bin/env", "-Sbash -i"],
+            &["/usr/bin/env", "/usr/bin/env", "bash", "-i"],
         ] {
             assert!(interactive_flag(&argv(yes)), "{yes:?}");
         }
@@ -704,6 +729,8 @@ mod tests {
             &["/bin/sh", "--", "-i"],
             &["/bin/bash", "-c", "exec x -i"],
             &["/bin/sh", "-x"],
+            &["/bin/bash", "-o", "pipefail"],
+            &["/usr/bin/env", "-i", "A=1", "bash", "-o", "pipefail"],
         ] {
             assert!(!interactive_flag(&argv(no)), "{no:?}");
         }
