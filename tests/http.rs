@@ -411,28 +411,35 @@ fn two_hosts_two_origins_a_foreign_target_and_long_heads_are_refused() {
     };
     let local = format!("Host: {address}\r\n");
     let tail = "Content-Length: 0\r\nConnection: close\r\n\r\n";
-    let status = ask(format!(
-        "POST /mcp HTTP/1.1\r\n{local}Host: evil.example\r\n{tail}"
-    ));
-    assert!(status.contains(" 400 "), "{status}");
-    let status = ask(format!(
-        "POST /mcp HTTP/1.1\r\nHost: evil.example\r\n{local}{tail}"
-    ));
-    assert!(status.contains(" 400 "), "{status}");
-    let status = ask(format!(
-        "POST /mcp HTTP/1.1\r\n{local}Origin: http://localhost\r\n\
-         Origin: http://evil.example\r\n{tail}"
-    ));
-    assert!(status.contains(" 403 "), "{status}");
-    let status = ask(format!(
-        "POST http://evil.example/mcp HTTP/1.1\r\n{local}{tail}"
-    ));
-    assert!(status.contains(" 403 "), "{status}");
-    // The same target naming this server: on to the token, which is missing.
-    let status = ask(format!(
-        "POST http://{address}/mcp HTTP/1.1\r\n{local}{tail}"
-    ));
-    assert!(status.contains(" 401 "), "{status}");
+    for (head, status) in [
+        (
+            format!("POST /mcp HTTP/1.1\r\n{local}Host: evil.example\r\n"),
+            " 400 ",
+        ),
+        (
+            format!("POST /mcp HTTP/1.1\r\nHost: evil.example\r\n{local}"),
+            " 400 ",
+        ),
+        (
+            format!(
+                "POST /mcp HTTP/1.1\r\n{local}Origin: http://localhost\r\n\
+                 Origin: http://evil.example\r\n"
+            ),
+            " 403 ",
+        ),
+        (
+            format!("POST http://evil.example/mcp HTTP/1.1\r\n{local}"),
+            " 403 ",
+        ),
+        // The same target naming this server: on to the token, which is missing.
+        (
+            format!("POST http://{address}/mcp HTTP/1.1\r\n{local}"),
+            " 401 ",
+        ),
+    ] {
+        let answer = ask(format!("{head}{tail}"));
+        assert!(answer.contains(status), "{head}: {answer}");
+    }
     // Never finished: what a client that means to hold memory sends.
     let pad = format!("X-Pad: {}\r\n", "p".repeat(1000)).repeat(40);
     let status = ask(format!("GET /mcp HTTP/1.1\r\n{local}{pad}"));
