@@ -332,12 +332,11 @@ pub fn read(body: &[u8]) -> Result<ClientJsonRpcMessage, Unreadable> {
                 .unwrap_or_else(|| unparsed(&format!("the message is not valid JSON ({e})"))));
         }
     };
-    let answer = match request_id(&message) {
+    let answer = match (request_id(&message), method_with_array_params(&message)) {
         // Params JSON-RPC allows but MCP does not (an array): "Invalid params", as for
         // params of the wrong shape inside an object (`invalid_params`); for a method MCP
         // does not define, "method not found", as with params it could read.
-        Some(id) if !repeats_a_key(text) && method_with_array_params(&message).is_some() => {
-            let method = method_with_array_params(&message).unwrap_or_default();
+        (Some(id), Some(method)) if !repeats_a_key(text) => {
             if !MCP_METHODS.contains(&method) {
                 return Err(Unreadable {
                     answer: Some(Answer::new(id.clone(), -32601, &method_not_found(method))),
@@ -351,7 +350,7 @@ pub fn read(body: &[u8]) -> Result<ClientJsonRpcMessage, Unreadable> {
             Some(Answer::new(id.clone(), -32602, &why))
         }
         // Answered with its id: the service would answer it with `id: null`.
-        Some(id) if !repeats_a_key(text) => {
+        (Some(id), None) if !repeats_a_key(text) => {
             tracing::warn!("refused a request that is not a valid MCP request");
             let why = match message.get("params") {
                 Some(params) if !params.is_object() && !params.is_array() => {

@@ -48,11 +48,16 @@ pub struct Sessions {
     /// Starts admitted and still spawning: they count against the limits.
     starting_now: AtomicUsize,
     shutting_down: AtomicBool,
+    /// What replaces every configured secret's value by its marker (secrets are fixed for
+    /// the server's life), built once: it is used on every audited call and tool error.
+    any_secret: Option<crate::output::Redactor>,
 }
 
 impl Sessions {
     pub fn new(config: Arc<Config>, reaper: Arc<Reaper>, instance: String) -> Self {
+        let any_secret = crate::output::Redactor::new(&every_secret(&config));
         Sessions {
+            any_secret,
             config,
             reaper,
             instance,
@@ -95,19 +100,10 @@ impl Sessions {
         Ok(session)
     }
 
-    /// `(name, value)` of every configured secret.
-    fn every_secret(&self) -> Vec<(String, String)> {
-        self.config
-            .secrets
-            .iter()
-            .map(|(name, secret)| (name.clone(), secret.value.expose().to_owned()))
-            .collect()
-    }
-
     /// What replaces the value of every configured secret by its marker; none when no
     /// secret is configured.
-    pub fn any_secret_redactor(&self) -> Option<crate::output::Redactor> {
-        crate::output::Redactor::new(&self.every_secret())
+    pub fn any_secret_redactor(&self) -> Option<&crate::output::Redactor> {
+        self.any_secret.as_ref()
     }
 
     /// The command id of a retained session, without naming it (no idle-time reset).
@@ -312,7 +308,7 @@ impl Sessions {
                         Some((name.clone(), secret.value.expose().to_owned()))
                     })
                     .collect(),
-                redact_typed: self.every_secret(),
+                redact_typed: every_secret(config),
                 record: config
                     .recordings_dir
                     .as_ref()
@@ -510,6 +506,15 @@ fn shutting_down() -> ToolError {
         ErrorCode::SessionLimit,
         "the server is shutting down and starts no new sessions",
     )
+}
+
+/// `(name, value)` of every configured secret.
+fn every_secret(config: &Config) -> Vec<(String, String)> {
+    config
+        .secrets
+        .iter()
+        .map(|(name, secret)| (name.clone(), secret.value.expose().to_owned()))
+        .collect()
 }
 
 fn new_session_id() -> String {

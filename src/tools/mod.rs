@@ -275,7 +275,7 @@ impl ServerHandler for TerminalServer {
                 // Which may be a secret's value, passed where a name belongs: no answer to
                 // a tool call holds one.
                 if let Some(redactor) = self.sessions.any_secret_redactor() {
-                    redact_strings(&mut answer, &redactor);
+                    redact_strings(&mut answer, redactor);
                 }
                 structured(answer, true)
             }
