@@ -1,12 +1,13 @@
-//! JSON text of any serde value, byte for byte what `serde_json` writes compactly, with a
-//! string escaper that skips over plain text eight bytes at a time.
+//! JSON text of any serde value, byte for byte what `serde_json` writes compactly, with
+//! strings escaped by SIMD (`json_escape_simd`, sonic-rs's kernel).
 //!
 //! A page of output is one string of up to 64 KiB, carried twice in a tool result (as the
 //! structured content, and inside the JSON text of the text content); `serde_json` looks
 //! at every byte of a string through a table, one at a time, which made escaping the
-//! largest cost of a page. Here only the bytes that need an escape (`"`, `\` and control
-//! characters) stop the copy. Everything that is not a string is written as serde_json
-//! writes it (floats through serde_json itself).
+//! largest cost of a page. Here plain text is looked at sixteen bytes at a time or more,
+//! and only the bytes that need an escape (`"`, `\` and control characters) stop the copy.
+//! Everything that is not a string is written as serde_json writes it (floats through
+//! serde_json itself).
 
 use std::fmt::Display;
 
@@ -86,69 +87,14 @@ impl Writer<'_> {
     }
 }
 
-const LOW: u64 = 0x0101_0101_0101_0101;
-const HIGH: u64 = 0x8080_8080_8080_8080;
-
-/// The eight bytes of `word` that need an escape (below 0x20, `"` or `\\`), each flagged
-/// at its bit 7 by the classic "has a zero byte" test. The lowest flag is exact (a false
-/// flag can only follow a true one, where a borrow ran on), so it says where the first
-/// escape is, and zero says there is none.
-fn escapes(word: u64) -> u64 {
-    let has_zero = |x: u64| x.wrapping_sub(LOW) & !x;
-    let below_space = word.wrapping_sub(LOW * 0x20) & !word;
-    let quote = has_zero(word ^ (LOW * u64::from(b'"')));
-    let backslash = has_zero(word ^ (LOW * u64::from(b'\\')));
-    (below_space | quote | backslash) & HIGH
-}
-
-/// The escape of a byte that needs one (a control character's ends in its hex digits).
-fn escape_of(byte: u8) -> Option<&'static str> {
-    Some(match byte {
-        b'"' => "\\\"",
-        b'\\' => "\\\\",
-        b'\n' => "\\n",
-        b'\r' => "\\r",
-        b'\t' => "\\t",
-        0x08 => "\\b",
-        0x0c => "\\f",
-        0..0x20 => "\\u00",
-        _ => return None,
-    })
-}
-
-/// `s` as a JSON string, escaped exactly as serde_json escapes it. Plain text is looked
-/// at a word at a time and copied in runs; a word holding an escape goes straight to it.
+/// `s` as a JSON string, escaped exactly as serde_json escapes it, appended to `out`.
 fn write_str(out: &mut String, s: &str) {
-    const HEX: &[u8; 16] = b"0123456789abcdef";
-    let bytes = s.as_bytes();
-    out.reserve(bytes.len() + 2);
-    out.push('"');
-    let mut run = 0; // start of the text not yet copied
-    let mut at = 0;
-    while at < bytes.len() {
-        if let Some(chunk) = bytes.get(at..at + 8) {
-            let flags = escapes(u64::from_le_bytes(chunk.try_into().expect("eight bytes")));
-            if flags == 0 {
-                at += 8;
-                continue;
-            }
-            at += flags.trailing_zeros() as usize / 8;
-        }
-        let byte = bytes[at];
-        if let Some(escape) = escape_of(byte) {
-            // Escaped bytes are ASCII: `run` and `at` are code point boundaries.
-            out.push_str(&s[run..at]);
-            out.push_str(escape);
-            if byte < 0x20 && escape.len() == 4 {
-                out.push(char::from(HEX[usize::from(byte >> 4)]));
-                out.push(char::from(HEX[usize::from(byte & 15)]));
-            }
-            run = at + 1;
-        }
-        at += 1;
-    }
-    out.push_str(&s[run..]);
-    out.push('"');
+    let mut bytes = std::mem::take(out).into_bytes();
+    json_escape_simd::escape_into(s, &mut bytes);
+    // SAFETY: `bytes` held `out`'s text, and `escape_into` appends `s` as a JSON string:
+    // its text with ASCII escapes in place of the ASCII bytes they escape, UTF-8 still.
+    // Should it panic, `out` is left empty, never holding part of a character.
+    *out = unsafe { String::from_utf8_unchecked(bytes) };
 }
 
 /// An array or object being written; `close` ends it (a variant's wrapping object too).
@@ -567,7 +513,7 @@ mod tests {
 
     /// The characters at the escaper's edges: those JSON escapes (the quote, the backslash,
     /// controls with a short form and without), DEL (which it does not), and multi-byte ones,
-    /// which a scan a word at a time must step over whole.
+    /// which a scan a block at a time must step over whole.
     const EDGES: [char; 13] = [
         '"', '\\', '\n', '\u{0}', '\u{1}', '\u{1f}', '\u{7f}', '\u{8}', '\u{c}', '/', 'é', '中',
         '😀',
@@ -619,8 +565,8 @@ mod tests {
     }
 
     #[test]
-    fn escapes_at_every_position_of_a_word() {
-        for len in 1..20 {
+    fn escapes_at_every_position_of_a_block() {
+        for len in 1..70 {
             for at in 0..len {
                 for special in EDGES {
                     let mut s: String = "x".repeat(len);

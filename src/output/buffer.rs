@@ -77,6 +77,32 @@ fn starts_char(b: u8) -> bool {
     (b as i8) >= -0x40
 }
 
+/// Where in `bytes` the code point `*left` code points on starts; when `bytes` ends
+/// first, none, and `*left` less the code points it holds. Whole blocks before it are
+/// counted with SIMD (`count_chars`), the last bytes one at a time: a page of CJK text
+/// looked at a byte at a time from its mark cost as much as writing it out.
+fn char_start(bytes: &[u8], left: &mut u64) -> Option<usize> {
+    const BLOCK: usize = 512;
+    let mut at = 0;
+    while let Some(block) = bytes.get(at..at + BLOCK) {
+        let chars = count_chars(block);
+        if chars > *left {
+            break;
+        }
+        *left -= chars;
+        at += BLOCK;
+    }
+    for (i, &byte) in bytes[at..].iter().enumerate() {
+        if starts_char(byte) {
+            if *left == 0 {
+                return Some(at + i);
+            }
+            *left -= 1;
+        }
+    }
+    None
+}
+
 /// Code points in `bytes`: its bytes less its continuation bytes, counted with SIMD
 /// (`bytecount`). A byte-wise count was the largest cost of reading a page, and a tenth of
 /// a wait's look for where its match begins.
@@ -420,14 +446,13 @@ impl OutputBuffer {
             return from.byte + (cursor - from.cursor); // all ASCII
         }
         let mut left = cursor - from.cursor;
+        let mut offset = from.byte;
         let (a, b) = self.slices(from.byte, to_byte);
-        for (i, &byte) in a.iter().chain(b).enumerate() {
-            if starts_char(byte) {
-                if left == 0 {
-                    return from.byte + i as u64;
-                }
-                left -= 1;
+        for part in [a, b] {
+            if let Some(at) = char_start(part, &mut left) {
+                return offset + at as u64;
             }
+            offset += part.len() as u64;
         }
         to_byte
     }
@@ -842,6 +867,29 @@ pub(crate) mod tests {
             }
         }
 
+    }
+
+    proptest! {
+        /// `char_start` finds the code point a scan of every byte finds, across its
+        /// blocks' edges, and when the bytes end first says how many are left.
+        #[test]
+        fn char_start_finds_what_a_scan_finds(
+            text in text_strategy(),
+            times in 1usize..60,
+            n in 0u64..3000,
+        ) {
+            let text = text.repeat(times);
+            let starts: Vec<usize> = text.char_indices().map(|(i, _)| i).collect();
+            let mut left = n;
+            let found = char_start(text.as_bytes(), &mut left);
+            match starts.get(n as usize) {
+                Some(&at) => prop_assert_eq!(found, Some(at)),
+                None => {
+                    prop_assert_eq!(found, None);
+                    prop_assert_eq!(left, n - starts.len() as u64);
+                }
+            }
+        }
     }
 
     proptest! {
