@@ -196,8 +196,11 @@ fn ok(value: impl Serialize) -> Result<Value, ToolError> {
 /// only maker of a result with structured content: the stdio transport writes the value
 /// as this text (`stdio::write_message`), so the text must stay exactly the value's JSON.
 fn structured(value: Value, is_error: bool) -> CallToolResult {
-    let text = crate::json::to_string(&value, crate::json::size_hint(&value))
+    let mut text = crate::json::to_string(&value, crate::json::size_hint(&value))
         .unwrap_or_else(|_| value.to_string());
+    // The escaper makes room for the worst case, six bytes a byte: a page's text would
+    // hold that for as long as its answer is kept (over HTTP, rmcp keeps it a while).
+    text.shrink_to_fit();
     let mut result = CallToolResult::success(vec![ContentBlock::text(text)]);
     result.structured_content = Some(value);
     result.is_error = Some(is_error);
