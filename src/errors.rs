@@ -6,6 +6,16 @@
 
 use serde_json::{Map, Value, json};
 
+/// JSON-RPC's "Method not found" message for `method`, saying what to do.
+pub fn method_not_found(method: &str) -> String {
+    let hint = if method.starts_with("notifications/") {
+        "it is a notification: send it without an id"
+    } else {
+        "this server answers initialize, ping, tools/list and tools/call"
+    };
+    format!("Method not found: `{method}`; {hint}")
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ErrorCode {
     InvalidArgument,

@@ -29,6 +29,7 @@ use rmcp::model::{
 use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
 use tokio::sync::{Notify, mpsc, oneshot};
 
+use crate::errors::method_not_found;
 use crate::limits::{MAX_FRAME_BYTES, MAX_HELD, MAX_HELD_BYTES, MAX_IN_FLIGHT};
 
 /// The reading half of the stdio transport. `next` is cancel-safe: the service's loop
@@ -378,16 +379,6 @@ pub fn read(body: &[u8]) -> Result<ClientJsonRpcMessage, Unreadable> {
 fn method_with_array_params(message: &serde_json::Value) -> Option<&str> {
     let method = message.get("method")?.as_str()?;
     message.get("params")?.is_array().then_some(method)
-}
-
-/// "Method not found" for `method`, saying what to do.
-fn method_not_found(method: &str) -> String {
-    let hint = if method.starts_with("notifications/") {
-        "it is a notification: send it without an id"
-    } else {
-        "this server answers initialize, ping, tools/list and tools/call"
-    };
-    format!("Method not found: `{method}`; {hint}")
 }
 
 /// The requests MCP defines that a client sends this server.
