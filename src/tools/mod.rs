@@ -11,11 +11,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, CompleteRequestParams, CompleteResult,
-    ContentBlock, ErrorCode, GetPromptRequestParams, GetPromptResponse, Implementation,
-    ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult, ListToolsResult,
-    PaginatedRequestParams, ReadResourceRequestParams, ReadResourceResponse, ServerCapabilities,
-    ServerConfig, Tool,
+    self, CallToolRequestParams, CallToolResponse, CallToolResult, CompleteRequestParams,
+    CompleteResult, ConstString, ContentBlock, ErrorCode, GetPromptRequestParams,
+    GetPromptResponse, Implementation, ListPromptsResult, ListResourceTemplatesResult,
+    ListResourcesResult, ListToolsResult, PaginatedRequestParams, ReadResourceRequestParams,
+    ReadResourceResponse, ServerCapabilities, ServerConfig, Tool,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer, ServerHandler};
@@ -298,7 +298,7 @@ impl ServerHandler for TerminalServer {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListResourcesResult, ErrorData> {
-        Err(not_offered("resources/list"))
+        Err(not_offered::<model::ListResourcesRequestMethod>())
     }
 
     async fn list_resource_templates(
@@ -306,7 +306,7 @@ impl ServerHandler for TerminalServer {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListResourceTemplatesResult, ErrorData> {
-        Err(not_offered("resources/templates/list"))
+        Err(not_offered::<model::ListResourceTemplatesRequestMethod>())
     }
 
     async fn read_resource(
@@ -314,7 +314,7 @@ impl ServerHandler for TerminalServer {
         _request: ReadResourceRequestParams,
         _context: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, ErrorData> {
-        Err(not_offered("resources/read"))
+        Err(not_offered::<model::ReadResourceRequestMethod>())
     }
 
     async fn list_prompts(
@@ -322,7 +322,7 @@ impl ServerHandler for TerminalServer {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListPromptsResult, ErrorData> {
-        Err(not_offered("prompts/list"))
+        Err(not_offered::<model::ListPromptsRequestMethod>())
     }
 
     async fn get_prompt(
@@ -330,7 +330,7 @@ impl ServerHandler for TerminalServer {
         _request: GetPromptRequestParams,
         _context: RequestContext<RoleServer>,
     ) -> Result<GetPromptResponse, ErrorData> {
-        Err(not_offered("prompts/get"))
+        Err(not_offered::<model::GetPromptRequestMethod>())
     }
 
     async fn complete(
@@ -338,7 +338,7 @@ impl ServerHandler for TerminalServer {
         _request: CompleteRequestParams,
         _context: RequestContext<RoleServer>,
     ) -> Result<CompleteResult, ErrorData> {
-        Err(not_offered("completion/complete"))
+        Err(not_offered::<model::CompleteRequestMethod>())
     }
 
     // Logging and resource subscriptions are deprecated in MCP; clients still send them.
@@ -348,7 +348,7 @@ impl ServerHandler for TerminalServer {
         _request: rmcp::model::SubscribeRequestParams,
         _context: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
-        Err(not_offered("resources/subscribe"))
+        Err(not_offered::<model::SubscribeRequestMethod>())
     }
 
     #[allow(deprecated)]
@@ -357,7 +357,7 @@ impl ServerHandler for TerminalServer {
         _request: rmcp::model::UnsubscribeRequestParams,
         _context: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
-        Err(not_offered("resources/unsubscribe"))
+        Err(not_offered::<model::UnsubscribeRequestMethod>())
     }
 
     #[allow(deprecated)]
@@ -366,15 +366,15 @@ impl ServerHandler for TerminalServer {
         _request: rmcp::model::SetLevelRequestParams,
         _context: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
-        Err(not_offered("logging/setLevel"))
+        Err(not_offered::<model::SetLevelRequestMethod>())
     }
 }
 
-/// "Method not found" for an MCP request this server does not offer.
-fn not_offered(method: &str) -> ErrorData {
+/// "Method not found" for an MCP request this server does not offer, `M` its method.
+fn not_offered<M: ConstString>() -> ErrorData {
     ErrorData::new(
         ErrorCode::METHOD_NOT_FOUND,
-        crate::errors::method_not_found(method),
+        crate::errors::method_not_found(M::VALUE),
         None,
     )
 }
