@@ -196,6 +196,17 @@ pub fn resolve_cwd(
         return Err(refused("contains NUL".into()));
     }
     let joined = default_cwd.join(requested);
+    let flags = OFlag::O_DIRECTORY | OFlag::O_PATH | OFlag::O_CLOEXEC;
+    // The usual case, a directory inside the roots: opened as given, the kernel resolving
+    // it, and judged by where the descriptor is. Anything else takes the longer way below,
+    // which says what is wrong.
+    if let Ok(dir) = nix::fcntl::open(&joined, flags, Mode::empty())
+        && let Ok(opened) = std::fs::read_link(format!("/proc/self/fd/{}", dir.as_raw_fd()))
+        && inside_roots(&opened, roots)
+        && let Ok(true) = crate::process::can_enter(&dir)
+    {
+        return Ok(Cwd { dir, path: opened });
+    }
     let canonical = match joined.canonicalize() {
         Ok(canonical) => canonical,
         Err(e) if e.raw_os_error().is_some_and(is_out_of_files) => {
@@ -217,7 +228,6 @@ pub fn resolve_cwd(
     if !inside_roots(&canonical, roots) {
         return Err(outside());
     }
-    let flags = OFlag::O_DIRECTORY | OFlag::O_PATH | OFlag::O_CLOEXEC;
     let dir = match nix::fcntl::open(&canonical, flags, Mode::empty()) {
         Ok(dir) => dir,
         Err(e) if is_out_of_files(e as i32) => return Err(ToolError::out_of_files()),

@@ -181,9 +181,10 @@ impl SessionGroups {
 
     /// The session's groups, found here while the leader's tree and the processes this
     /// one adopted number at most `INLINE_SCAN_MAX` (a few small reads), else by `scan` on
-    /// a blocking thread.
-    pub async fn find(sid: i32) -> SessionGroups {
-        if let Some(few) = procfs::session_tree(sid, INLINE_SCAN_MAX) {
+    /// a blocking thread. `leader_ended`: its end was waited for (see
+    /// `procfs::session_tree`).
+    pub async fn find(sid: i32, leader_ended: bool) -> SessionGroups {
+        if let Some(few) = procfs::session_tree(sid, INLINE_SCAN_MAX, leader_ended) {
             return SessionGroups {
                 sid,
                 others: std::sync::Mutex::new(groups_among(sid, few)),
@@ -245,7 +246,7 @@ impl SessionGroups {
     /// at its first touch of the terminal, and would wait out the grace). Reads a file per
     /// process: the session's tree, where it can be listed, else every process.
     pub fn others_run(&self, held: i32) -> bool {
-        procfs::session_tree(self.sid, usize::MAX)
+        procfs::session_tree(self.sid, usize::MAX, false)
             .unwrap_or_else(procfs::pids)
             .into_iter()
             .filter(|pid| *pid != held)
@@ -273,7 +274,7 @@ impl SessionGroups {
 fn other_groups(sid: i32) -> Vec<i32> {
     groups_among(
         sid,
-        procfs::session_tree(sid, usize::MAX).unwrap_or_else(procfs::pids),
+        procfs::session_tree(sid, usize::MAX, false).unwrap_or_else(procfs::pids),
     )
 }
 

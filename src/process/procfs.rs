@@ -193,8 +193,10 @@ pub fn pids() -> Vec<i32> {
 /// nor anything below them. `None` where that cannot be known (not a subreaper, or a
 /// kernel without those files): scan `pids` instead; and `None` as soon as more than
 /// `limit` processes are found or more than `4 × limit` `children` files would be read
-/// (one per thread: a descendant may have many).
-pub fn session_tree(leader: i32, limit: usize) -> Option<Vec<i32>> {
+/// (one per thread: a descendant may have many). A leader whose end was waited for
+/// (`ended`) has no children left to read: the kernel re-parents a process's children as
+/// it ends, before its end can be waited for.
+pub fn session_tree(leader: i32, limit: usize, ended: bool) -> Option<Vec<i32>> {
     let mut flag: libc::c_int = 0;
     // SAFETY: PR_GET_CHILD_SUBREAPER writes one int through the pointer it is given.
     let rc = unsafe { libc::prctl(libc::PR_GET_CHILD_SUBREAPER, &mut flag as *mut libc::c_int) };
@@ -213,6 +215,9 @@ pub fn session_tree(leader: i32, limit: usize) -> Option<Vec<i32>> {
                 return None;
             }
             found.push(pid);
+            if ended && pid == leader {
+                continue;
+            }
             match children(&pid.to_string(), &mut reads) {
                 Some(more) => queue.extend(more),
                 // Out of reads: the listing would not be whole.
@@ -353,7 +358,7 @@ mod tests {
         let job: i32 = line.trim().parse().unwrap();
         let (id, other_id) = (leader.id() as i32, other.id() as i32);
 
-        let tree = session_tree(id, 64).expect("a subreaper with children files");
+        let tree = session_tree(id, 64, false).expect("a subreaper with children files");
         assert!(tree.contains(&id) && tree.contains(&job), "{tree:?}");
         assert!(!tree.contains(&other_id), "{tree:?}");
 
@@ -362,11 +367,13 @@ mod tests {
         leader.kill().unwrap();
         leader.wait().unwrap();
         assert_eq!(stat(job).unwrap().ppid, std::process::id() as i32);
-        let tree = session_tree(id, 64).unwrap();
-        assert!(tree.contains(&job), "{tree:?}");
-        assert!(!tree.contains(&other_id), "{tree:?}");
+        for ended in [false, true] {
+            let tree = session_tree(id, 64, ended).unwrap();
+            assert!(tree.contains(&id) && tree.contains(&job), "{tree:?}");
+            assert!(!tree.contains(&other_id), "{tree:?}");
+        }
         // More processes than the limit: no listing.
-        assert_eq!(session_tree(id, 1), None);
+        assert_eq!(session_tree(id, 1, true), None);
 
         let _ = nix::sys::signal::kill(
             nix::unistd::Pid::from_raw(job),

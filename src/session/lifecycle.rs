@@ -283,7 +283,10 @@ async fn supervise(
         }),
     };
     // Descendants left in the session must not linger or hold the pipes.
-    session.groups().await.signal(&[Signal::SIGKILL]);
+    session
+        .groups_once(leader.is_some())
+        .await
+        .signal(&[Signal::SIGKILL]);
     drop(leader);
     session.update(|s| s.close_input());
     // The readers hold the terminal while they drain it.
@@ -493,8 +496,15 @@ impl Session {
     /// in place while the session's tree and the processes the server adopted are few, else
     /// on a blocking thread.
     async fn groups(&self) -> &SessionGroups {
+        self.groups_once(false).await
+    }
+
+    /// `groups`, scanned the lighter way if the leader's end was waited for
+    /// (`leader_ended`) and nothing scanned before.
+    async fn groups_once(&self, leader_ended: bool) -> &SessionGroups {
         let sid = self.pid;
-        self.groups.get_or_init(|| SessionGroups::find(sid)).await
+        let find = || SessionGroups::find(sid, leader_ended);
+        self.groups.get_or_init(find).await
     }
 
     /// The snapshot once the output is settled too (complete, declared incomplete after
