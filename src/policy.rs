@@ -400,8 +400,21 @@ mod tests {
         );
         assert_eq!(resolve_cwd(".", &root, &roots).unwrap().path, root);
         assert!(resolve_cwd("..", &root, &roots).is_err());
-        assert!(resolve_cwd("escape", &root, &roots).is_err());
-        assert!(resolve_cwd("/", &root, &roots).is_err());
+        // Opened as given, judged by where the directory is: through a link inside the
+        // roots, its real path; out through one (then `..` from there), refused as outside.
+        std::os::unix::fs::symlink("sub", root.join("inner")).unwrap();
+        assert_eq!(
+            resolve_cwd("inner", &root, &roots).unwrap().path,
+            root.join("sub")
+        );
+        assert_eq!(resolve_cwd("inner/..", &root, &roots).unwrap().path, root);
+        for out in ["escape", "escape/..", "/"] {
+            let refused = resolve_cwd(out, &root, &roots).err().unwrap();
+            assert!(
+                refused.message.contains("outside the allowed roots"),
+                "{out}: {refused:?}"
+            );
+        }
         assert!(resolve_cwd("missing", &root, &roots).is_err());
         // Missing beyond the link: outside, as what exists there is, never "does not exist".
         std::os::unix::fs::symlink(outside.path().join("gone"), root.join("dangling")).unwrap();
