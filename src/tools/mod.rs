@@ -345,7 +345,7 @@ impl ServerHandler for TerminalServer {
     #[allow(deprecated)]
     async fn subscribe(
         &self,
-        _request: rmcp::model::SubscribeRequestParams,
+        _request: model::SubscribeRequestParams,
         _context: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
         Err(not_offered::<model::SubscribeRequestMethod>())
@@ -354,7 +354,7 @@ impl ServerHandler for TerminalServer {
     #[allow(deprecated)]
     async fn unsubscribe(
         &self,
-        _request: rmcp::model::UnsubscribeRequestParams,
+        _request: model::UnsubscribeRequestParams,
         _context: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
         Err(not_offered::<model::UnsubscribeRequestMethod>())
@@ -363,7 +363,7 @@ impl ServerHandler for TerminalServer {
     #[allow(deprecated)]
     async fn set_level(
         &self,
-        _request: rmcp::model::SetLevelRequestParams,
+        _request: model::SetLevelRequestParams,
         _context: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
         Err(not_offered::<model::SetLevelRequestMethod>())
