@@ -316,10 +316,12 @@ const ALLEXPORT_AGAIN: &str = "case ${__mt_aa-} in 1) __mt_aa=; set -a;; esac; "
 /// `set -v` off while the second line is read (it would print it in the command's
 /// stderr; `__mt_z` turns it on again); a line cut short leaves `__mt_l` at 1, which
 /// `__mt_z` reads as an interrupt (130). The second line begins with a simple command
-/// that is a redirection alone: bash traces nothing of it (dash an empty `+ `, should
-/// the trace still be on there). It ends with the command's status as `$?` (`__mt_v`, in
-/// an `&&` list, which neither `set -e` nor an `ERR` trap acts on), so that a line typed
-/// after it that runs nothing (an empty one, a comment) leaves that status to the probe.
+/// that expands to no word whatever the variables hold (`${?:+}`): bash traces nothing
+/// of it (dash an empty `+ `, should the trace still be on there), and runs it without a
+/// fork, where it runs a redirection alone (`</dev/null`) in a child of its own. It ends
+/// with the command's status as `$?` (`__mt_v`, in an `&&` list, which neither `set -e`
+/// nor an `ERR` trap acts on), so that a line typed after it that runs nothing (an empty
+/// one, a comment) leaves that status to the probe.
 ///
 /// `command` is quoted (`\command`), so no alias of that name (expanded in dash, and in
 /// bash, where the setup turns aliases on) stands in for it. The command's text ends with
@@ -372,7 +374,7 @@ pub fn pipe_wrapper(command: &str, nonce: &str, set_up: bool) -> String {
 }}{}\n$__mt_t\" \
          </dev/null {STDERR_COPY_FD}>&- {STDOUT_COPY_FD}>&- {MARKS_FD}>&-; \
          {{ __mt_s=${{__mt_e:-$?}} __mt_l=; }} 2>/dev/null; done; {{ __mt_o; }} 2>/dev/null
-</dev/null; case $- in *) __mt_z {a} {b} || {{ eval \"${{__mt_S-}}\"; __mt_z {a} {b}; }}; \
+${{?:+}}; case $- in *) __mt_z {a} {b} || {{ eval \"${{__mt_S-}}\"; __mt_z {a} {b}; }}; \
          __mt_v $__mt_s&&:;; esac 2>/dev/null",
         double_quoted(command)
     );
