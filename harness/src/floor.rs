@@ -287,8 +287,8 @@ pub fn direct_pipe_read(program: &Path, args: &[&str]) -> Result<(u64, Duration)
     Ok((total, began.elapsed()))
 }
 
-/// The exec floor: a persistent `/bin/sh` on pipes driven directly, no MCP at all. Each
-/// command is written with a marker line after it (`printf '\036%s\n' "$?"`), and its output
+/// The exec floor: a persistent shell on pipes (`/bin/sh`, or bash) driven directly, no MCP
+/// at all. Each command is written with a marker line after it (`printf '\036%s\n' "$?"`), and its output
 /// is read up to the marker, which carries its exit status.
 pub struct ShellFloor {
     child: Child,
@@ -297,14 +297,20 @@ pub struct ShellFloor {
     buf: Vec<u8>,
 }
 
+/// bash as the exec floor runs it: on pipes, without start-up files.
+pub const BASH_FLOOR: &[&str] = &["/bin/bash", "--noprofile", "--norc"];
+
 impl ShellFloor {
-    pub fn start() -> Result<ShellFloor, String> {
-        let mut child = Command::new("/bin/sh")
+    /// `shell` (a program and its arguments) on pipes.
+    pub fn start(shell: &[&str]) -> Result<ShellFloor, String> {
+        let (program, args) = shell.split_first().ok_or("no shell")?;
+        let mut child = Command::new(program)
+            .args(args)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()
-            .map_err(|e| format!("cannot spawn /bin/sh: {e}"))?;
+            .map_err(|e| format!("cannot spawn {program}: {e}"))?;
         let stdin = child.stdin.take().ok_or("no stdin")?;
         let stdout = child.stdout.take().ok_or("no stdout")?;
         Ok(ShellFloor {
@@ -336,7 +342,7 @@ impl ShellFloor {
                 return Ok((output, status));
             }
             match self.stdout.read(&mut chunk) {
-                Ok(0) => return Err("/bin/sh ended".into()),
+                Ok(0) => return Err("the shell ended".into()),
                 Ok(n) => self.buf.extend_from_slice(&chunk[..n]),
                 Err(e) => return Err(e.to_string()),
             }
@@ -369,10 +375,12 @@ mod tests {
 
     #[test]
     fn the_shell_floors_run_commands() {
-        let mut sh = ShellFloor::start().expect("sh starts");
-        assert_eq!(sh.exec("true").unwrap(), (String::new(), 0));
-        assert_eq!(sh.exec("echo hi").unwrap(), ("hi\n".to_string(), 0));
-        assert_eq!(sh.exec("printf x; false").unwrap(), ("x".to_string(), 1));
+        for shell in [&["/bin/sh"][..], BASH_FLOOR] {
+            let mut sh = ShellFloor::start(shell).expect("the shell starts");
+            assert_eq!(sh.exec("true").unwrap(), (String::new(), 0));
+            assert_eq!(sh.exec("echo hi").unwrap(), ("hi\n".to_string(), 0));
+            assert_eq!(sh.exec("printf x; false").unwrap(), ("x".to_string(), 1));
+        }
         assert_eq!(sh_c("echo hi").unwrap(), ("hi\n".to_string(), 0));
     }
 

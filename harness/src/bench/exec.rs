@@ -14,7 +14,8 @@ use crate::floor;
 pub const EXEC_ROUNDTRIP: Workload = Workload {
     name: "exec_roundtrip_ms",
     about: "terminal_exec of `true` and of `echo hi` (output checked) in a persistent shell: \
-         `/bin/sh` on pipes and `bash -i` on a terminal, beside the write→echo floor above",
+         `/bin/sh` on pipes (`pipe_*`), bash on pipes (`bash_pipe_*`) and `bash -i` on a \
+         terminal (`pty_*`)",
 };
 
 pub const RUN_ROUNDTRIP: Workload = Workload {
@@ -26,8 +27,9 @@ pub const RUN_ROUNDTRIP: Workload = Workload {
 pub const SHELL_FLOORS: Workload = Workload {
     name: "shell_floors",
     about: "no MCP at all, in-process: `true` and `echo hi` (output checked) in a persistent \
-         `/bin/sh` on pipes, each written with a marker line after it and read up to the \
-         marker (`exec_*`: the floor of terminal_exec), and `/bin/sh -c LINE` spawned with \
+         shell on pipes, each written with a marker line after it and read up to the \
+         marker (`exec_*`: `/bin/sh`, the floor of terminal_exec; `bash_exec_*`: bash, the \
+         floor of terminal_exec in bash on pipes), and `/bin/sh -c LINE` spawned with \
          stdout and stderr read to their end and the exit awaited (`run_*`: the floor of \
          terminal_run)",
 };
@@ -35,13 +37,14 @@ pub const SHELL_FLOORS: Workload = Workload {
 /// The commands both workloads and both floors run, with the output each must give.
 const COMMANDS: [(&str, &str); 2] = [("true", ""), ("echo hi", "hi\n")];
 
-/// The shells `exec_roundtrip_ms` runs commands in: sh on pipes, bash on a terminal; and
-/// the one-shots `run_roundtrip_ms` runs.
+/// The shells `exec_roundtrip_ms` runs commands in: sh and bash on pipes, bash on a
+/// terminal; and the one-shots `run_roundtrip_ms` runs.
 pub fn exec_profiles() -> Value {
     json!({
         "bench-run-true": {"argv": ["/bin/sh", "-c", COMMANDS[0].0]},
         "bench-run-echo": {"argv": ["/bin/sh", "-c", COMMANDS[1].0]},
         "bench-sh": {"argv": ["/bin/sh"], "shell": "posix"},
+        "bench-bash-pipe": {"argv": floor::BASH_FLOOR, "shell": "posix"},
         "bench-bash": {
             "argv": ["/bin/bash", "--noprofile", "--norc", "-i"],
             "mode": "pty",
@@ -53,7 +56,12 @@ pub fn exec_profiles() -> Value {
 /// terminal_exec round trips of `true` and `echo hi`, on pipes and on a terminal.
 pub async fn exec_roundtrip(mcp: &McpServer, n: usize) -> Result<Vec<Metric>, String> {
     let mut metrics = Vec::new();
-    for (mode, command_id) in [("pipe", "bench-sh"), ("pty", "bench-bash")] {
+    let shells = [
+        ("pipe", "bench-sh"),
+        ("bash_pipe", "bench-bash-pipe"),
+        ("pty", "bench-bash"),
+    ];
+    for (mode, command_id) in shells {
         let sid = start(mcp, command_id).await?;
         let result = exec_samples(mcp, &sid, n).await;
         let ended = end(mcp, &sid).await;
@@ -148,22 +156,36 @@ fn shell_floor_samples(n: usize) -> Result<Vec<Metric>, String> {
             Err(format!("{what} gave {output:?} and status {status}"))
         }
     };
-    let mut sh = floor::ShellFloor::start()?;
+    let mut sh = floor::ShellFloor::start(&["/bin/sh"])?;
+    let mut bash = floor::ShellFloor::start(floor::BASH_FLOOR)?;
     check("the shell floor", sh.exec(COMMANDS[0].0)?, COMMANDS[0].1)?;
-    let mut samples: [Vec<f64>; 4] = Default::default();
+    check("the bash floor", bash.exec(COMMANDS[0].0)?, COMMANDS[0].1)?;
+    let mut samples: [Vec<f64>; 6] = Default::default();
     for _ in 0..n {
         for (i, (command, want)) in COMMANDS.into_iter().enumerate() {
-            let began = std::time::Instant::now();
-            let exec = sh.exec(command)?;
-            samples[i].push(ms(began.elapsed()));
-            check("the shell floor", exec, want)?;
+            for (j, (what, shell)) in [("the shell floor", &mut sh), ("the bash floor", &mut bash)]
+                .into_iter()
+                .enumerate()
+            {
+                let began = std::time::Instant::now();
+                let exec = shell.exec(command)?;
+                samples[2 * j + i].push(ms(began.elapsed()));
+                check(what, exec, want)?;
+            }
             let began = std::time::Instant::now();
             let run = floor::sh_c(command)?;
-            samples[2 + i].push(ms(began.elapsed()));
+            samples[4 + i].push(ms(began.elapsed()));
             check("`/bin/sh -c`", run, want)?;
         }
     }
-    let names = ["exec_true", "exec_echo_hi", "run_true", "run_echo_hi"];
+    let names = [
+        "exec_true",
+        "exec_echo_hi",
+        "bash_exec_true",
+        "bash_exec_echo_hi",
+        "run_true",
+        "run_echo_hi",
+    ];
     Ok(names
         .into_iter()
         .zip(samples)

@@ -385,7 +385,8 @@ pub fn markdown(report: &BenchReport) -> String {
         "Each workload beside its floor measured in the same run (a minimal rmcp stdio \
          server with a no-op tool, built in the harness; the OS spawning a program or \
          reading a pipe or a terminal in-process; for terminal_exec a persistent \
-         `/bin/sh` on pipes driven in-process with a marker line after each command, and \
+         `/bin/sh` on pipes driven in-process with a marker line after each command (bash \
+         so driven for the rows of bash on pipes), and \
          for terminal_run \
          `/bin/sh -c LINE` spawned in-process, neither with any MCP), as a ratio, and its \
          target. Page reads are also shown \

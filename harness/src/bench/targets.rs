@@ -133,6 +133,20 @@ pub(super) fn comparisons(benchmarks: &[Benchmark]) -> Vec<Comparison> {
             Target::RatioAtMost(2.0),
         ),
         (
+            "terminal_exec `true`, pipes (bash)",
+            "ms",
+            get("exec_roundtrip_ms", "bash_pipe_true"),
+            get("shell_floors", "bash_exec_true"),
+            Target::RatioAtMost(2.0),
+        ),
+        (
+            "terminal_exec `echo hi`, pipes (bash)",
+            "ms",
+            get("exec_roundtrip_ms", "bash_pipe_echo_hi"),
+            get("shell_floors", "bash_exec_echo_hi"),
+            Target::RatioAtMost(2.0),
+        ),
+        (
             "terminal_exec `true`, PTY (bash -i)",
             "ms",
             get("exec_roundtrip_ms", "pty_true"),
