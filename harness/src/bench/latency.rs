@@ -52,8 +52,9 @@ pub const COLD_START: Workload = Workload {
 pub const TOOLS_LIST: Workload = Workload {
     name: "tools_list",
     about: "the tools/list result of the server the latency workloads run on (the \
-         `make-config` defaults with two shell profiles, so terminal_exec is offered), as \
-         compact JSON: what every agent reads before its first call",
+         `make-config` defaults with the bench's profiles: three shells, so terminal_exec \
+         is offered, and two one-shot commands), as compact JSON: what every agent reads \
+         before its first call",
 };
 
 pub const FIRST_OUTPUT: Workload = Workload {
