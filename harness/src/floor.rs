@@ -288,8 +288,8 @@ pub fn direct_pipe_read(program: &Path, args: &[&str]) -> Result<(u64, Duration)
 }
 
 /// The exec floor: a persistent shell on pipes (`/bin/sh`, or bash) driven directly, no MCP
-/// at all. Each command is written with a marker line after it (`printf '\036%s\n' "$?"`), and its output
-/// is read up to the marker, which carries its exit status.
+/// at all. Each command is written with a marker line after it (`printf '\036%s\n' "$?"`),
+/// and its output is read up to the marker, which carries its exit status.
 pub struct ShellFloor {
     child: Child,
     stdin: std::process::ChildStdin,
