@@ -263,7 +263,6 @@ fn task_exists(task: &fs::DirEntry) -> bool {
     task.path().join("stat").exists()
 }
 
-/// The processes of the POSIX session led by `sid`, the leader first.
 /// The last process ID the system gave out (in this PID namespace); read through a
 /// descriptor held open, one `pread` a call.
 pub fn last_pid() -> Option<i32> {
