@@ -223,6 +223,9 @@ pub const EXEC_END_GRACE: Duration = Duration::from_millis(40);
 /// How long `terminal_exec` waits for a terminal shell's next prompt to reach the reader
 /// when the shell, in its own foreground, has just run a line typed some other way.
 pub const EXEC_PROMPT_GRACE: Duration = Duration::from_millis(500);
+/// How long a SIGINT for a shell on pipes waits for the shell to have set its trap for it
+/// (it does with the first line it reads, as it starts).
+pub const SHELL_START_GRACE: Duration = Duration::from_secs(2);
 /// `terminal_exec.max_bytes`: bytes of a command's output returned (head and tail), range
 /// and default (as `terminal_run`'s).
 pub const EXEC_MIN_BYTES: u64 = 64;

@@ -10,7 +10,9 @@ use super::sink::Feed;
 use super::{Session, lock_screen};
 use crate::config::Mode;
 use crate::errors::{ErrorCode, ToolError};
-use crate::limits::{CAP_TOTAL_EMULATOR_CELLS, EXEC_INTERRUPT_SETTLE, SCREEN_CATCH_UP};
+use crate::limits::{
+    AWAIT_POLL, CAP_TOTAL_EMULATOR_CELLS, EXEC_INTERRUPT_SETTLE, SCREEN_CATCH_UP, SHELL_START_GRACE,
+};
 use crate::output::{Screen, ScreenView};
 use crate::process::{procfs, signal_group, signal_process, waiting};
 
@@ -107,6 +109,9 @@ impl Session {
         if pipe_shell_sigint && self.interrupted_command().await {
             return Ok(());
         }
+        if pipe_shell_sigint {
+            self.until_shell_traps_sigint().await;
+        }
         // A shell running a loop of its own (neither waiting for a program nor reading its
         // input, as looked at before the signal) has no program to take the SIGINT, and
         // its trap leaves a loop only for a program that died of it: its SIGWINCH trap
@@ -124,6 +129,25 @@ impl Session {
             signal_process(shell, Signal::SIGWINCH);
         }
         Ok(())
+    }
+
+    /// A shell on pipes sets its trap for SIGINT with the first line it reads
+    /// (`pipe_prepare`, written as it started), and a SIGINT before it ran that line ends
+    /// it: this waits, at most `SHELL_START_GRACE`, until it has. It has once it ran a
+    /// command of terminal_exec, reads its input (all that was written before, that line
+    /// first, is read), or waits for a program (a line after that one started it).
+    async fn until_shell_traps_sigint(&self) {
+        let shell = self.shell_group();
+        let until = Instant::now() + SHELL_START_GRACE;
+        loop {
+            let trapped = self.inspect(|s| s.shell().is_some_and(|t| !t.first_command()))
+                || self.shell_reads_its_input()
+                || waiting::waits_for_a_child(shell);
+            if trapped || self.status().is_final() || Instant::now() >= until {
+                return;
+            }
+            tokio::time::sleep(AWAIT_POLL).await;
+        }
     }
 
     /// SIGINT to a shell on pipes while a command of terminal_exec runs is Ctrl-C, as a
