@@ -147,8 +147,8 @@ pub fn launch(new: NewSession, spawned: Spawned) -> Arc<Session> {
     // A shell on pipes reads what its commands' wrapper needs before anything else: written
     // now, whole (under PIPE_BUF) and at once (the pipe is non-blocking), into the pipe
     // nothing has written to yet.
-    if let (Some(_), Input::Pipe { pipe, .. }) = (&nonce, &input)
-        && let Err(e) = nix::unistd::write(pipe.as_fd(), pipe_prepare().as_bytes())
+    if let (Some(nonce), Input::Pipe { pipe, .. }) = (&nonce, &input)
+        && let Err(e) = nix::unistd::write(pipe.as_fd(), pipe_prepare(nonce).as_bytes())
     {
         // The shell already ended (its stdin closed): its session says so.
         tracing::debug!("the shell's preparation was not written: {e}");

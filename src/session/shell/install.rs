@@ -189,13 +189,13 @@ pub fn probe_line(nonce: &str, capture: bool) -> String {
 /// ahead of any input): `setup` in a compound whose stderr is /dev/null (a trace under
 /// `sh -x`, and a program that is no shell, say nothing there). One command (its line
 /// breaks are quoted), under `PIPE_BUF` so it is written whole at once.
-pub fn pipe_prepare() -> String {
-    format!("case $- in *) {} ;; esac 2>/dev/null\n", setup())
+pub fn pipe_prepare(nonce: &str) -> String {
+    format!("case $- in *) {} ;; esac 2>/dev/null\n", setup(nonce))
 }
 
 /// The traps that let an interrupt end a command line and keep the shell alive, and what
 /// the wrapper (`pipe_wrapper`) uses. Each command ends with `; `.
-fn setup() -> String {
+fn setup(nonce: &str) -> String {
     let mut text = String::new();
     // Its variables are the shell's own, never exported (`set -a` is off while they are
     // set, and on again after): a shell `exec`'d from this one lacks them as it lacks the
@@ -249,43 +249,65 @@ fn setup() -> String {
          && trap '{ : \"$_\"; } 2>/dev/null' ERR; ",
     );
     // What gives a command the status the one before it ended with as its `$?`: a
-    // function's return (no fork), after `set -x` when traced, its trace hidden.
-    text.push_str(
-        "__mt_v() { return $1; }; __mt_y='{ set -x; __mt_v ${__mt_s:-0} \"\" && __mt_v 0 \"\"; } 2>/dev/null'; ",
-    );
-    // The wrapper's own work before and after a command (see `pipe_wrapper`), given the
-    // nonce's two halves: defined once here, so a command's line stays short (bash on a
-    // pipe reads its input a byte at a time, a system call each). Before: the start mark
-    // on the session's stdout and stderr, the trace turned off, and under `set -e` the
-    // line that keeps the status (`__mt_t`, see `pipe_wrapper`). After: the status of a
-    // line that left the wrapper's loop, `set -e` on again if an interrupt turned it off,
-    // the trace off, and the end mark with the status.
+    // function's return (no fork).
+    text.push_str("__mt_v() { return $1; }; ");
+    // The session's nonce, in two halves (the whole never typed: see `print_mark`), for
+    // the marks the functions below print: no command's line repeats it.
+    let (a, b) = nonce.split_at(nonce.len() / 2);
+    let _ = write!(text, "__mt_i={a} __mt_j={b}; ");
+    // The wrapper's own work before and after a command (see `pipe_wrapper`): defined once
+    // here, so a command's line stays short (bash on a pipe reads its input a byte at a
+    // time, a system call each). Each fails (status 1) in a shell that lacks the nonce, which
+    // the wrapper then sets up again. Before: `set -a` off (noted in `__mt_aa`), the start
+    // mark on the session's stdout and stderr, the trace turned off, under `set -e` the line
+    // that keeps the status (`__mt_t`, see `pipe_wrapper`), and the line that begins the
+    // `eval` (`__mt_P`): `set -x` and `set -a` on again if they were, and the status the
+    // command before ended with given back as `$?` (a function's return, as the first
+    // command of an `&&` list, which neither `set -e` nor an `ERR` trap acts on, whose
+    // second returns 0 when the first did; the last argument of either is empty, and so is
+    // `$_`), its trace hidden; empty when there is nothing to give back. After: `set -a`
+    // off again (noted), the status of a line that left the wrapper's loop, `set -e` on
+    // again if an interrupt turned it off, the trace off, the end mark with the status,
+    // and `set -a` on again if the command left it on, once the variables a command under
+    // it may have exported are the shell's own again (a copy, `unset`, then set).
     let _ = write!(
         text,
-        "__mt_a() {{ command printf '{OSC}%s%s;C{BEL}' \"$1\" \"$2\" >&{STDOUT_COPY_FD}; \
-         command printf '{OSC}%s%s;C{BEL}' \"$1\" \"$2\" >&{STDERR_COPY_FD}; \
+        "__mt_a() {{ [ -n \"${{__mt_i-}}\" ] || return 1; \
+         case $- in *a*) set +a; __mt_aa=1;; *) __mt_aa=;; esac; __mt_b= __mt_e=; \
+         command printf '{OSC}%s%s;C{BEL}' \"$__mt_i\" \"$__mt_j\" >&{STDOUT_COPY_FD}; \
+         command printf '{OSC}%s%s;C{BEL}' \"$__mt_i\" \"$__mt_j\" >&{STDERR_COPY_FD}; \
          case $- in *x*) __mt_x=1; set +x;; esac; \
-         case $- in *e*) __mt_t=$__mt_w;; *) __mt_t=;; esac; }}; __mt_w='
+         case $- in *e*) __mt_t=$__mt_w;; *) __mt_t=;; esac; \
+         __mt_P=${{__mt_aa:+'set -a; '}}${{__mt_x:+'set -x; '}}; \
+         case $__mt_P${{__mt_s:-0}} in 0) ;; *) \
+         __mt_P=\"{{ ${{__mt_P}}__mt_v ${{__mt_s:-0}} '' && __mt_v 0 ''; }} 2>/dev/null\n\";; esac; }}; \
+         __mt_w='
 
 {{ __mt_e=$?; }} 2>/dev/null'; \
          __mt_p() {{ __mt_q=$?; command printf '{OSC}%s%s;R{BEL}' \"$1\" \"$2\" >&{MARKS_FD}; }}; \
-         __mt_o() {{ __mt_l=${{__mt_l:+2}}; case $- in *x*) __mt_x=1; set +x;; *) __mt_x=;; esac; \
+         __mt_o() {{ case $- in *a*) set +a; __mt_aa=1;; *) __mt_aa=;; esac; \
+         __mt_l=${{__mt_l:+2}}; case $- in *x*) __mt_x=1; set +x;; *) __mt_x=;; esac; \
          case $- in *v*) __mt_vv=1; set +v;; esac; }}; \
-         __mt_z() {{ case $__mt_l,$__mt_b in 1,*|2,1) __mt_s=130;; 2,) __mt_s=1; \
+         __mt_z() {{ [ -n \"${{__mt_i-}}\" ] || return 1; \
+         case $- in *a*) set +a; __mt_aa=1;; esac; \
+         case $__mt_l,$__mt_b in 1,*|2,1) __mt_s=130;; 2,) __mt_s=1; \
          command printf '%s\\n' '{STRAY_LEAVE}' >&{STDERR_COPY_FD};; esac; \
          case ${{__mt_ee-}} in 1) __mt_ee=; set -e;; esac; \
          case ${{__mt_vv-}} in 1) __mt_vv=; set -v;; esac; \
          case $- in *x*) __mt_x=1; set +x;; esac; \
-         command printf '{OSC}%s%s;D;%s{BEL}' \"$1\" \"$2\" \"$__mt_s\" >&{MARKS_FD} || \
-         command printf '{OSC}%s%s;D;%s{BEL}' \"$1\" \"$2\" \"$__mt_s\" >&{STDOUT_COPY_FD}; }}; "
+         command printf '{OSC}%s%s;D;%s{BEL}' \"$__mt_i\" \"$__mt_j\" \"$__mt_s\" >&{MARKS_FD} || \
+         command printf '{OSC}%s%s;D;%s{BEL}' \"$__mt_i\" \"$__mt_j\" \"$__mt_s\" >&{STDOUT_COPY_FD}; \
+         case ${{__mt_aa-}} in 1) __mt_c=$__mt_s; unset __mt_s __mt_l __mt_b __mt_e __mt_ee; \
+         __mt_s=$__mt_c; set -a;; esac; }}; "
     );
     // Set up (what `pipe_wrapper` tests).
     text.push_str("__mt_u=1; ");
-    // All of it again, as text, for the wrapper to set the shell up again with should a
-    // command have removed the functions (`unset -f`): the command would never end.
+    // All of it is kept as text (`__mt_S`) and run from there: the wrapper sets the shell up
+    // again with it should a command have removed the functions (`unset -f`; the command
+    // would never end), and the shell reads it once (`set -a` off first, so that the
+    // variable is the shell's own).
     let again = format!("{text}{ALLEXPORT_AGAIN}").replace('\'', "'\\''");
-    let _ = write!(text, "__mt_S='{again}'; {ALLEXPORT_AGAIN}");
-    text
+    format!("case $- in *a*) set +a; __mt_aa=1;; esac; __mt_S='{again}'; eval \"$__mt_S\"; ")
 }
 
 /// The end of the setup: `set -a` on again if it was.
@@ -305,9 +327,15 @@ const ALLEXPORT_AGAIN: &str = "case ${__mt_aa-} in 1) __mt_aa=; set -a;; esac; "
 /// itself, in `case` bodies whose stderr is /dev/null (a shell writes the trace of a simple
 /// command before its own redirections, and of a compound's body to the compound's
 /// stderr), notes it in `__mt_x`, and turns it on again inside the `eval`, on a line of its
-/// own (so it runs even when the command does not parse). Each line begins
-/// with a simple command: after a syntax error in `eval` (or a trailing `\` at its end),
-/// bash fails to parse a line that begins with `case` or `{`.
+/// own (`__mt_P`, so it runs even when the command does not parse). So with `set -a`: the
+/// wrapper's own variables are never exported, and a program the command starts sees none
+/// of them. Each line begins with a simple command: after a syntax error in `eval` (or a
+/// trailing `\` at its end), bash fails to parse a line that begins with `case` or `{`.
+/// The first begins with one that expands to no word whatever the variables hold
+/// (`${?:+}`, see below), unless the setup comes first.
+///
+/// The line names no nonce: the setup keeps it in the shell (`__mt_i`, `__mt_j`), and a
+/// shell that lacks it (or the functions) is set up again from `__mt_S`.
 ///
 /// The end mark (`__mt_z`) is on a line of its own: under `set -m`, bash drops the rest of
 /// the line a program ended by SIGINT was on, traps unrun, and the mark on that line would
@@ -329,11 +357,9 @@ const ALLEXPORT_AGAIN: &str = "case ${__mt_aa-} in 1) __mt_aa=; set -a;; esac; "
 ///
 /// A command's `$?` as it begins is the status the one before it ended with, as in a
 /// terminal shell (`false`, then `echo $?`, prints 1): the wrapper's own commands in between
-/// would leave 0, so a function (`__mt_v`) returns it just before the `eval` (and again
-/// after `set -x` inside it when traced), as the first command of an `&&` list (a failure
-/// there neither ends a shell under `set -e` nor runs an `ERR` trap) whose second, run when
-/// it is 0, returns 0 too: the last argument of either is empty, and so is `$_`. When that
-/// status is 0 (most often) the wrapper's own commands left it so already: no call.
+/// would leave 0, so the `eval`'s first line (`__mt_P`) gives it back (see `setup`). When
+/// that status is 0 (most often) and neither the trace nor `set -a` was on, the wrapper's
+/// own commands left it so already: the line is empty.
 ///
 /// Under `set -e`, a command line whose last list fails where `set -e` lets it (`[ -f x ]
 /// && make`) leaves the shell running when the shell reads it itself, but `eval` of it
@@ -356,25 +382,24 @@ pub fn pipe_wrapper(command: &str, nonce: &str, set_up: bool) -> String {
         let _ = write!(
             text,
             "__mt_s=${{__mt_q:-$?}} __mt_q=; [ -n \"${{__mt_u-}}\" ] || {{ {}}} 2>/dev/null; ",
-            setup()
+            setup(nonce)
         );
     }
-    let (a, b) = nonce.split_at(nonce.len() / 2);
     // The wrapper's own commands before and after the command are each in one compound
     // whose stderr is /dev/null (a closed descriptor says nothing; a trace goes nowhere):
     // a shell saves and restores a descriptor for every redirection, half a dozen system
     // calls each. The last argument of the last simple command before the `eval` is empty,
     // and so is `$_`.
+    if !set_up {
+        text.push_str("${?:+}; ");
+    }
     let _ = writeln!(
         text,
-        "__mt_b= __mt_e=; case $- in *) __mt_a {a} {b} '' || \
-         {{ eval \"${{__mt_S-}}\"; __mt_a {a} {b} ''; }};; esac 2>/dev/null; \
-         case ${{__mt_s:-0}} in 0) ;; *) __mt_v $__mt_s '' 2>/dev/null && __mt_v 0 '';; esac; \
-         for __mt_l in 1; do \\command eval \"${{__mt_x:+$__mt_y
-}}{}\n$__mt_t\" \
+        "case $- in *) __mt_a '' || {{ eval \"${{__mt_S-}}\"; __mt_a ''; }};; esac 2>/dev/null; \
+         for __mt_l in 1; do \\command eval \"${{__mt_P-}}{}\n$__mt_t\" \
          </dev/null {STDERR_COPY_FD}>&- {STDOUT_COPY_FD}>&- {MARKS_FD}>&-; \
          {{ __mt_s=${{__mt_e:-$?}} __mt_l=; }} 2>/dev/null; done; {{ __mt_o; }} 2>/dev/null
-${{?:+}}; case $- in *) __mt_z {a} {b} || {{ eval \"${{__mt_S-}}\"; __mt_z {a} {b}; }}; \
+${{?:+}}; case $- in *) __mt_z || {{ eval \"${{__mt_S-}}\"; __mt_z; }}; \
          __mt_v $__mt_s&&:;; esac 2>/dev/null",
         double_quoted(command)
     );
@@ -444,11 +469,11 @@ mod tests {
     #[test]
     fn the_preparation_is_written_whole_at_once() {
         assert!(
-            pipe_prepare().len() < libc::PIPE_BUF,
+            pipe_prepare(&new_nonce()).len() < libc::PIPE_BUF,
             "{}",
-            pipe_prepare().len()
+            pipe_prepare(&new_nonce()).len()
         );
-        assert!(pipe_prepare().ends_with(" ;; esac 2>/dev/null\n"));
+        assert!(pipe_prepare(&new_nonce()).ends_with(" ;; esac 2>/dev/null\n"));
     }
 
     #[test]
@@ -456,7 +481,7 @@ mod tests {
         // bash on a pipe reads it a byte at a time.
         let nonce = new_nonce();
         let line = pipe_wrapper("true", &nonce, false);
-        assert!(line.len() < 600, "{} bytes: {line}", line.len());
+        assert!(line.len() < 400, "{} bytes: {line}", line.len());
         assert!(pipe_wrapper("true", &nonce, true).contains("__mt_u"));
     }
 
@@ -464,7 +489,7 @@ mod tests {
     fn the_whole_nonce_is_never_typed() {
         let nonce = new_nonce();
         for text in [
-            pipe_prepare(),
+            pipe_prepare(&nonce),
             pipe_wrapper("echo hi", &nonce, true),
             terminal_wrapper("echo hi", &nonce),
         ] {
