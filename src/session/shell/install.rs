@@ -260,24 +260,22 @@ fn setup(nonce: &str) -> String {
     // time, a system call each). Each fails (status 1) in a shell that lacks the nonce,
     // which the wrapper then sets up again. Before: `set -a` off (noted in `__mt_aa`) and,
     // when it was on, the variables the wrapper sets where it may be on (in a trap, in the
-    // probe, at the line's start) made the shell's own again (a copy, `unset`, then set),
-    // the start mark on the session's stdout and stderr, the trace turned off, under
-    // `set -e` the line that keeps the status (`__mt_t`, see `pipe_wrapper`), and the line
-    // that begins the `eval` (`__mt_P`): `set -x` and `set -a` on again if they were, and
-    // the status the command before ended with given back as `$?` (a function's return, as
-    // the first command of an `&&` list, which neither `set -e` nor an `ERR` trap acts on,
-    // whose second returns 0 when the first did; the last argument of either is empty, and
-    // so is `$_`), its trace hidden; empty when there is nothing to give back. After:
+    // probe, at the line's start) made the shell's own again (`__mt_m`: a copy, `unset`,
+    // then set), the start mark on the session's stdout and stderr, the trace turned off,
+    // under `set -e` the line that keeps the status (`__mt_t`, see `pipe_wrapper`), and the
+    // line that begins the `eval` (`__mt_P`): `set -x` and `set -a` on again if they were,
+    // and the status the command before ended with given back as `$?` (a function's return,
+    // as the first command of an `&&` list, which neither `set -e` nor an `ERR` trap acts
+    // on, whose second returns 0 when the first did; the last argument of either is empty,
+    // and so is `$_`), its trace hidden; empty when there is nothing to give back. After:
     // `set -a` off again (noted), the status of a line that left the wrapper's loop,
     // `set -e` on again if an interrupt turned it off, the trace off, the end mark with the
     // status, and `set -a` on again if the command left it on, once the variables a command
-    // under it may have exported are the shell's own again (a copy, `unset`, then set).
+    // under it may have exported are the shell's own again (`__mt_m`).
     let _ = write!(
         text,
         "__mt_a() {{ [ -n \"${{__mt_i-}}\" ] || return 1; \
-         case $- in *a*) set +a; __mt_aa=1; __mt_c=${{__mt_s-}}; \
-         unset __mt_s __mt_q __mt_b __mt_e __mt_ee __mt_l; __mt_s=$__mt_c;; \
-         *) __mt_aa=;; esac; __mt_b= __mt_e=; \
+         case $- in *a*) set +a; __mt_aa=1; __mt_m;; *) __mt_aa=;; esac; __mt_b= __mt_e=; \
          command printf '{OSC}%s%s;C{BEL}' \"$__mt_i\" \"$__mt_j\" >&{STDOUT_COPY_FD}; \
          command printf '{OSC}%s%s;C{BEL}' \"$__mt_i\" \"$__mt_j\" >&{STDERR_COPY_FD}; \
          case $- in *x*) __mt_x=1; set +x;; esac; \
@@ -301,8 +299,9 @@ fn setup(nonce: &str) -> String {
          case $- in *x*) __mt_x=1; set +x;; esac; \
          command printf '{OSC}%s%s;D;%s{BEL}' \"$__mt_i\" \"$__mt_j\" \"$__mt_s\" >&{MARKS_FD} || \
          command printf '{OSC}%s%s;D;%s{BEL}' \"$__mt_i\" \"$__mt_j\" \"$__mt_s\" >&{STDOUT_COPY_FD}; \
-         case ${{__mt_aa-}} in 1) __mt_c=$__mt_s; unset __mt_s __mt_l __mt_b __mt_e __mt_ee; \
-         __mt_s=$__mt_c; set -a;; esac; }}; "
+         case ${{__mt_aa-}} in 1) __mt_m; set -a;; esac; }}; \
+         __mt_m() {{ __mt_c=${{__mt_s-}}; unset __mt_s __mt_q __mt_b __mt_e __mt_ee __mt_l; \
+         __mt_s=$__mt_c; }}; "
     );
     // Set up (what `pipe_wrapper` tests).
     text.push_str("__mt_u=1; ");
@@ -472,12 +471,9 @@ mod tests {
 
     #[test]
     fn the_preparation_is_written_whole_at_once() {
-        assert!(
-            pipe_prepare(&new_nonce()).len() < libc::PIPE_BUF,
-            "{}",
-            pipe_prepare(&new_nonce()).len()
-        );
-        assert!(pipe_prepare(&new_nonce()).ends_with(" ;; esac 2>/dev/null\n"));
+        let text = pipe_prepare(&new_nonce());
+        assert!(text.len() < libc::PIPE_BUF, "{}", text.len());
+        assert!(text.ends_with(" ;; esac 2>/dev/null\n"));
     }
 
     #[test]
